@@ -1,0 +1,474 @@
+"""Roofline step time: how long one engine step takes for a given batch composition.
+
+A step runs every layer once over the batch's tokens: the linear operators (QKV, O, gate/up, down,
+MoE experts, LM head) see all T tokens of the step; attention sees each sequence's own context;
+tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage.
+Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` with
+efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
+
+:class:`StepCostModel` precompiles a deployment: the time of all token-count-dependent operators is
+tabulated by T, and attention reduces to a few coefficients, so the simulator's hot path
+(:meth:`StepCostModel.step_time_s`) is plain numpy arithmetic over many steps at once.
+
+Example:
+    >>> from servopt.costmodels.architectures import get_model
+    >>> from servopt.costmodels.hardware import get_gpu
+    >>> from servopt.costmodels.profile import PerformanceProfile
+    >>> gpu = get_gpu("h100")
+    >>> cost = StepCostModel(get_model("llama-3.1-8b"), gpu, PerformanceProfile.spec_default(gpu))
+    >>> step = cost.step(Batch(decode_context=[2048] * 32))
+    >>> step.bound, 0.005 < step.time_s < 0.05
+    ('memory', True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .architectures import ModelSpec
+from .errors import InputError
+from .hardware import GPUSpec
+from .memory import kv_bytes_per_token_per_layer_per_gpu, weight_bytes
+from .profile import PerformanceProfile
+from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
+
+# Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
+# the gated activation and the KV-cache write (vLLM fuses each into one kernel).
+ELEMENTWISE_KERNELS_PER_LAYER = 5
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The composition of one engine step.
+
+    ``prefill_tokens[i]`` prompt tokens are computed for a sequence that already has
+    ``prefill_offsets[i]`` tokens cached (a later chunk of a chunked prefill, or a prefix-cache hit).
+    ``decode_context[j]`` is the cached context of a decoding sequence, which computes
+    ``1 + num_speculative_tokens`` query tokens (the verify step of speculative decoding).
+    """
+
+    prefill_tokens: Sequence[int] = ()
+    prefill_offsets: Sequence[int] = ()
+    decode_context: Sequence[int] = ()
+    num_speculative_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.prefill_offsets) not in (0, len(self.prefill_tokens)):
+            raise InputError("prefill_offsets must be empty or match prefill_tokens in length")
+        if any(t <= 0 for t in self.prefill_tokens) or any(c < 0 for c in self.decode_context):
+            raise InputError("prefill chunks need positive token counts and decode contexts cannot be negative")
+        if self.num_speculative_tokens < 0:
+            raise InputError("num_speculative_tokens cannot be negative")
+
+
+@dataclass(frozen=True)
+class StepAggregates:
+    """The sums of a batch that the step time depends on (arrays: one entry per step)."""
+
+    num_tokens: np.ndarray
+    num_sampled: np.ndarray
+    decode_query_tokens: np.ndarray
+    decode_context: np.ndarray
+    decode_context_windowed: np.ndarray
+    prefill_pairs: np.ndarray
+    prefill_pairs_windowed: np.ndarray
+    prefill_kv_tokens: np.ndarray
+    prefill_kv_tokens_windowed: np.ndarray
+    prefill_chunks: np.ndarray
+    num_decode_seqs: np.ndarray
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step's time with a per-operator breakdown (seconds, summed over layers)."""
+
+    time_s: float
+    operators_s: dict[str, float]
+    compute_bound_s: float
+    memory_bound_s: float
+    flops: float
+    bytes_moved: float
+    num_tokens: int
+
+    @property
+    def bound(self) -> str:
+        """'compute' when compute-limited operators take most of the GPU time, else 'memory'."""
+        return "compute" if self.compute_bound_s > self.memory_bound_s else "memory"
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes_moved if self.bytes_moved else 0.0
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """One GEMM family of a layer: [T, k] x [k, n], ``count`` times per step."""
+
+    name: str
+    n: float
+    k: float
+    count: float
+    quantized: bool = True
+
+
+@dataclass
+class _OpCost:
+    time_s: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+
+
+def _pairs(chunk: np.ndarray, offset: np.ndarray, window: int | None) -> np.ndarray:
+    """Query-key pairs of a causal chunk (chunk tokens after ``offset`` cached ones)."""
+    full = chunk * offset + chunk * (chunk + 1) / 2
+    if window is None:
+        return full
+    # With a window each query sees at most ``window`` keys.
+    return np.minimum(full, chunk * float(window))
+
+
+@dataclass
+class StepCostModel:
+    """The precompiled step-time model of one deployment (one TP x PP replica).
+
+    Build one per (model, GPU, profile, quantization, KV dtype, TP, PP) and reuse it.
+    ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes.
+    """
+
+    model: ModelSpec
+    gpu: GPUSpec
+    profile: PerformanceProfile
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    tp: int = 1
+    pp: int = 1
+    internode_bytes_per_s: float = 50e9
+    _table_s: np.ndarray = field(init=False, repr=False)
+    _table_compute_s: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.quantization = self.quantization or MODEL_DTYPE_SCHEME[self.model.dtype]
+        check_supported(self.quantization, self.gpu)
+        weight_bytes(self.model, self.quantization, self.tp, self.pp)  # validates tp/pp
+        m, tp = self.model, self.tp
+        self._scheme = get_scheme(self.quantization)
+        self._dense_dtype = "fp16" if m.dtype == "float16" else "bf16"
+        self._math = math_dtype(self.quantization, self.gpu)
+        # fp8 without native fp8 math (Ampere) runs as a weight-only kernel, like int4.
+        self._weight_only = self._scheme.weight_only or (self._scheme.name == "fp8" and self._math != "fp8")
+        self._act_bytes = float(MODEL_DTYPE_BYTES[m.dtype])
+        self._heads = m.num_attention_heads / tp
+        self._kv_layer_bytes = kv_bytes_per_token_per_layer_per_gpu(m, self.kv_cache_dtype, tp)
+        self._linears = self._layer_linears()
+        self._window = m.sliding_window
+        self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
+        self._full_layers = m.num_layers - self._sliding_layers
+        self._spans_nodes = tp * self.pp > self.gpu.gpus_per_node
+        self._precompute_attention()
+        self._table_s = np.zeros(1)
+        self._table_compute_s = np.zeros(1)
+        self._grow_table(8192)
+
+    # --- model structure ------------------------------------------------------------------------
+    def _layer_linears(self) -> list[_Linear]:
+        m, tp = self.model, self.tp
+        h, layers = m.hidden_size, m.num_layers
+        ops: list[_Linear] = []
+        if m.mla is not None:
+            mla = m.mla
+            q_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+            if mla.q_lora_rank:
+                ops += [_Linear("q_a_proj", mla.q_lora_rank, h, layers),
+                        _Linear("q_b_proj", self._heads * q_head, mla.q_lora_rank, layers)]
+            else:
+                ops.append(_Linear("q_proj", self._heads * q_head, h, layers))
+            ops += [
+                _Linear("kv_a_proj", mla.kv_lora_rank + mla.qk_rope_head_dim, h, layers),
+                # Decode absorbs W_UK into the query and W_UV into the output (per head).
+                _Linear("k_up_absorb", self._heads * mla.kv_lora_rank, mla.qk_nope_head_dim, layers),
+                _Linear("v_up_absorb", self._heads * mla.v_head_dim, mla.kv_lora_rank, layers),
+                _Linear("o_proj", h, self._heads * mla.v_head_dim, layers),
+            ]
+        else:
+            kv_heads = max(m.num_kv_heads / tp, 1.0)
+            ops += [_Linear("qkv_proj", (m.num_attention_heads / tp + 2 * kv_heads) * m.head_dim, h, layers),
+                    _Linear("o_proj", h, m.attn_out_dim / tp, layers)]
+        up = 2 if m.gated_mlp else 1
+        if m.num_dense_mlp_layers:
+            ops += [_Linear("gate_up_proj", up * m.intermediate_size / tp, h, m.num_dense_mlp_layers),
+                    _Linear("down_proj", h, m.intermediate_size / tp, m.num_dense_mlp_layers)]
+        if m.moe is not None and m.moe.num_shared_experts:
+            shared = m.moe.num_shared_experts * m.moe.shared_expert_intermediate_size / tp
+            ops += [_Linear("shared_gate_up", up * shared, h, m.num_moe_layers),
+                    _Linear("shared_down", h, shared, m.num_moe_layers)]
+        if m.moe is not None:
+            ops.append(_Linear("router", m.moe.num_experts, h, m.num_moe_layers, quantized=False))
+        return ops
+
+    def _weight_dtype_bytes(self, quantized: bool) -> float:
+        return self._scheme.weight_bytes_per_param if quantized and self._scheme.name != "mxfp4" else self._act_bytes
+
+    def _gemm(self, op: _Linear, tokens: np.ndarray) -> _OpCost:
+        quantized = op.quantized and self._scheme.name != "mxfp4"
+        dtype = self._math if quantized else self._dense_dtype
+        wbytes = self._weight_dtype_bytes(op.quantized)
+        time_s = self.profile.gemm_time_s(
+            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, quantized and self._weight_only, op.count
+        )
+        eff = self.profile.gemm_efficiency(dtype)
+        flops = 2.0 * tokens * op.n * op.k * op.count
+        bytes_moved = op.count * (op.n * op.k * wbytes + tokens * (op.n + op.k) * self._act_bytes)
+        compute_s = flops / (self.gpu.peak_flops(dtype) * eff.compute_eff(tokens))
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
+        return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
+
+    def _experts(self, tokens: np.ndarray) -> _OpCost | None:
+        """Routed experts as grouped GEMMs: FLOPs of the chosen experts, bytes of those touched."""
+        m = self.model
+        if m.moe is None:
+            return None
+        moe = m.moe
+        layers = m.num_moe_layers
+        routed = tokens * moe.experts_per_token
+        touched = moe.num_experts * (1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens)
+        per_expert_tokens = routed / np.maximum(touched, 1e-9)
+        expert_weights = m.expert_params / self.tp
+        wbytes = self._scheme.weight_bytes_per_param
+        dtype = self._math if self._scheme.name != "mxfp4" else ("fp4" if self._math == "fp4" else self._dense_dtype)
+        flops = 2.0 * routed * expert_weights * layers
+        bytes_moved = layers * (touched * expert_weights * wbytes + routed * 3 * m.hidden_size * self._act_bytes)
+        eff = self.profile.gemm_efficiency(dtype)
+        peak = self.gpu.peak_flops(dtype) * eff.compute_eff(per_expert_tokens)
+        if self._weight_only:
+            peak = peak * self.profile.weight_only_compute_factor
+        compute_s = flops / peak
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
+        # Two grouped GEMMs (gate/up and down) per MoE layer.
+        time_s = np.maximum(compute_s, memory_s) + 2 * layers * eff.overhead_s
+        return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
+
+    def _elementwise(self, tokens: np.ndarray) -> _OpCost:
+        m = self.model
+        per_layer_values = (
+            4 * m.hidden_size + 6 * m.hidden_size  # two fused add+norm (read x, residual; write both)
+            + 2 * (m.q_dim + 2 * m.kv_dim) / self.tp  # RoPE reads and writes q, k
+            + 3 * (m.intermediate_size if m.moe is None else m.moe.expert_intermediate_size * m.moe.experts_per_token)
+            / self.tp  # activation: read gate and up, write the product
+        )
+        bytes_moved = m.num_layers * tokens * (per_layer_values * self._act_bytes + self._kv_layer_bytes)
+        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_layers * ELEMENTWISE_KERNELS_PER_LAYER)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
+
+    def _communication(self, tokens: np.ndarray) -> _OpCost:
+        m = self.model
+        message = tokens * m.hidden_size * self._act_bytes
+        time_s = 2 * m.num_layers * self.profile.allreduce_time_s(self.gpu, message, self.tp)
+        if self.pp > 1:
+            link = self.internode_bytes_per_s if self._spans_nodes else self.gpu.interconnect_bytes_per_s
+            time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
+        zeros = np.zeros_like(message)
+        return _OpCost(time_s, zeros, time_s, zeros, zeros)
+
+    def _token_ops(self, tokens: np.ndarray) -> dict[str, _OpCost]:
+        ops = {op.name: self._gemm(op, tokens) for op in self._linears}
+        experts = self._experts(tokens)
+        if experts is not None:
+            ops["moe_experts"] = experts
+        ops["norms_elementwise"] = self._elementwise(tokens)
+        ops["tp_pp_communication"] = self._communication(tokens)
+        return ops
+
+    def _grow_table(self, max_tokens: int) -> None:
+        size = max(max_tokens + 1, 2 * len(self._table_s))
+        tokens = np.arange(size, dtype=float)
+        ops = self._token_ops(np.maximum(tokens, 1))
+        total = sum(op.time_s for op in ops.values())
+        compute = sum(np.where(op.compute_s > op.memory_s, op.time_s, 0.0) for op in ops.values())
+        total[0] = compute[0] = 0.0
+        self._table_s, self._table_compute_s = total, compute
+
+    # --- attention ------------------------------------------------------------------------------
+    def _precompute_attention(self) -> None:
+        m, gpu, profile = self.model, self.gpu, self.profile
+        dtype = self._dense_dtype
+        peak = gpu.peak_flops(dtype)
+        bw = gpu.memory_bandwidth_bytes_per_s
+        if m.mla is not None:
+            # Absorbed MLA: scores over the latent (d_c + d_R) and outputs in the latent (d_c).
+            flops_per_pair = 2 * self._heads * (m.mla.cache_dim + m.mla.kv_lora_rank)
+            q_values = self._heads * (m.mla.cache_dim + m.mla.kv_lora_rank)
+        else:
+            flops_per_pair = 4 * self._heads * m.head_dim
+            q_values = 2 * self._heads * m.head_dim  # read Q, write O
+        self._flops_per_pair = flops_per_pair
+        self._query_bytes = q_values * self._act_bytes
+        dec, pre = profile.attention_decode, profile.attention_prefill
+        self._dec_compute_per_pair = flops_per_pair / (peak * dec.compute_efficiency)
+        self._dec_memory_per_ctx = self._kv_layer_bytes / (bw * dec.memory_efficiency)
+        self._dec_memory_per_query = self._query_bytes / (bw * dec.memory_efficiency)
+        self._dec_overhead = dec.overhead_s
+        self._pre_compute_per_pair = flops_per_pair / (peak * pre.compute_efficiency)
+        self._pre_half_q = pre.half_efficiency_query_tokens
+        self._pre_memory_per_kv = self._kv_layer_bytes / (bw * pre.memory_efficiency)
+        self._pre_memory_per_query = self._query_bytes / (bw * pre.memory_efficiency)
+        self._pre_overhead = pre.overhead_s
+
+    def _decode_attention(self, query_per_seq: np.ndarray, query: np.ndarray, context: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time, compute-bound time) of decode attention over ``layers`` layers."""
+        compute = self._dec_compute_per_pair * context * query_per_seq
+        memory = self._dec_memory_per_ctx * context + self._dec_memory_per_query * query
+        time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + self._dec_overhead), 0.0)
+        return time_s, np.where(compute > memory, time_s, 0.0)
+
+    def _prefill_attention(self, pairs: np.ndarray, kv_tokens: np.ndarray, tokens: np.ndarray, chunks: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
+        mean_chunk = tokens / np.maximum(chunks, 1)
+        ramp = (mean_chunk + self._pre_half_q) / np.maximum(mean_chunk, 1e-9) if self._pre_half_q else 1.0
+        compute = self._pre_compute_per_pair * pairs * ramp
+        memory = self._pre_memory_per_kv * kv_tokens + self._pre_memory_per_query * tokens
+        time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + self._pre_overhead * chunks), 0.0)
+        return time_s, np.where(compute > memory, time_s, 0.0)
+
+    # --- public API -----------------------------------------------------------------------------
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    def token_ops_time_s(self, num_tokens: np.ndarray | int) -> np.ndarray:
+        """Time of everything that depends only on the step's token count (table lookup)."""
+        tokens = np.asarray(num_tokens, dtype=np.int64)
+        top = int(tokens.max(initial=0))
+        if top >= len(self._table_s):
+            self._grow_table(top)
+        return self._table_s[tokens]
+
+    def lm_head_time_s(self, num_sampled: np.ndarray | int) -> np.ndarray:
+        m = self.model
+        op = _Linear("lm_head", m.vocab_size / self.tp, m.hidden_size, 1, quantized=False)
+        sampled = np.asarray(num_sampled, dtype=float)
+        return np.where(sampled > 0, self._gemm(op, np.maximum(sampled, 1)).time_s, 0.0)
+
+    def step_time_s(self, agg: StepAggregates, *, return_compute_bound: bool = False):
+        """Vectorized step time for arrays of step aggregates (the simulator's hot path).
+
+        With ``return_compute_bound`` also returns a boolean array: compute-limited operators take
+        most of that step's GPU time.
+        """
+        tokens = np.asarray(agg.num_tokens, dtype=np.int64)
+        token_s = self.token_ops_time_s(tokens)
+        parts = [part for kind in self._attention_parts(agg).values() for part in kind]
+        attention = sum(t for t, _, _, _ in parts)
+        total = token_s + attention + self.lm_head_time_s(agg.num_sampled) + self.profile.step_overhead(agg.num_sampled)
+        if not return_compute_bound:
+            return total
+        compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
+        return total, compute_s > 0.5 * (token_s + attention)
+
+    def aggregate(self, batch: Batch) -> StepAggregates:
+        """Reduce a batch to the sums the step time depends on."""
+        chunks = np.asarray(batch.prefill_tokens, dtype=float)
+        offsets = np.asarray(batch.prefill_offsets, dtype=float) if len(batch.prefill_offsets) else np.zeros_like(chunks)
+        context = np.asarray(batch.decode_context, dtype=float)
+        q_per_seq = 1 + batch.num_speculative_tokens
+        window = self._window
+        windowed_ctx = np.minimum(context, window) if window else context
+        windowed_kv = np.minimum(offsets + chunks, window + chunks) if window else offsets + chunks
+
+        def arr(value: float) -> np.ndarray:
+            return np.asarray([value], dtype=float)
+
+        return StepAggregates(
+            num_tokens=arr(chunks.sum() + q_per_seq * len(context)),
+            num_sampled=arr(q_per_seq * len(context) + len(chunks)),
+            decode_query_tokens=arr(q_per_seq * len(context)),
+            decode_context=arr(context.sum()),
+            decode_context_windowed=arr(windowed_ctx.sum()),
+            prefill_pairs=arr(_pairs(chunks, offsets, None).sum()),
+            prefill_pairs_windowed=arr(_pairs(chunks, offsets, window).sum()),
+            prefill_kv_tokens=arr((offsets + chunks).sum()),
+            prefill_kv_tokens_windowed=arr(windowed_kv.sum()),
+            prefill_chunks=arr(len(chunks)),
+            num_decode_seqs=arr(len(context)),
+        )
+
+    def _attention_parts(self, agg: StepAggregates) -> dict[str, list[tuple[np.ndarray, np.ndarray, float]]]:
+        """Per attention phase: (time, compute-bound time, FLOPs per layer-kind) for each layer kind."""
+        query = np.asarray(agg.decode_query_tokens, dtype=float)
+        per_seq = query / np.maximum(agg.num_decode_seqs, 1)
+        prefill_tokens = np.asarray(agg.num_tokens, dtype=float) - query
+        kinds = [(self._full_layers, agg.decode_context, agg.prefill_pairs, agg.prefill_kv_tokens)]
+        if self._sliding_layers:
+            kinds.append((self._sliding_layers, agg.decode_context_windowed, agg.prefill_pairs_windowed,
+                          agg.prefill_kv_tokens_windowed))
+        parts: dict[str, list] = {"attention_decode": [], "attention_prefill": []}
+        for layers, context, pairs, kv_tokens in kinds:
+            t, c = self._decode_attention(per_seq, query, np.asarray(context, dtype=float), layers)
+            parts["attention_decode"].append((t, c, layers * self._flops_per_pair * context * per_seq,
+                                              layers * (self._kv_layer_bytes * context + self._query_bytes * query)))
+            t, c = self._prefill_attention(np.asarray(pairs, dtype=float), kv_tokens, prefill_tokens, agg.prefill_chunks, layers)
+            parts["attention_prefill"].append((t, c, layers * self._flops_per_pair * pairs,
+                                               layers * (self._kv_layer_bytes * kv_tokens + self._query_bytes * prefill_tokens)))
+        return parts
+
+    def step(self, batch: Batch) -> StepTime:
+        """Time of one step with its per-operator breakdown."""
+        agg = self.aggregate(batch)
+        tokens = int(agg.num_tokens[0])
+        if tokens == 0:
+            return StepTime(0.0, {}, 0.0, 0.0, 0.0, 0.0, 0)
+        ops = self._token_ops(np.asarray([float(tokens)]))
+        breakdown = {name: float(op.time_s[0]) for name, op in ops.items()}
+        compute_s = sum(float(op.time_s[0]) for op in ops.values() if op.compute_s[0] > op.memory_s[0])
+        flops = sum(float(op.flops[0]) for op in ops.values())
+        bytes_moved = sum(float(op.bytes_moved[0]) for op in ops.values())
+        for name, parts in self._attention_parts(agg).items():
+            breakdown[name] = sum(float(t[0]) for t, _, _, _ in parts)
+            compute_s += sum(float(c[0]) for _, c, _, _ in parts)
+            flops += sum(float(f[0]) for _, _, f, _ in parts)
+            bytes_moved += sum(float(b[0]) for _, _, _, b in parts)
+        breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
+        memory_s = sum(breakdown.values()) - compute_s
+        breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled)[0])
+        return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
+
+    def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
+        """Time to prefill one prompt alone, in chunks of ``chunk_tokens`` (default: one step)."""
+        if prompt_tokens <= 0:
+            raise InputError("prompt_tokens must be positive")
+        chunk = chunk_tokens or prompt_tokens
+        total, done = 0.0, 0
+        while done < prompt_tokens:
+            size = min(chunk, prompt_tokens - done)
+            total += self.step(Batch(prefill_tokens=[size], prefill_offsets=[done])).time_s
+            done += size
+        return total
+
+    def decode_step_time_s(self, batch_size: int, context_tokens: int, num_speculative_tokens: int = 0) -> float:
+        """Time of one decode step of ``batch_size`` sequences at ``context_tokens`` each."""
+        return self.step(Batch(decode_context=[context_tokens] * batch_size, num_speculative_tokens=num_speculative_tokens)).time_s
+
+    def weight_read_floor_s(self, context_tokens: int = 0, batch_size: int = 1) -> float:
+        """Seed 2.2's lower bound on a decode step: (weights + KV bytes) / bandwidth, per GPU."""
+        weights = weight_bytes(self.model, self.quantization, self.tp, self.pp).per_gpu_bytes * self.pp
+        kv = self._kv_layer_bytes * self.model.num_layers * context_tokens * batch_size
+        return (weights + kv) / self.gpu.memory_bandwidth_bytes_per_s
+
+
+def aggregates_from_arrays(**arrays: np.ndarray) -> StepAggregates:
+    """Build :class:`StepAggregates` from arrays; windowed sums default to the unwindowed ones."""
+    arrays = {k: np.asarray(v, dtype=float) for k, v in arrays.items()}
+    arrays.setdefault("decode_context_windowed", arrays["decode_context"])
+    arrays.setdefault("prefill_pairs_windowed", arrays["prefill_pairs"])
+    arrays.setdefault("prefill_kv_tokens_windowed", arrays["prefill_kv_tokens"])
+    return StepAggregates(**arrays)
+
+
+def causal_pairs(chunk_tokens: np.ndarray | int, offset_tokens: np.ndarray | int, window: int | None = None) -> np.ndarray:
+    """Query-key pairs a causal prefill chunk computes (public for the simulator)."""
+    return _pairs(np.asarray(chunk_tokens, dtype=float), np.asarray(offset_tokens, dtype=float), window)
+
