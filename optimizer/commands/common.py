@@ -1,0 +1,33 @@
+"""Argument types and options that several subcommands share."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def add_hardware_args(parser: argparse.ArgumentParser) -> None:
+    """--hardware (GPU/price overrides) and --profile (a calibration profile JSON)."""
+    parser.add_argument("--hardware", default=None, metavar="YAML",
+                        help="YAML file that overrides or adds GPUs and prices (gpus: {...})")
+    parser.add_argument("--profile", default=None, metavar="JSON",
+                        help="performance profile to use instead of the shipped one (servopt calibrate fit)")

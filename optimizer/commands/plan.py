@@ -1,0 +1,166 @@
+"""``servopt plan``: does a model fit on a GPU, what does each request cost, how fast are steps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ...calibration.registry import load_profile
+from ...costmodels.architectures import resolve_model
+from ...costmodels.errors import InputError
+from ...costmodels.hardware import GIB, load_catalog
+from ...costmodels.memory import plan_memory
+from ...costmodels.quantization import SCHEMES, math_dtype
+from ...costmodels.roofline import Batch, StepCostModel
+from ...costmodels.vllm_defaults import default_batch_limits
+from .common import add_hardware_args, positive_float, positive_int
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="memory fit, KV cost per request, and step times of a model on a GPU",
+        description="Memory breakdown, maximum concurrency and roofline step times of one replica.",
+    )
+    parser.add_argument("--model", required=True, help="preset alias, Hugging Face id, or path to config.json")
+    parser.add_argument("--gpu", required=True, help="GPU name (see `servopt gpus`)")
+    parser.add_argument("--tp", type=positive_int, default=1, help="tensor parallel size (default 1)")
+    parser.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel size (default 1)")
+    parser.add_argument("--quant", choices=sorted(SCHEMES), default=None,
+                        help="weight quantization (default: implied by the model id, else the model dtype)")
+    parser.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto", help="KV cache dtype")
+    parser.add_argument("--context", type=positive_int, default=4096, help="tokens per request (prompt + output)")
+    parser.add_argument("--concurrency", type=positive_int, default=1, help="requests resident at once")
+    parser.add_argument("--gpu-memory-utilization", type=positive_float, default=0.92,
+                        help="vLLM's memory budget fraction (default 0.92, vLLM 0.33's default)")
+    parser.add_argument("--max-num-seqs", type=positive_int, default=None, help="default: vLLM's for the GPU")
+    parser.add_argument("--max-num-batched-tokens", type=positive_int, default=None, help="default: vLLM's for the GPU")
+    add_hardware_args(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def compute_plan(args: argparse.Namespace) -> dict:
+    """Everything ``plan`` reports, as a JSON-ready dict (bytes summed over all GPUs unless *_per_gpu)."""
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise InputError(f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}")
+    catalog = load_catalog(args.hardware)
+    gpu = catalog.get(args.gpu)
+    resolved = resolve_model(args.model)
+    model = resolved.spec
+    quant = args.quant or resolved.quantization or None
+    if args.context > model.max_context:
+        raise InputError(f"--context {args.context} exceeds {model.name}'s maximum context of {model.max_context} tokens")
+    if args.tp * args.pp > 64:
+        raise InputError(f"tp x pp = {args.tp * args.pp} GPUs is beyond what servopt plans for one replica (64)")
+    default_tokens, default_seqs = default_batch_limits(gpu)
+    max_tokens = args.max_num_batched_tokens or default_tokens
+    max_seqs = args.max_num_seqs or default_seqs
+    plan = plan_memory(
+        model, gpu, quantization=quant, kv_cache_dtype=args.kv_dtype, tp=args.tp, pp=args.pp,
+        gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=max_tokens,
+        max_num_seqs=max_seqs, max_model_len=args.context,
+    )
+    profile = load_profile(gpu, args.profile)
+    cost = StepCostModel(model, gpu, profile, plan.quantization, args.kv_dtype, args.tp, args.pp)
+    kv_request = plan.kv_bytes_per_request(args.context)
+    kv_total = kv_request * args.concurrency
+    kv_needed_per_gpu = kv_total / args.tp
+    max_concurrency = plan.max_concurrency(args.context)
+    fits = plan.fits and args.concurrency <= max_concurrency
+    problems = list(plan.problems)
+    if plan.fits and not fits:
+        problems.append(
+            f"{args.concurrency} requests of {args.context} tokens need {kv_needed_per_gpu / GIB:.2f} GiB of KV per GPU "
+            f"but the pool holds {plan.kv_cache_bytes_per_gpu / GIB:.2f} GiB (max {max_concurrency:.1f} requests)"
+        )
+    decode = cost.step(Batch(decode_context=[args.context] * args.concurrency))
+    prefill_chunk = min(args.context, max_tokens)
+    prefill_step = cost.step(Batch(prefill_tokens=[prefill_chunk]))
+    dtype = math_dtype(plan.quantization, gpu)
+    return {
+        "model": model.name,
+        "gpu": gpu.name,
+        "tp": args.tp,
+        "pp": args.pp,
+        "quantization": plan.quantization,
+        "kv_cache_dtype": args.kv_dtype,
+        "context_tokens": args.context,
+        "concurrency": args.concurrency,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "num_params": model.num_params,
+        "weights_bytes": plan.weights_bytes,
+        "weights_bytes_per_gpu": plan.weights_bytes_per_gpu,
+        "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "kv_bytes_per_request": kv_request,
+        "kv_bytes_total": kv_total,
+        "activation_peak_bytes_per_gpu": plan.activation_peak_bytes_per_gpu,
+        "non_torch_bytes_per_gpu": plan.non_torch_bytes_per_gpu,
+        "cuda_graph_bytes_per_gpu": plan.cuda_graph_bytes_per_gpu,
+        "budget_bytes_per_gpu": plan.budget_bytes_per_gpu,
+        "kv_cache_bytes_per_gpu": plan.kv_cache_bytes_per_gpu,
+        "kv_capacity_tokens": plan.kv_capacity_tokens,
+        "kv_cache_blocks": plan.kv_cache_blocks,
+        "fits": fits,
+        "headroom_bytes_per_gpu": plan.kv_cache_bytes_per_gpu - kv_needed_per_gpu,
+        "problems": problems,
+        "max_concurrency": max_concurrency,
+        "decode_floor_s_per_token": cost.weight_read_floor_s(args.context, args.concurrency),
+        "balance_point_flops_per_byte": gpu.balance_point_flops_per_byte(dtype),
+        "decode_arithmetic_intensity": decode.arithmetic_intensity,
+        "prefill_arithmetic_intensity": prefill_step.arithmetic_intensity,
+        "decode_step_s": decode.time_s,
+        "decode_bound": decode.bound,
+        "prefill_s": cost.prefill_time_s(args.context, max_tokens),
+        "prefill_bound": prefill_step.bound,
+        "max_num_batched_tokens": max_tokens,
+        "max_num_seqs": max_seqs,
+        "profile": profile.source,
+        "profile_calibrated": profile.calibrated,
+        "decode_operators_s": decode.operators_s,
+    }
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:8.2f} GiB"
+
+
+def render(result: dict) -> str:
+    r = result
+    per_gpu = "per GPU" if r["tp"] * r["pp"] > 1 else ""
+    lines = [
+        f"{r['model']} on {r['gpu']} (tp={r['tp']}, pp={r['pp']}, weights {r['quantization']}, KV {r['kv_cache_dtype']}), "
+        f"{r['concurrency']} x {r['context_tokens']} tokens",
+        "",
+        "Memory",
+        f"  weights                 {_gib(r['weights_bytes'])}  ({r['num_params'] / 1e9:.2f} B params; {_gib(r['weights_bytes_per_gpu']).strip()} {per_gpu})",
+        f"  KV per token            {r['kv_bytes_per_token'] / 1024:8.1f} KiB",
+        f"  KV per request          {_gib(r['kv_bytes_per_request'])}",
+        f"  KV for {r['concurrency']:<4} requests     {_gib(r['kv_bytes_total'])}",
+        f"  activations (peak)      {_gib(r['activation_peak_bytes_per_gpu'])} {per_gpu}",
+        f"  non-torch, CUDA graphs  {_gib(r['non_torch_bytes_per_gpu'])}, {_gib(r['cuda_graph_bytes_per_gpu']).strip()} {per_gpu}",
+        f"  budget ({r['gpu_memory_utilization']:.2f} x GPU)    {_gib(r['budget_bytes_per_gpu'])} {per_gpu}",
+        f"  KV cache pool           {_gib(r['kv_cache_bytes_per_gpu'])} {per_gpu}: {r['kv_capacity_tokens']:,} tokens, {r['kv_cache_blocks']:,} blocks",
+        f"  fits                    {'yes' if r['fits'] else 'NO'} (headroom {r['headroom_bytes_per_gpu'] / GIB:+.2f} GiB {per_gpu})",
+        f"  max concurrency         {r['max_concurrency']:8.1f} requests at {r['context_tokens']} tokens",
+    ]
+    lines += [f"  problem: {p}" for p in r["problems"]]
+    lines += [
+        "",
+        "Roofline",
+        f"  decode floor            {r['decode_floor_s_per_token'] * 1e3:8.2f} ms/token ((weights + KV bytes) / bandwidth)",
+        f"  balance point           {r['balance_point_flops_per_byte']:8.0f} FLOP/byte",
+        f"  decode intensity        {r['decode_arithmetic_intensity']:8.1f} FLOP/byte at batch {r['concurrency']} ({r['decode_bound']}-bound)",
+        f"  prefill intensity       {r['prefill_arithmetic_intensity']:8.1f} FLOP/byte ({r['prefill_bound']}-bound)",
+        f"  decode step             {r['decode_step_s'] * 1e3:8.2f} ms at batch {r['concurrency']}",
+        f"  prefill of one prompt   {r['prefill_s'] * 1e3:8.2f} ms ({r['context_tokens']} tokens, chunks of {r['max_num_batched_tokens']})",
+        "",
+        f"Profile: {r['profile']}" + ("" if r["profile_calibrated"] else "  [UNCALIBRATED]"),
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = compute_plan(args)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 0
