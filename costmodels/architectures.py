@@ -6,6 +6,11 @@ the relevant fields of each model's Hugging Face ``config.json`` under ``data/mo
 the same :func:`spec_from_hf_config` a user's local file goes through, so every family's reader is
 exercised by the presets.
 
+Parameter counts include every weight the checkpoint loads (norms, biases, QK-norms, MLA's low-rank
+projections, routers, a multimodal checkpoint's vision tower) and come within 1% of the published
+sizes. :attr:`ModelSpec.weight_memory_bytes` adds the RoPE tables vLLM builds at load time, which is
+what its "Model loading took" line reports for an unquantized checkpoint on one GPU.
+
 Example:
     >>> from servopt.costmodels.architectures import resolve_model
     >>> resolved = resolve_model("meta-llama/Llama-3.1-8B-Instruct-FP8")
@@ -91,13 +96,16 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     num_sliding_layers: int = Field(default=0, ge=0, description="layers that use the sliding window")
     max_context: int = Field(gt=0)
-    dtype: ModelDType = "bfloat16"
+    dtype: ModelDType = Field(default="bfloat16", description="dtype vLLM serves the unquantized weights in")
     gated_mlp: bool = True
     attention_bias: bool = False
     attention_output_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
     extra_params: int = Field(default=0, ge=0, description="weights outside the decoder (vision tower)")
+    rope_cache_values: int = Field(
+        default=0, ge=0, description="RoPE cos/sin values vLLM precomputes on the GPU, over its distinct tables"
+    )
     native_quantization: str | None = Field(default=None, description="quantization the release ships in")
     published_params_b: float | None = Field(default=None, description="size the model card states")
     aliases: tuple[str, ...] = ()
@@ -174,6 +182,8 @@ class ModelSpec(BaseModel):
             params += h
         if self.qk_norm:
             params += 2 * self.head_dim
+        if self.family == "gpt_oss":
+            params += self.num_attention_heads  # one learned attention-sink logit per head
         return params
 
     def _mlp_params(self, intermediate: int) -> int:
@@ -243,6 +253,39 @@ class ModelSpec(BaseModel):
         inactive = self.num_moe_layers * (moe.num_experts - moe.experts_per_token) * self.expert_params
         return self.decoder_params - inactive
 
+    @property
+    def active_params_excluding_embedding(self) -> int:
+        """Active parameters less the input embedding table, when it is not also the LM head.
+
+        A token only looks up one row of the embedding, so this is what a decode step streams per
+        token. It is also the convention of some model cards (gpt-oss's 5.1B active), while others
+        (Mixtral's 12.9B, Qwen3's A3B/A22B) count the embedding as active.
+        """
+        return self.active_params_per_token - (0 if self.tie_word_embeddings else self.embedding_params)
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per value of the checkpoint dtype."""
+        return 4 if self.dtype == "float32" else 2
+
+    @property
+    def rope_cache_bytes(self) -> int:
+        """Bytes of the RoPE cos/sin tables vLLM builds at load time, in the model dtype.
+
+        vLLM shares one table per distinct RoPE configuration across layers, so this is small for
+        most models (Llama-3.1: 32 MiB) but not for Gemma 3, whose 8x linear-scaled global table
+        holds 1M positions (0.5 GiB at head_dim 256), which vLLM counts as model-loading memory.
+        """
+        return self.rope_cache_values * self.dtype_bytes
+
+    @property
+    def weight_memory_bytes(self) -> int:
+        """Bytes the unquantized checkpoint takes once loaded: all weights plus the RoPE tables.
+
+        This is what vLLM reports as "Model loading took ..." for a single-GPU bf16 deployment.
+        """
+        return self.num_params * self.dtype_bytes + self.rope_cache_bytes
+
     def summary(self) -> dict[str, Any]:
         """Plain-dict view for tables and JSON."""
         return {
@@ -274,6 +317,17 @@ _SUPPORTED_FAMILIES = (
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "half": "float16",
            "fp16": "float16", "bf16": "bfloat16", "float": "float32"}
 
+# Families whose transformers config class defaults to tied input/output embeddings.
+_TIED_BY_DEFAULT = ("gemma2", "gemma3")
+
+# Gemma3TextConfig defaults. Google's gemma-3-4b-it config.json leaves these keys out of its
+# text_config, so transformers (and vLLM) fill them in; without them the 4B reads as an 8-head MHA
+# with a 262144-entry vocabulary it does not have.
+_GEMMA3_TEXT_DEFAULTS = {
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208,
+    "max_position_embeddings": 131072, "sliding_window": 4096, "sliding_window_pattern": 6,
+}
+
 
 def _require(config: dict, key: str, source: str) -> Any:
     if key not in config or config[key] is None:
@@ -281,123 +335,232 @@ def _require(config: dict, key: str, source: str) -> Any:
     return config[key]
 
 
+def _int(config: dict, key: str, source: str, default: int | None = None) -> int:
+    """An integer field; required when ``default`` is None. Names the key when the value is bad."""
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise InputError(f"{source}: config.json lacks required key '{key}'")
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InputError(f"{source}: config.json key '{key}' must be an integer, got {value!r}")
+    return int(value)
+
+
+def _siglip_vision_params(vision: dict, text_hidden: int) -> int:
+    """Parameters of a SigLIP vision tower (``siglip_vision_model``) plus Gemma 3's projector.
+
+    Patch embedding (conv with bias), learned position embeddings, ``num_hidden_layers`` pre-norm
+    encoder layers (q/k/v/o and fc1/fc2 with biases, two LayerNorms with bias) and the post
+    LayerNorm. Gemma 3's multi-modal projector adds a (vision hidden x text hidden) matrix and an
+    RMSNorm over the soft tokens. Gemma 3 sets ``vision_use_head: false``; the attention-pooling
+    head is counted only where a config enables it.
+    """
+    h = int(vision.get("hidden_size") or 1152)
+    inter = int(vision.get("intermediate_size") or 4304)
+    layers = int(vision.get("num_hidden_layers") or 27)
+    patch = int(vision.get("patch_size") or 14)
+    image = int(vision.get("image_size") or 896)
+    channels = int(vision.get("num_channels") or 3)
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    mlp = h * inter + inter + inter * h + h
+    per_layer = 4 * (h * h + h) + mlp + 2 * 2 * h
+    head = 0
+    if vision.get("vision_use_head", True):
+        head = h + 3 * h * h + 3 * h + h * h + h + 2 * h + mlp  # probe, attention, LayerNorm, MLP
+    projector = h * text_hidden + h
+    return embeddings + layers * per_layer + 2 * h + head + projector
+
+
+def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: int, has_sliding: bool) -> int:
+    """cos/sin values of the RoPE tables vLLM's ``get_rope`` precomputes (one per distinct RoPE).
+
+    Each table holds ``positions x rotary_dim`` values. Linear and dynamic scaling extend the table
+    to ``max_position_embeddings x factor``; YaRN builds ``original_max_position_embeddings x factor``
+    positions; default and llama3 RoPE stop at ``max_position_embeddings``. Gemma 3's sliding layers
+    use a second, unscaled table (``rope_local_base_freq``).
+    """
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "default") if isinstance(scaling, dict) else "default"
+    factor = float(scaling.get("factor") or 1.0) if isinstance(scaling, dict) else 1.0
+    if kind in ("linear", "dynamic"):
+        positions = int(max_context * factor)
+    elif kind in ("yarn", "deepseek_yarn"):
+        original = int(scaling.get("original_max_position_embeddings") or max_context)
+        positions = int(original * factor)
+    else:
+        positions = max_context
+    if family == "gemma3" and has_sliding:
+        positions += max_context
+    return positions * rotary_dim
+
+
 def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **extra: Any) -> ModelSpec:
     """Build a :class:`ModelSpec` from the dict of a Hugging Face ``config.json``.
 
-    Multimodal configs (Gemma 3) are read through their ``text_config``. ``extra`` sets fields the
-    config does not hold (aliases, published size, vision-tower parameters).
+    Multimodal configs (Gemma 3) are read through their ``text_config``; their SigLIP vision tower
+    is counted in ``extra_params`` unless ``extra`` sets it. ``extra`` sets fields the config does
+    not hold (aliases, published size, vision-tower parameters).
     """
     if not isinstance(config, dict):
         raise InputError(f"{source}: config.json must hold a JSON object")
     family = config.get("model_type")
+    if family is None:
+        raise InputError(
+            f"{source}: config.json lacks 'model_type'; supported: {', '.join(_SUPPORTED_FAMILIES)}"
+        )
+    vision: dict | None = None
     if family == "gemma3" and isinstance(config.get("text_config"), dict):
+        # The multimodal wrapper keeps dtype and quantization at the top level.
         text = {**config["text_config"]}
-        text.setdefault("torch_dtype", config.get("torch_dtype"))
+        text.setdefault("torch_dtype", config.get("torch_dtype") or config.get("dtype"))
+        if "quantization_config" in config:
+            text.setdefault("quantization_config", config["quantization_config"])
+        if isinstance(config.get("vision_config"), dict):
+            vision = config["vision_config"]
         config = {**text, "model_type": "gemma3"}
     if family not in _SUPPORTED_FAMILIES:
         raise InputError(
             f"{source}: model_type '{family}' is not supported; supported: {', '.join(_SUPPORTED_FAMILIES)}"
         )
     family = "gemma3" if family == "gemma3_text" else family
-    heads = int(_require(config, "num_attention_heads", source))
-    hidden = int(_require(config, "hidden_size", source))
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
+    if family == "gemma3":
+        config = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    heads = _int(config, "num_attention_heads", source)
+    hidden = _int(config, "hidden_size", source)
+    num_layers = _int(config, "num_hidden_layers", source)
+    kv_heads = _int(config, "num_key_value_heads", source, default=heads)
+    head_dim = _int(config, "head_dim", source, default=hidden // heads)
+    max_context = _int(config, "max_position_embeddings", source, default=0) or _int(
+        config, "max_sequence_length", source, default=4096
+    )
     dtype = _DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "bfloat16")
+    if dtype == "float32":
+        dtype = "bfloat16"  # vLLM's dtype=auto serves float32 checkpoints in bf16 (gemma-2-2b ships fp32)
     fields: dict[str, Any] = {
         "name": name,
         "family": family,
-        "num_layers": int(_require(config, "num_hidden_layers", source)),
+        "num_layers": num_layers,
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "num_kv_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": int(_require(config, "intermediate_size", source)),
-        "vocab_size": int(_require(config, "vocab_size", source)),
-        "tie_word_embeddings": bool(config.get("tie_word_embeddings", family in ("gemma2", "gemma3"))),
-        "max_context": int(config.get("max_position_embeddings") or config.get("max_sequence_length") or 4096),
+        "intermediate_size": _int(config, "intermediate_size", source),
+        "vocab_size": _int(config, "vocab_size", source),
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", family in _TIED_BY_DEFAULT)),
+        "max_context": max_context,
         "dtype": dtype,
-        "attention_bias": bool(config.get("attention_bias", family == "qwen2")),
+        "attention_bias": bool(config.get("attention_bias", False)),
+        "mlp_bias": bool(config.get("mlp_bias", False)),
         "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3"),
     }
+    if vision is not None:
+        fields["extra_params"] = _siglip_vision_params(vision, hidden)
+    # Per-family biases. Qwen2 hard-codes q/k/v biases (its config has no attention_bias key) but
+    # not on o_proj. Phi-3 has none (its fused qkv_proj / gate_up_proj hold the same weights as
+    # separate projections). gpt-oss puts biases on q/k/v and on o_proj.
     if family == "qwen2":
-        fields["attention_output_bias"] = False
+        fields["attention_bias"] = True
     if family == "phi3":
         fields["attention_bias"] = False
     if family == "gpt_oss":
         fields["attention_bias"] = True
         fields["attention_output_bias"] = True
+    if fields["attention_bias"] and family in ("llama", "granite"):
+        fields["attention_output_bias"] = True  # their attention_bias covers o_proj too
+    # Granite's embedding/attention/residual multipliers and logits_scaling are scalars, not weights.
 
     # Attention kind.
+    rotary_dim = head_dim
     if family in ("deepseek_v2", "deepseek_v3"):
-        fields["mla"] = MLAConfig(
-            kv_lora_rank=int(_require(config, "kv_lora_rank", source)),
-            qk_rope_head_dim=int(_require(config, "qk_rope_head_dim", source)),
-            qk_nope_head_dim=int(_require(config, "qk_nope_head_dim", source)),
-            v_head_dim=int(_require(config, "v_head_dim", source)),
-            q_lora_rank=config.get("q_lora_rank") or None,
-        )
+        # Nested sections stay plain dicts so that ModelSpec validation reports their errors.
+        mla = {
+            "kv_lora_rank": _int(config, "kv_lora_rank", source),
+            "qk_rope_head_dim": _int(config, "qk_rope_head_dim", source),
+            "qk_nope_head_dim": _int(config, "qk_nope_head_dim", source),
+            "v_head_dim": _int(config, "v_head_dim", source),
+            # DeepSeek-V2-Lite projects queries directly (q_lora_rank null); V2/V3 use a low rank.
+            "q_lora_rank": _int(config, "q_lora_rank", source, default=0) or None,
+        }
+        fields["mla"] = mla
         fields["attention_kind"] = "mla"
         fields["num_kv_heads"] = heads
-        fields["head_dim"] = int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"])
+        fields["head_dim"] = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        rotary_dim = mla["qk_rope_head_dim"]
     elif kv_heads == heads:
         fields["attention_kind"] = "mha"
     elif kv_heads == 1:
         fields["attention_kind"] = "mqa"
     else:
         fields["attention_kind"] = "gqa"
+    rotary_dim = int(rotary_dim * float(config.get("partial_rotary_factor") or 1.0))
 
-    # Sliding windows: which layers use them.
+    # Sliding windows: which layers use them. An explicit layer_types list (gpt-oss, newer
+    # transformers configs) wins over each family's fixed pattern.
     window = config.get("sliding_window")
-    if window and family in ("gemma2",):
+    layer_types = config.get("layer_types") if isinstance(config.get("layer_types"), list) else None
+    if window and layer_types:
+        sliding = sum(1 for t in layer_types if t == "sliding_attention")
+        if sliding:
+            fields["sliding_window"] = int(window)
+            fields["num_sliding_layers"] = sliding
+    elif window and family == "gemma2":
+        # Even layers (0, 2, ...) slide, odd layers attend globally.
         fields["sliding_window"] = int(window)
-        fields["num_sliding_layers"] = fields["num_layers"] // 2
+        fields["num_sliding_layers"] = (num_layers + 1) // 2
     elif window and family == "gemma3":
+        # Every sliding_window_pattern-th layer is global (5 local : 1 global).
         pattern = int(config.get("sliding_window_pattern") or 6)
         fields["sliding_window"] = int(window)
-        fields["num_sliding_layers"] = fields["num_layers"] - fields["num_layers"] // pattern
+        fields["num_sliding_layers"] = num_layers - num_layers // pattern
     elif window and family == "gpt_oss":
-        layer_types = config.get("layer_types") or []
         fields["sliding_window"] = int(window)
-        fields["num_sliding_layers"] = (
-            sum(1 for t in layer_types if t == "sliding_attention") if layer_types else fields["num_layers"] // 2
-        )
-    elif window and family in ("mistral", "qwen2", "qwen3", "phi3") and config.get("use_sliding_window", family != "qwen2"):
-        if int(window) < fields["max_context"]:
+        fields["num_sliding_layers"] = (num_layers + 1) // 2
+    elif window and family in ("mistral", "qwen2", "qwen3", "qwen3_moe", "phi3"):
+        # Qwen ships sliding_window = max positions with use_sliding_window false: not a window.
+        enabled = config.get("use_sliding_window", family not in ("qwen2", "qwen3", "qwen3_moe"))
+        if enabled and int(window) < max_context:
             fields["sliding_window"] = int(window)
-            fields["num_sliding_layers"] = fields["num_layers"]
+            fields["num_sliding_layers"] = num_layers
+    fields["rope_cache_values"] = _rope_cache_values(
+        config, family, rotary_dim, max_context, bool(fields.get("num_sliding_layers"))
+    )
 
     # Mixture of experts.
     if family == "mixtral":
-        fields["moe"] = MoEConfig(
-            num_experts=int(config["num_local_experts"]),
-            experts_per_token=int(config["num_experts_per_tok"]),
-            expert_intermediate_size=fields["intermediate_size"],
-        )
+        fields["moe"] = {
+            "num_experts": _int(config, "num_local_experts", source),
+            "experts_per_token": _int(config, "num_experts_per_tok", source),
+            "expert_intermediate_size": fields["intermediate_size"],
+        }
     elif family == "qwen3_moe":
-        fields["moe"] = MoEConfig(
-            num_experts=int(config["num_experts"]),
-            experts_per_token=int(config["num_experts_per_tok"]),
-            expert_intermediate_size=int(config["moe_intermediate_size"]),
-            num_dense_layers=len(config.get("mlp_only_layers") or []),
-        )
+        fields["moe"] = {
+            "num_experts": _int(config, "num_experts", source),
+            "experts_per_token": _int(config, "num_experts_per_tok", source),
+            "expert_intermediate_size": _int(config, "moe_intermediate_size", source),
+            "num_dense_layers": len(config.get("mlp_only_layers") or []),
+        }
     elif family in ("deepseek_v2", "deepseek_v3") and config.get("n_routed_experts"):
-        fields["moe"] = MoEConfig(
-            num_experts=int(config["n_routed_experts"]),
-            experts_per_token=int(config["num_experts_per_tok"]),
-            expert_intermediate_size=int(config["moe_intermediate_size"]),
-            num_shared_experts=int(config.get("n_shared_experts") or 0),
-            shared_expert_intermediate_size=int(config["moe_intermediate_size"]),
-            num_dense_layers=int(config.get("first_k_dense_replace") or 0),
-        )
+        fields["moe"] = {
+            "num_experts": _int(config, "n_routed_experts", source),
+            "experts_per_token": _int(config, "num_experts_per_tok", source),
+            "expert_intermediate_size": _int(config, "moe_intermediate_size", source),
+            "num_shared_experts": _int(config, "n_shared_experts", source, default=0),
+            "shared_expert_intermediate_size": _int(config, "moe_intermediate_size", source),
+            "num_dense_layers": _int(config, "first_k_dense_replace", source, default=0),
+            # DeepSeek-V3's aux-loss-free routing keeps a per-expert score-correction bias.
+            "router_bias": config.get("topk_method") == "noaux_tc",
+        }
     elif family == "gpt_oss":
-        fields["moe"] = MoEConfig(
-            num_experts=int(config["num_local_experts"]),
-            experts_per_token=int(config.get("num_experts_per_tok") or config.get("experts_per_token")),
-            expert_intermediate_size=fields["intermediate_size"],
-            router_bias=True,
-            expert_bias=True,
-        )
+        # gpt-oss configs carry both spellings; older exports only experts_per_token.
+        per_token_key = "num_experts_per_tok" if config.get("num_experts_per_tok") is not None else "experts_per_token"
+        fields["moe"] = {
+            "num_experts": _int(config, "num_local_experts", source),
+            "experts_per_token": _int(config, per_token_key, source),
+            "expert_intermediate_size": fields["intermediate_size"],
+            "router_bias": True,
+            "expert_bias": True,
+        }
 
     quant = config.get("quantization_config")
     if isinstance(quant, dict):
@@ -424,14 +587,21 @@ def quantization_from_hf_config(quant: dict) -> str | None:
         groups = quant.get("config_groups") or {}
         for group in groups.values():
             weights = (group or {}).get("weights") or {}
-            activations = (group or {}).get("input_activations") or {}
             bits, kind = weights.get("num_bits"), weights.get("type")
             if kind == "float" and bits == 8:
                 return "fp8"
             if kind == "int" and bits == 8:
-                return "int8" if activations else "int8"
+                return "int8"  # w8a8 (and the rarer w8a16) run on vLLM's int8 kernels
             if kind == "int" and bits == 4:
-                return "gptq"
+                return "gptq"  # w4a16: packed int4 weights on the Marlin kernels GPTQ uses
+        # Without config_groups the format string still tells the weight type.
+        fmt = str(quant.get("format") or "").lower()
+        if fmt == "float-quantized":
+            return "fp8"
+        if fmt == "int-quantized":
+            return "int8"
+        if fmt in ("pack-quantized", "marlin-24"):
+            return "gptq"
         return None
     return None
 
@@ -445,10 +615,11 @@ def load_hf_config(path: str | Path, **extra: Any) -> ModelSpec:
         config = json.loads(path.read_text())
     except OSError as err:
         raise InputError(f"model config '{path}' cannot be read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"model config '{path}' is not valid JSON (line {err.lineno}: {err.msg})") from None
-    name = extra.pop("name", None) or config.get("_name_or_path") or path.parent.name
-    return spec_from_hf_config(config, str(name), source=str(path), **extra)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        detail = f"line {err.lineno}: {err.msg}" if isinstance(err, json.JSONDecodeError) else str(err)
+        raise InputError(f"model config '{path}' is not valid JSON ({detail})") from None
+    name = extra.pop("name", None) or (config.get("_name_or_path") if isinstance(config, dict) else None)
+    return spec_from_hf_config(config, str(name or path.parent.name), source=str(path), **extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,23 +636,25 @@ def preset_models() -> dict[str, ModelSpec]:
             continue
         stored = json.loads(entry.read_text())
         meta = stored.pop("_servopt")
-        spec = spec_from_hf_config(
-            stored,
-            meta["hf_id"],
-            source=f"preset {entry.name}",
-            aliases=tuple(meta.get("aliases", ())),
-            published_params_b=meta.get("published_params_b"),
-            extra_params=int(meta.get("extra_params", 0)),
-        )
+        extra: dict[str, Any] = {
+            "aliases": tuple(meta.get("aliases", ())),
+            "published_params_b": meta.get("published_params_b"),
+        }
+        # An explicit size wins over the reader's estimate from vision_config (Gemma 3).
+        if "extra_params" in meta:
+            extra["extra_params"] = int(meta["extra_params"])
+        spec = spec_from_hf_config(stored, meta["hf_id"], source=f"preset {entry.name}", **extra)
         presets[spec.name] = spec
     return presets
 
 
-# Suffixes that derivative checkpoints add to a base id, stripped one at a time.
+# Suffixes that derivative checkpoints add to a base id, stripped one at a time: quantized
+# re-uploads (-FP8-dynamic, -quantized.w8a8, -AWQ, -GPTQ-Int4), post-trained releases (-Instruct,
+# -Chat, -it, -Thinking), pre-trained ones (-Base, -pt, -hf) and version or date tags (-v0.1, -2501).
 _DERIVATIVE_SUFFIXES = (
     r"[-_.]quantized[-_.]w\d+a\d+$", r"[-_.]fp8[-_.](?:dynamic|static)$", r"[-_.]fp8$", r"[-_.]w\d+a\d+$",
     r"[-_.]int[48]$", r"[-_.]awq$", r"[-_.]gptq$", r"[-_.]instruct(?:[-_.]?\d+)?$", r"[-_.]chat$", r"[-_.]it$",
-    r"[-_.]base$", r"[-_.]hf$", r"[-_.]v\d+(?:\.\d+)?$", r"[-_.]\d{4}$",
+    r"[-_.]thinking$", r"[-_.]base$", r"[-_.]pt$", r"[-_.]hf$", r"[-_.]v\d+(?:\.\d+)?$", r"[-_.]\d{4}$",
 )
 
 # Keywords of a checkpoint id and the quantization they imply, most specific first.
@@ -494,7 +667,8 @@ def quantization_from_id(model_id: str) -> str | None:
     """The weight quantization a checkpoint id implies (e.g. ``-AWQ`` -> awq), or None."""
     text = model_id.lower()
     for pattern, scheme in _QUANT_KEYWORDS:
-        if re.search(rf"(?:^|[-_./]){pattern}(?:$|[-_./])", text):
+        # The group keeps the delimiters around every alternative, so "w8a8" must be a whole token.
+        if re.search(rf"(?:^|[-_./])(?:{pattern})(?:$|[-_./])", text):
             return scheme
     return None
 
