@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -472,3 +473,113 @@ def causal_pairs(chunk_tokens: np.ndarray | int, offset_tokens: np.ndarray | int
     """Query-key pairs a causal prefill chunk computes (public for the simulator)."""
     return _pairs(np.asarray(chunk_tokens, dtype=float), np.asarray(offset_tokens, dtype=float), window)
 
+
+
+@dataclass(frozen=True)
+class DecodeLine:
+    """Step time of a fixed decode-only batch as a line in its summed context.
+
+    ``time_s = intercept_s + slope_s * context + slope_window_s * context_windowed``, valid while
+    ``context <= context_limit`` and ``context_windowed <= window_limit`` (past a limit decode
+    attention turns compute-bound and the slope changes).
+    """
+
+    intercept_s: float
+    slope_s: float
+    slope_window_s: float
+    context_limit: float
+    window_limit: float
+
+
+class ScalarStepTime:
+    """Scalar twin of :meth:`StepCostModel.step_time_s` for an event loop that times one step at a time.
+
+    numpy's per-call overhead dominates single-step evaluation, so this evaluates the same formulas
+    (token-op table, attention roofline per layer kind, LM head, step overhead) on Python floats.
+    ``tests/test_serving_predictor.py`` checks it against the vectorized model.
+
+    Example:
+        >>> from servopt.costmodels.architectures import get_model
+        >>> from servopt.costmodels.hardware import get_gpu
+        >>> from servopt.costmodels.profile import PerformanceProfile
+        >>> gpu = get_gpu("h100")
+        >>> cost = StepCostModel(get_model("llama-3.1-8b"), gpu, PerformanceProfile.spec_default(gpu))
+        >>> fast = ScalarStepTime(cost)
+        >>> agg = cost.aggregate(Batch(decode_context=[1000] * 8))
+        >>> abs(fast.decode(8, 1, 8000.0, 8000.0) - float(cost.step_time_s(agg)[0])) < 1e-12
+        True
+    """
+
+    def __init__(self, cost: StepCostModel, include_overhead: bool = True):
+        self.cost = cost
+        c = cost
+        self._kinds = [(float(c._full_layers), False)]
+        if c._sliding_layers:
+            self._kinds.append((float(c._sliding_layers), True))
+        self._window = float(c._window) if c._window else None
+        self._dec = (c._dec_compute_per_pair, c._dec_memory_per_ctx, c._dec_memory_per_query, c._dec_overhead)
+        self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
+                     c._pre_overhead)
+        self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
+        self._tokens: list[float] = []
+        self._lm_head: list[float] = []
+        self._grow(4096)
+
+    def _grow(self, top: int) -> None:
+        size = max(top + 1, 2 * len(self._tokens))
+        self._tokens = self.cost.token_ops_time_s(np.arange(size)).tolist()
+        self._lm_head = self.cost.lm_head_time_s(np.arange(size)).tolist()
+
+    def _fixed(self, num_tokens: int, num_sampled: int) -> float:
+        if num_tokens >= len(self._tokens) or num_sampled >= len(self._tokens):
+            self._grow(max(num_tokens, num_sampled))
+        return self._tokens[num_tokens] + self._lm_head[num_sampled] + self._overhead[0] + self._overhead[1] * num_sampled
+
+    def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
+                 decode_context: float, decode_context_windowed: float, prefill_pairs: float,
+                 prefill_pairs_windowed: float, prefill_kv_tokens: float, prefill_kv_tokens_windowed: float,
+                 prefill_chunks: int) -> float:
+        """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars)."""
+        total = self._fixed(num_tokens, num_sampled)
+        if decode_query_tokens:
+            cc, cm, cq, ov = self._dec
+            per_seq = decode_query_tokens / max(num_decode_seqs, 1)
+            for layers, windowed in self._kinds:
+                ctx = decode_context_windowed if windowed else decode_context
+                total += layers * (max(cc * ctx * per_seq, cm * ctx + cq * decode_query_tokens) + ov)
+        if prefill_chunks:
+            pc, half, pm, pq, ov = self._pre
+            tokens = num_tokens - decode_query_tokens
+            mean_chunk = tokens / prefill_chunks
+            ramp = (mean_chunk + half) / max(mean_chunk, 1e-9) if half else 1.0
+            for layers, windowed in self._kinds:
+                pairs = prefill_pairs_windowed if windowed else prefill_pairs
+                kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
+                total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov * prefill_chunks)
+        return total
+
+    def decode(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> float:
+        """Time of a decode-only step of ``num_seqs`` sequences with summed context ``context``."""
+        q = num_seqs * query_per_seq
+        return self(q, q, q, num_seqs, context, context_windowed, 0.0, 0.0, 0.0, 0.0, 0)
+
+    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> DecodeLine:
+        """The decode step time as a line in the summed context, in the regime that holds at ``context``."""
+        q = num_seqs * query_per_seq
+        intercept = self._fixed(q, q)
+        cc, cm, cq, ov = self._dec
+        slopes = [0.0, 0.0]
+        limits = [math.inf, math.inf]
+        for layers, windowed in self._kinds:
+            ctx = context_windowed if windowed else context
+            compute_slope = cc * query_per_seq
+            # Memory-bound until the context where per-pair compute overtakes KV reads (if ever).
+            kink = cq * q / (compute_slope - cm) if compute_slope > cm else math.inf
+            if ctx < kink:
+                slopes[windowed] = layers * cm
+                intercept += layers * (cq * q + ov)
+                limits[windowed] = kink
+            else:
+                slopes[windowed] = layers * compute_slope
+                intercept += layers * ov
+        return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])

@@ -1,5 +1,8 @@
 """Traffic spec: arrivals and prompt/output length distributions (the ``traffic:`` of a workload).
 
+Each arrival process and length distribution is one pydantic class that also samples itself with a
+seeded ``numpy.random.Generator``; :func:`read_trace` reads a CSV or JSONL trace.
+
 Example:
     >>> t = Traffic.model_validate({
     ...     "arrival": {"kind": "poisson", "rate_per_s": 10},
@@ -7,13 +10,23 @@ Example:
     ...     "output_tokens": {"kind": "fixed", "value": 256}})
     >>> t.arrival.kind, t.input_tokens.kind
     ('poisson', 'lognormal')
+    >>> rng = np.random.default_rng(0)
+    >>> t.output_tokens.sample(rng, 3).tolist(), round(float(t.arrival.arrival_times_s(rng, 1000)[-1]), -1)
+    ([256, 256, 256], 100.0)
 """
 
 from __future__ import annotations
 
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..errors import InputError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -26,6 +39,15 @@ class PoissonArrival(BaseModel):
     kind: Literal["poisson"]
     rate_per_s: float = Field(gt=0)
 
+    @property
+    def interarrival_cv2(self) -> float:
+        """Squared coefficient of variation of the inter-arrival times (queueing formulas)."""
+        return 1.0
+
+    def arrival_times_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` arrival times, the first one inter-arrival time after zero."""
+        return np.cumsum(rng.exponential(1.0 / self.rate_per_s, n))
+
 
 class GammaArrival(BaseModel):
     """Open-loop bursty arrivals: gamma inter-arrival times with coefficient of variation ``cv``."""
@@ -34,6 +56,15 @@ class GammaArrival(BaseModel):
     kind: Literal["gamma"]
     rate_per_s: float = Field(gt=0)
     cv: float = Field(gt=0, description="1 is Poisson; above 1 is burstier")
+
+    @property
+    def interarrival_cv2(self) -> float:
+        return self.cv**2
+
+    def arrival_times_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        # Gamma with shape 1/cv^2 has coefficient of variation cv; the scale sets the mean 1/rate.
+        shape = 1.0 / self.cv**2
+        return np.cumsum(rng.gamma(shape, 1.0 / (self.rate_per_s * shape), n))
 
 
 class ClosedLoopArrival(BaseModel):
@@ -59,14 +90,41 @@ Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArr
 
 
 # --- lengths ------------------------------------------------------------------------------------
-class FixedLength(BaseModel):
+class _Length(BaseModel):
+    """A token-count distribution: draws integers >= 1 and knows its first two moments."""
+
     model_config = _STRICT
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def mean_tokens(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def cv2(self) -> float:
+        """Squared coefficient of variation (variance / mean^2)."""
+        raise NotImplementedError
+
+
+class FixedLength(_Length):
     kind: Literal["fixed"]
     value: int = Field(ge=1)
 
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, self.value, dtype=np.int64)
 
-class UniformLength(BaseModel):
-    model_config = _STRICT
+    @property
+    def mean_tokens(self) -> float:
+        return float(self.value)
+
+    @property
+    def cv2(self) -> float:
+        return 0.0
+
+
+class UniformLength(_Length):
     kind: Literal["uniform"]
     low: int = Field(ge=1)
     high: int = Field(ge=1)
@@ -77,22 +135,52 @@ class UniformLength(BaseModel):
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         return self
 
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.integers(self.low, self.high, n, endpoint=True)
 
-class LognormalLength(BaseModel):
+    @property
+    def mean_tokens(self) -> float:
+        return (self.low + self.high) / 2
+
+    @property
+    def cv2(self) -> float:
+        width = self.high - self.low + 1
+        return (width**2 - 1) / 12 / self.mean_tokens**2
+
+
+class LognormalLength(_Length):
     """Lognormal with the given mean (tokens) and log-space standard deviation ``sigma``."""
 
-    model_config = _STRICT
     kind: Literal["lognormal"]
     mean: float = Field(gt=0)
     sigma: float = Field(gt=0, le=5)
     min: int = Field(default=1, ge=1)
     max: int | None = Field(default=None, ge=1)
 
+    @model_validator(mode="after")
+    def _check(self) -> LognormalLength:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
 
-class HistogramLength(BaseModel):
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        # E[exp(N(mu, s^2))] = exp(mu + s^2/2), so this mu gives the requested mean.
+        mu = np.log(self.mean) - self.sigma**2 / 2
+        draws = np.rint(rng.lognormal(mu, self.sigma, n)).astype(np.int64)
+        return np.clip(draws, self.min, self.max if self.max is not None else None)
+
+    @property
+    def mean_tokens(self) -> float:
+        return self.mean
+
+    @property
+    def cv2(self) -> float:
+        return float(np.expm1(self.sigma**2))
+
+
+class HistogramLength(_Length):
     """Empirical distribution: token counts (bin values) and their weights."""
 
-    model_config = _STRICT
     kind: Literal["histogram"]
     values: list[int] = Field(min_length=1)
     weights: list[float] = Field(min_length=1)
@@ -106,6 +194,24 @@ class HistogramLength(BaseModel):
         if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
             raise ValueError("weights must be non-negative with a positive sum")
         return self
+
+    @property
+    def _probabilities(self) -> np.ndarray:
+        weights = np.asarray(self.weights, dtype=float)
+        return weights / weights.sum()
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.choice(np.asarray(self.values, dtype=np.int64), size=n, p=self._probabilities)
+
+    @property
+    def mean_tokens(self) -> float:
+        return float(np.dot(self.values, self._probabilities))
+
+    @property
+    def cv2(self) -> float:
+        values = np.asarray(self.values, dtype=float)
+        mean = self.mean_tokens
+        return float(np.dot((values - mean) ** 2, self._probabilities)) / mean**2
 
 
 LengthDistribution = Annotated[
@@ -131,3 +237,102 @@ class Traffic(BaseModel):
         if self.arrival.kind != "trace" and (self.input_tokens is None or self.output_tokens is None):
             raise ValueError("input_tokens and output_tokens are required unless arrival.kind is 'trace'")
         return self
+
+    def read_trace(self) -> RequestTrace:
+        """The trace of a ``trace`` arrival; its length columns may be left out when the spec gives
+        ``input_tokens`` and ``output_tokens`` distributions."""
+        if self.arrival.kind != "trace":
+            raise InputError("traffic.arrival.kind is not 'trace'")
+        need = self.input_tokens is None or self.output_tokens is None
+        return read_trace(self.arrival.path, need_lengths=need, time_scale=self.arrival.time_scale)
+
+
+# --- traces -------------------------------------------------------------------------------------
+# Accepted column names, first match wins (vLLM bench and common trace dumps use these spellings).
+TRACE_COLUMNS = {
+    "arrival_s": ("arrival_s", "arrival_time_s", "arrival_time", "timestamp_s", "timestamp", "time_s", "time"),
+    "input_tokens": ("input_tokens", "input_len", "prompt_tokens", "input_length", "prompt_len"),
+    "output_tokens": ("output_tokens", "output_len", "completion_tokens", "output_length"),
+}
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """Arrival times (seconds, sorted) and token counts of a replayed trace; lengths may be absent."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray | None
+    output_tokens: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def _rows(path: Path) -> list[dict]:
+    """The trace's records as dicts, from CSV (header row) or JSONL (one object per line)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"trace '{path}' cannot be read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"trace '{path}' is not a text file (expected CSV or JSONL)") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise InputError(f"trace '{path}' is empty")
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson") or lines[0].lstrip().startswith("{"):
+        rows = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"trace '{path}' line {number} is not valid JSON: {err.msg}") from None
+            if not isinstance(row, dict):
+                raise InputError(f"trace '{path}' line {number} must be a JSON object")
+            rows.append(row)
+        return rows
+    return list(csv.DictReader(lines))
+
+
+def _column(rows: list[dict], field: str, path: Path, required: bool) -> np.ndarray | None:
+    names = {key.strip().lower(): key for key in rows[0]}
+    key = next((names[n] for n in TRACE_COLUMNS[field] if n in names), None)
+    if key is None:
+        if required:
+            raise InputError(
+                f"trace '{path}' has no {field} column; name it one of {', '.join(TRACE_COLUMNS[field])}"
+            )
+        return None
+    values = np.empty(len(rows))
+    for number, row in enumerate(rows, start=1):
+        try:
+            values[number - 1] = float(row.get(key))
+        except (TypeError, ValueError):
+            raise InputError(f"trace '{path}' record {number}: {key} = {row.get(key)!r} is not a number") from None
+    if not np.all(np.isfinite(values)):
+        raise InputError(f"trace '{path}': {key} has non-finite values")
+    return values
+
+
+def read_trace(path: str | Path, *, need_lengths: bool = True, time_scale: float = 1.0) -> RequestTrace:
+    """Read a CSV or JSONL trace of (arrival time s, input tokens, output tokens), sorted by arrival.
+
+    Arrival times are shifted so that the first request arrives at zero. Every way the file can be
+    unusable raises :class:`InputError` naming the file and the problem.
+    """
+    path = Path(path)
+    rows = _rows(path)
+    arrival = _column(rows, "arrival_s", path, True)
+    if np.any(arrival < 0):
+        raise InputError(f"trace '{path}': arrival times cannot be negative")
+    lengths = {}
+    for field in ("input_tokens", "output_tokens"):
+        values = _column(rows, field, path, need_lengths)
+        if values is not None:
+            if np.any(values < 1) or np.any(values != np.round(values)):
+                raise InputError(f"trace '{path}': {field} must be whole numbers of at least 1")
+            values = values.astype(np.int64)
+        lengths[field] = values
+    order = np.argsort(arrival, kind="stable")
+    arrival = (arrival[order] - arrival[order][0]) * time_scale
+    pick = {k: (v[order] if v is not None else None) for k, v in lengths.items()}
+    return RequestTrace(arrival, pick["input_tokens"], pick["output_tokens"])
