@@ -19,17 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..costmodels.errors import InputError, format_validation_error
+from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
-
-
-class SLO(BaseModel):
-    """Latency targets at P99 (any subset), in seconds."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    p99_ttft_s: float | None = Field(default=None, gt=0)
-    p99_tpot_s: float | None = Field(default=None, gt=0)
-    p99_e2e_s: float | None = Field(default=None, gt=0)
 
 
 class Workload(BaseModel):

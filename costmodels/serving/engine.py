@@ -1,0 +1,175 @@
+"""One engine: a scheduler, a step-time predictor and a clock (a replica, a PP lane or a P/D instance).
+
+The engine alternates two kinds of work. When the scheduler says the batch is fixed (decodes only, no
+admission possible), it advances a *run* of ``K`` steps at once: step ``j`` lasts ``a + b (j - 1)``
+because decode time is a line in the summed context, which grows by the same amount every step. The
+run stops at the first finish, at a full KV pool, where attention turns compute-bound, and, when a new
+request could join, before the first step that would start after the next arrival. Any other step
+(prefill chunks, admissions, preemptions) is planned and timed one at a time.
+
+Every step is recorded compactly (a run is one record of ``K`` steps), which is enough to recover
+every token's time: a decode's token gap is the duration of the step that produced it.
+
+Plans are computed without changing state and applied by :meth:`Engine.commit`, so that a driver
+coordinating several engines can re-plan when an earlier event (a new arrival) changes the picture.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .predictor import StepTimePredictor
+from .requests import WAITING
+from .scheduler import RunPlan, Scheduler, StepPlan
+
+RECORD_FIELDS = (
+    "start_s", "steps", "first_s", "slope_s", "itl_decodes", "num_running", "kv_tokens", "num_decode_seqs",
+    "decode_context", "decode_context_windowed", "prefill_tokens", "prefill_chunks", "prefill_pairs",
+    "prefill_pairs_windowed", "prefill_kv_tokens", "prefill_kv_tokens_windowed",
+)
+
+
+@dataclass
+class Plan:
+    """The next piece of work of one engine: one step, or a run of identical decode steps."""
+
+    start_s: float
+    end_s: float
+    last_start_s: float
+    step: StepPlan | None = None
+    run: RunPlan | None = None
+    steps: int = 1
+    first_s: float = 0.0  # duration of the first step
+    slope_s: float = 0.0  # growth of the duration per step (runs)
+
+
+def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> int:
+    """How many steps of durations ``first + slope (j - 1)`` start within ``window_s`` (at least 1)."""
+
+    def start(m: int) -> float:  # start of step m + 1
+        return m * first_s + slope_s * m * (m - 1) / 2
+
+    if slope_s > 0:
+        half = first_s - slope_s / 2
+        m = int((-half + math.sqrt(half * half + 2 * slope_s * window_s)) / slope_s)
+    else:
+        m = int(window_s / first_s)
+    while m > 0 and start(m) >= window_s:
+        m -= 1
+    while start(m + 1) < window_s:
+        m += 1
+    return m + 1
+
+
+class Engine:
+    """A vLLM engine core in simulated time."""
+
+    def __init__(self, index: int, scheduler: Scheduler, predictor: StepTimePredictor):
+        self.index = index
+        self.scheduler = scheduler
+        self.predictor = predictor
+        self.clock = 0.0
+        self.outstanding = 0
+        self.plan: Plan | None = None
+        self.records: list[tuple] = []
+        self._last_end_s = -math.inf
+        self._last_finished = 0
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        """Tokens the engine's KV blocks hold (as vLLM reports capacity)."""
+        blocks = self.scheduler.blocks
+        return self.scheduler.limits.num_blocks * blocks.block_size / blocks.groups
+
+    @property
+    def prefill_only(self) -> bool:
+        return self.scheduler.limits.prefill_only
+
+    def outstanding_at(self, time_s: float) -> int:
+        """Requests routed here and unfinished at ``time_s`` (the last commit may end after it)."""
+        return self.outstanding + (self._last_finished if self._last_end_s > time_s else 0)
+
+    def enqueue(self, rid: int, time_s: float, handed_off: bool = False) -> None:
+        """A request arrives (a hand-off arrives with its prompt's KV transferred)."""
+        sched = self.scheduler
+        table = sched.table
+        if not sched.busy:
+            self.clock = max(self.clock, time_s)
+        table.computed[rid] = table.prompt[rid] if handed_off else table.cached[rid]
+        table.state[rid] = WAITING
+        if handed_off:
+            table.prefill_instance[rid] = table.instance[rid]
+        table.instance[rid] = self.index
+        sched.waiting.append(rid)
+        self.outstanding += 1
+        if self.plan is not None and self.plan.start_s >= time_s:
+            self.plan = None
+
+    def plan_next(self, horizon_s: float) -> Plan | None:
+        """The next work that starts before ``horizon_s`` (the next arrival), or None."""
+        sched = self.scheduler
+        if self.clock >= horizon_s or not sched.busy:
+            return None
+        run = sched.plan_run()
+        if run is not None:
+            return self._plan_run(run, horizon_s)
+        step = sched.plan_step()
+        if not step.chunks and not step.decodes:
+            rid = sched.waiting[0]
+            t = sched.table
+            raise InputError(
+                f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
+                f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
+                f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
+                "traffic.max_context, or give the engine more memory"
+            )
+        duration = self.predictor.step_s(step.composition)
+        return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration)
+
+    def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
+        growth = self.scheduler.growth
+        line = self.predictor.decode_line(run.num_seqs, run.context, run.context_windowed)
+        steps = run.max_steps
+        if line.context_limit < math.inf:
+            steps = min(steps, int((line.context_limit - run.context) / (run.num_seqs * growth)) + 1)
+        if line.window_limit < math.inf and run.windowed_growing:
+            steps = min(steps, int((line.window_limit - run.context_windowed) / (run.windowed_growing * growth)) + 1)
+        steps = max(steps, 1)
+        first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
+        slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
+        if run.horizon_matters and horizon_s < math.inf:
+            steps = min(steps, steps_starting_before(horizon_s - self.clock, first, slope))
+        total = steps * first + slope * steps * (steps - 1) / 2
+        last = first + slope * (steps - 1)
+        return Plan(self.clock, self.clock + total, self.clock + total - last, run=run, steps=steps,
+                    first_s=first, slope_s=slope)
+
+    def commit(self, plan: Plan) -> list[int]:
+        """Carry the plan out; returns the requests that left the engine (finished or handed off)."""
+        sched = self.scheduler
+        if plan.step is not None:
+            step = plan.step
+            finished = sched.apply_step(step, plan.start_s, plan.end_s)
+            c = step.composition
+            self.records.append((
+                plan.start_s, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
+                c.num_decode_seqs, c.decode_context, c.decode_context_windowed, c.prefill_tokens, c.prefill_chunks,
+                c.prefill_pairs, c.prefill_pairs_windowed, c.prefill_kv_tokens, c.prefill_kv_tokens_windowed,
+            ))
+        else:
+            run, k = plan.run, plan.steps
+            # The run's mid-point stands for all its steps in the per-step statistics.
+            mid = run.num_seqs * sched.growth * (k - 1) / 2
+            num_running = len(sched.running)
+            finished = sched.apply_run(k, plan.end_s)
+            self.records.append((
+                plan.start_s, k, plan.first_s, plan.slope_s, run.num_seqs, num_running, run.context + mid,
+                run.num_seqs, run.context + mid, run.context_windowed + mid * run.windowed_growing / run.num_seqs,
+                0, 0, 0.0, 0.0, 0.0, 0.0,
+            ))
+        self.clock = plan.end_s
+        self.outstanding -= len(finished)
+        self._last_end_s, self._last_finished = plan.end_s, len(finished)
+        return finished

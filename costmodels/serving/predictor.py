@@ -1,0 +1,117 @@
+"""Execution-time predictor: how long one engine step of a given composition takes.
+
+The target model's step comes from the roofline :class:`~servopt.costmodels.roofline.StepCostModel`
+(through its scalar twin, :class:`~servopt.costmodels.roofline.ScalarStepTime`, because the event loop
+times one step at a time), including the per-step CPU overhead of the profile. With speculative
+decoding every step also pays the drafter: ``g`` sequential drafting passes over the decoding
+sequences (no CPU overhead of their own: they run inside the same engine step).
+
+Between events a decode-only batch is fixed, so its step time is a line in the batch's summed
+context (:meth:`StepTimePredictor.decode_line`) and the engine advances many steps in closed form.
+
+Example:
+    >>> from servopt.costmodels.architectures import get_model
+    >>> from servopt.costmodels.hardware import get_gpu
+    >>> from servopt.costmodels.profile import PerformanceProfile
+    >>> from servopt.costmodels.roofline import StepCostModel
+    >>> gpu = get_gpu("h100")
+    >>> predictor = StepTimePredictor(StepCostModel(get_model("llama-3.1-8b"), gpu, PerformanceProfile.spec_default(gpu)))
+    >>> line = predictor.decode_line(16, 16 * 1500.0, 16 * 1500.0)
+    >>> abs(line.intercept_s + line.slope_s * 24000 - predictor.decode_s(16, 24000.0, 24000.0)) < 1e-12
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..roofline import DecodeLine, ScalarStepTime, StepCostModel, aggregates_from_arrays
+from ..speculation import Speculation
+
+
+@dataclass(frozen=True)
+class StepComposition:
+    """The sums a step's time depends on (one step, scalars)."""
+
+    num_decode_seqs: int
+    decode_context: float
+    decode_context_windowed: float
+    prefill_tokens: int
+    prefill_chunks: int
+    prefill_pairs: float
+    prefill_pairs_windowed: float
+    prefill_kv_tokens: float
+    prefill_kv_tokens_windowed: float
+
+
+class StepTimePredictor:
+    """Step times of one engine (one TP x PP model instance), target plus drafter."""
+
+    def __init__(self, cost: StepCostModel, speculation: Speculation | None = None):
+        self.cost = cost
+        self.speculation = speculation
+        self.target = ScalarStepTime(cost)
+        self.query_per_seq = speculation.query_tokens_per_seq if speculation else 1
+        self.tokens_per_step = speculation.tokens_per_verify if speculation else 1.0
+        head = speculation.head.cost if speculation else None
+        self.drafter = ScalarStepTime(head, include_overhead=False) if head is not None else None
+        self.draft_passes = speculation.num_speculative_tokens if speculation else 0
+
+    @property
+    def window(self) -> int | None:
+        """Sliding window of the target's windowed layers (None when every layer attends fully)."""
+        model = self.cost.model
+        return model.sliding_window if model.sliding_window and model.num_sliding_layers else None
+
+    def _draft_line(self, num_seqs: int, context: float) -> DecodeLine:
+        """Drafting ``g`` tokens for ``num_seqs`` sequences, as a line in their summed context."""
+        line = self.drafter.decode_line(num_seqs, 1, context, context)
+        g = self.draft_passes
+        # Pass j drafts at context + j tokens per sequence.
+        intercept = g * line.intercept_s + line.slope_s * num_seqs * g * (g - 1) / 2
+        return DecodeLine(intercept, g * line.slope_s, 0.0, line.context_limit, line.window_limit)
+
+    def decode_line(self, num_seqs: int, context: float, context_windowed: float) -> DecodeLine:
+        """Decode-only step time as a line in the summed (and windowed) context of ``num_seqs`` sequences."""
+        line = self.target.decode_line(num_seqs, self.query_per_seq, context, context_windowed)
+        if self.drafter is None or num_seqs == 0:
+            return line
+        draft = self._draft_line(num_seqs, context)
+        return DecodeLine(line.intercept_s + draft.intercept_s, line.slope_s + draft.slope_s, line.slope_window_s,
+                          min(line.context_limit, draft.context_limit), line.window_limit)
+
+    def decode_s(self, num_seqs: int, context: float, context_windowed: float) -> float:
+        """One decode-only step."""
+        return self.step_s(StepComposition(num_seqs, context, context_windowed, 0, 0, 0.0, 0.0, 0.0, 0.0))
+
+    def step_s(self, c: StepComposition) -> float:
+        """One step of any composition: decodes (1 + g tokens each) and prefill chunks."""
+        q = c.num_decode_seqs * self.query_per_seq
+        tokens = q + c.prefill_tokens
+        total = self.target(tokens, q + c.prefill_chunks, q, c.num_decode_seqs, c.decode_context,
+                            c.decode_context_windowed, c.prefill_pairs, c.prefill_pairs_windowed,
+                            c.prefill_kv_tokens, c.prefill_kv_tokens_windowed, c.prefill_chunks)
+        if self.drafter is not None and c.num_decode_seqs:
+            draft = self._draft_line(c.num_decode_seqs, c.decode_context)
+            total += draft.intercept_s + draft.slope_s * c.decode_context
+        return total
+
+    def compute_bound(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """Whether compute-limited operators dominate each step (vectorized over recorded steps)."""
+        q = columns["num_decode_seqs"] * self.query_per_seq
+        agg = aggregates_from_arrays(
+            num_tokens=q + columns["prefill_tokens"],
+            num_sampled=q + columns["prefill_chunks"],
+            decode_query_tokens=q,
+            decode_context=columns["decode_context"],
+            decode_context_windowed=columns["decode_context_windowed"],
+            prefill_pairs=columns["prefill_pairs"],
+            prefill_pairs_windowed=columns["prefill_pairs_windowed"],
+            prefill_kv_tokens=columns["prefill_kv_tokens"],
+            prefill_kv_tokens_windowed=columns["prefill_kv_tokens_windowed"],
+            prefill_chunks=columns["prefill_chunks"],
+            num_decode_seqs=columns["num_decode_seqs"],
+        )
+        return self.cost.step_time_s(agg, return_compute_bound=True)[1]

@@ -1,0 +1,140 @@
+"""Requests, the simulator's entities: drawn from a traffic spec, then tracked as per-request columns.
+
+:func:`draw_requests` turns a :class:`~servopt.costmodels.serving.traffic.Traffic` into token counts
+and (for open-loop and trace arrivals) arrival times. :class:`RequestTable` holds every request's
+progress as plain Python lists, because the event loop reads and writes one request at a time and
+list indexing is several times cheaper than numpy scalar access.
+
+Example:
+    >>> import numpy as np
+    >>> from servopt.costmodels.serving.traffic import Traffic
+    >>> traffic = Traffic.model_validate({"arrival": {"kind": "poisson", "rate_per_s": 4},
+    ...     "input_tokens": {"kind": "fixed", "value": 1000}, "output_tokens": {"kind": "fixed", "value": 50},
+    ...     "shared_prefix_fraction": 0.5})
+    >>> drawn = draw_requests(traffic, 3, np.random.default_rng(0), max_model_len=4096, block_size=16,
+    ...                       prefix_caching=True)
+    >>> drawn.input_tokens.tolist(), drawn.cached_tokens.tolist()
+    ([1000, 1000, 1000], [496, 496, 496])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputError
+from .traffic import Traffic
+
+# Request states.
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class DrawnRequests:
+    """Token counts of every request and, unless clients are closed-loop, their arrival times."""
+
+    arrival_s: np.ndarray | None
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    clipped: int
+
+    def __len__(self) -> int:
+        return len(self.input_tokens)
+
+
+def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Generator, *, max_model_len: int,
+                  block_size: int, prefix_caching: bool) -> DrawnRequests:
+    """Draw ``num_requests`` requests (a trace defaults to its length) and clip them to the context.
+
+    Prompt plus output is clipped to ``min(traffic.max_context, max_model_len)`` as a benchmark
+    client would; a shared prefix is a prefix-cache hit of whole blocks, at most the prompt minus one
+    token (vLLM always computes the last prompt token).
+    """
+    arrival: np.ndarray | None = None
+    if traffic.arrival.kind == "trace":
+        trace = traffic.read_trace()
+        n = len(trace) if num_requests is None else num_requests
+        if n > len(trace):
+            raise InputError(
+                f"trace '{traffic.arrival.path}' holds {len(trace)} requests; ask for at most that many (got {n})"
+            )
+        arrival = trace.arrival_s[:n]
+        inputs = trace.input_tokens[:n] if trace.input_tokens is not None else traffic.input_tokens.sample(rng, n)
+        outputs = trace.output_tokens[:n] if trace.output_tokens is not None else traffic.output_tokens.sample(rng, n)
+    else:
+        if num_requests is None:
+            raise InputError("num_requests is required for generated traffic")
+        n = num_requests
+        if traffic.arrival.kind != "closed_loop":
+            arrival = traffic.arrival.arrival_times_s(rng, n)
+        inputs = traffic.input_tokens.sample(rng, n)
+        outputs = traffic.output_tokens.sample(rng, n)
+    limit = min(traffic.max_context or max_model_len, max_model_len)
+    if limit < 2:
+        raise InputError(f"the context limit ({limit} tokens) leaves no room for a prompt and an output token")
+    raw_inputs, raw_outputs = np.asarray(inputs, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
+    inputs = np.minimum(raw_inputs, limit - 1)
+    outputs = np.minimum(raw_outputs, limit - inputs)
+    clipped = int(np.count_nonzero((inputs < raw_inputs) | (outputs < raw_outputs)))
+    cached = np.zeros_like(inputs)
+    if prefix_caching and traffic.shared_prefix_fraction > 0:
+        cached = np.minimum((np.floor(traffic.shared_prefix_fraction * inputs) // block_size) * block_size,
+                            (inputs - 1) // block_size * block_size).astype(np.int64)
+    return DrawnRequests(arrival, inputs, outputs, cached, clipped)
+
+
+class RequestTable:
+    """Progress of every request, one list per field, indexed by request id.
+
+    A request has ``prompt + generated`` tokens; ``computed`` of them have KV in cache. Each step
+    schedules the difference (one token for a plain decode); when computed catches up, a token is
+    sampled. Decoding requests keep their context implicitly as ``base_context + growth x (tick -
+    base_tick)`` of their engine, so that advancing a fixed batch by many steps touches no request.
+    """
+
+    def __init__(self, drawn: DrawnRequests):
+        n = len(drawn)
+        nan = math.nan
+        self.size = n
+        self.prompt: list[int] = drawn.input_tokens.tolist()
+        self.output: list[int] = drawn.output_tokens.tolist()
+        self.cached: list[int] = drawn.cached_tokens.tolist()
+        self.arrival_s: list[float] = drawn.arrival_s.tolist() if drawn.arrival_s is not None else [nan] * n
+        self.state = [WAITING] * n
+        self.generated = [0] * n
+        self.computed = [0] * n
+        self.base_context = [0.0] * n
+        self.base_tick = [0] * n
+        self.finish_tick = [0] * n
+        self.scheduled_s = [nan] * n
+        self.first_token_s = [nan] * n
+        self.finish_s = [nan] * n
+        self.last_emit_s = [nan] * n
+        self.kv_ready_s = [nan] * n
+        self.preemptions = [0] * n
+        self.instance = [-1] * n
+        self.prefill_instance = [-1] * n
+        # Cumulative tokens after each verify step (speculative decoding only).
+        self.emitted: dict[int, np.ndarray] = {}
+
+    def frame(self) -> pd.DataFrame:
+        """One row per request (times in seconds)."""
+        frame = pd.DataFrame({
+            "arrival_s": self.arrival_s,
+            "scheduled_s": self.scheduled_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "input_tokens": self.prompt,
+            "output_tokens": self.output,
+            "cached_tokens": self.cached,
+            "preemptions": self.preemptions,
+            "instance": self.instance,
+        })
+        if any(i >= 0 for i in self.prefill_instance):
+            frame["prefill_instance"] = self.prefill_instance
+            frame["kv_ready_s"] = self.kv_ready_s
+        return frame

@@ -1,0 +1,478 @@
+"""The vLLM V1 step rule: which requests a step runs, with how many tokens, and what that leaves in KV.
+
+Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``), as summarised in
+``shared/data/reference/serving_facts.md`` section E.3:
+
+1. Running requests first: every decode gets its ``1 + g`` tokens (``g`` speculative), then requests
+   still in chunked prefill get what they need, each capped by the remaining token budget
+   (``max_num_batched_tokens``).
+2. Blocks are allocated for those tokens; when the pool runs out, the newest running request is
+   preempted (RECOMPUTE: its blocks are freed and it goes back to the front of the waiting queue).
+3. Only if nothing was preempted, waiting requests are admitted first-come first-served while budget
+   remains and fewer than ``max_num_seqs`` run: a long prompt gets the rest of the budget as a chunk
+   (with chunked prefill off it must fit whole), a prefix-cache hit skips its cached tokens, and
+   admission stops at the first request whose blocks do not fit.
+
+The scheduler also decides when the batch is *fixed*: only decodes run and no waiting request could
+be admitted. Then every step is identical but for context growth, and :meth:`Scheduler.plan_run`
+says how many such steps can run before something changes (a finish, a full KV pool, a sliding
+window filling up).
+
+Example:
+    >>> import numpy as np
+    >>> from servopt.costmodels.serving.requests import RequestTable, DrawnRequests
+    >>> table = RequestTable(DrawnRequests(np.zeros(2), np.array([3000, 100]), np.array([5, 5]),
+    ...                                    np.zeros(2, dtype=int), 0))
+    >>> sched = Scheduler(table, EngineLimits(max_num_seqs=8, max_num_batched_tokens=2048,
+    ...                   chunked_prefill=True, num_blocks=1000), BlockCounter([-(-c // 16) for c in range(5000)]))
+    >>> sched.waiting.extend([0, 1])
+    >>> plan = sched.plan_step()
+    >>> plan.chunks, plan.admitted
+    ([(0, 2048)], 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .predictor import StepComposition
+from .requests import DECODE, DONE, PREFILL, WAITING, RequestTable
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Scheduling limits of one engine."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    num_blocks: int
+    prefill_only: bool = False  # a P/D prefill instance: hand a request off after its first token
+
+
+class BlockCounter:
+    """Paged blocks a request of a given context occupies, from ``MemoryPlan.blocks_needed``.
+
+    Tabulated up to the longest context the engine can see, so the event loop looks counts up.
+    """
+
+    def __init__(self, table: list[int], groups: float = 1.0, block_size: int = 16):
+        self.table = table
+        self.array = np.asarray(table, dtype=np.int64)
+        # blocks(c) <= groups x (c / block_size + 1): the cheap upper bound used before exact sums.
+        self.groups = groups
+        self.block_size = block_size
+
+    @classmethod
+    def from_plan(cls, plan, max_tokens: int) -> BlockCounter:
+        counts = plan.blocks_needed(np.arange(max_tokens + 1))
+        return cls(counts.tolist(), float(plan.layout.groups), plan.block_size)
+
+
+@dataclass
+class StepPlan:
+    """One scheduled step: who is preempted, which chunks run, and the step's sums."""
+
+    victims: list[int]
+    chunks: list[tuple[int, int]]  # (request, tokens): running prefills, then new admissions
+    admitted: int  # how many waiting requests the chunks admit (taken from the queue's head)
+    decodes: int  # running decodes this step (their token gap is the step's duration)
+    composition: StepComposition
+    num_running: int
+    kv_tokens: float
+
+
+@dataclass
+class RunPlan:
+    """A fixed decode-only batch that can advance ``max_steps`` steps (before time limits)."""
+
+    max_steps: int
+    num_seqs: int
+    context: float
+    context_windowed: float
+    windowed_growing: int  # sequences whose windowed context still grows
+    horizon_matters: bool  # a new arrival could join: the run must stop at the next arrival
+
+
+@dataclass
+class Scheduler:
+    """Queues, KV blocks and the step rule of one engine."""
+
+    table: RequestTable
+    limits: EngineLimits
+    blocks: BlockCounter
+    query_per_seq: int = 1
+    growth: float = 1.0  # mean context growth of a decode per step (tokens per verify step)
+    window: int | None = None
+    speculation: object | None = None
+    rng: np.random.Generator | None = None
+    waiting: deque = field(default_factory=deque)
+    running: dict = field(default_factory=dict)  # insertion-ordered set, oldest admission first
+    prefilling: list = field(default_factory=list)
+    tick: int = 0
+    num_decode: int = 0
+    decode_context: float = 0.0
+    decode_shared_blocks: int = 0
+    prefill_blocks: int = 0
+    prefill_context: int = 0
+    shared_blocks: int = 0
+    finish_heap: list = field(default_factory=list)
+    gaps_s: list = field(default_factory=list)  # (time, gap) of token gaps across a preemption or hand-off
+
+    # --- state helpers ---------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def context(self, rid: int) -> float:
+        t = self.table
+        return t.base_context[rid] + self.growth * (self.tick - t.base_tick[rid])
+
+    def _decoding(self) -> list[int]:
+        state = self.table.state
+        return [r for r in self.running if state[r] == DECODE]
+
+    def _decode_contexts(self, rids: list[int]) -> np.ndarray:
+        t = self.table
+        base = np.fromiter((t.base_context[r] for r in rids), float, len(rids))
+        ticks = np.fromiter((t.base_tick[r] for r in rids), float, len(rids))
+        return base + self.growth * (self.tick - ticks)
+
+    def _own_decode_blocks(self, contexts: np.ndarray, rids: list[int], extra: float) -> np.ndarray:
+        """Blocks each decode holds at ``contexts + extra`` tokens (lookahead slots included), less its
+        shared-prefix blocks (held once for all)."""
+        tokens = np.ceil(contexts + extra - 1e-9).astype(np.int64) + self.query_per_seq - 1
+        shared = np.fromiter((self.blocks.table[self.table.cached[r]] for r in rids), np.int64, len(rids))
+        return self.blocks.array[np.minimum(tokens, len(self.blocks.table) - 1)] - shared
+
+    def _used_upper(self, extra_tokens_per_decode: float = 0.0) -> float:
+        b = self.blocks
+        tokens = self.decode_context + self.num_decode * (self.query_per_seq + extra_tokens_per_decode)
+        decode = b.groups * (tokens / b.block_size + self.num_decode) - self.decode_shared_blocks
+        return decode + self.prefill_blocks + self.shared_blocks
+
+    def _used_exact(self) -> int:
+        rids = self._decoding()
+        decode = int(self._own_decode_blocks(self._decode_contexts(rids), rids, 0.0).sum()) if rids else 0
+        return decode + self.prefill_blocks + self.shared_blocks
+
+    def _own_blocks(self, rid: int, tokens: int) -> int:
+        return self.blocks.table[tokens] - self.blocks.table[self.table.cached[rid]]
+
+    def windowed_sum(self) -> tuple[float, int, int]:
+        """(sum of min(context, window), sequences still below the window, steps until the next one
+        reaches it) over the decoding sequences."""
+        if self.window is None or not self.num_decode:
+            return self.decode_context, self.num_decode, sys.maxsize
+        ctx = self._decode_contexts(self._decoding())
+        below = ctx < self.window
+        steps = np.ceil((self.window - ctx[below]) / self.growth)
+        return float(np.minimum(ctx, self.window).sum()), int(below.sum()), int(steps.min()) if below.any() else sys.maxsize
+
+    # --- planning --------------------------------------------------------------------------------
+    def plan_step(self) -> StepPlan:
+        """The next step by the V1 rule (does not change any state; :meth:`apply_step` does)."""
+        t, lim, counts = self.table, self.limits, self.blocks.table
+        q = self.query_per_seq
+        budget = lim.max_num_batched_tokens - min(self.num_decode * q, lim.max_num_batched_tokens)
+        chunks: list[tuple[int, int]] = []
+        need_prefill = 0
+        for rid in self.prefilling:
+            if budget <= 0:
+                break
+            done = t.computed[rid]
+            n = min(t.prompt[rid] + t.generated[rid] - done, budget)
+            chunks.append((rid, n))
+            need_prefill += counts[done + n] - counts[done]
+            budget -= n
+        total = lim.num_blocks
+        # A decode needs at most one new block per KV group and per block_size tokens it adds.
+        need_decode_upper = self.num_decode * self.blocks.groups * (1 + q // self.blocks.block_size)
+        room = total - self._used_upper() - need_decode_upper - need_prefill
+        victims: list[int] = []
+        num_decode, decode_context = self.num_decode, self.decode_context
+        if room < 0:
+            room, victims, chunks, num_decode, decode_context, budget = self._preempt_until_fits(chunks, budget)
+        admitted = 0
+        exact = bool(victims) or room < 0
+        if not victims:
+            seats = lim.max_num_seqs - len(self.running)
+            for rid in self.waiting:
+                if budget <= 0 or seats <= 0:
+                    break
+                done = t.computed[rid]
+                remaining = t.prompt[rid] + t.generated[rid] - done
+                n = min(remaining, budget)
+                if n < remaining and not lim.chunked_prefill:
+                    break
+                need = self._own_blocks(rid, done + n) + max(counts[t.cached[rid]] - self.shared_blocks, 0)
+                if need > room and not exact:
+                    exact = True
+                    room = self._exact_room(chunks)
+                if need > room:
+                    break
+                room -= need
+                chunks.append((rid, n))
+                admitted += 1
+                budget -= n
+                seats -= 1
+        composition, kv_tokens = self._compose(chunks, num_decode, decode_context, victims)
+        return StepPlan(victims, chunks, admitted, num_decode, composition,
+                        len(self.running) - len(victims) + admitted, kv_tokens)
+
+    def _exact_room(self, chunks: list[tuple[int, int]]) -> float:
+        """Free blocks after this step's decodes and running chunks, counted exactly."""
+        rids = self._decoding()
+        counts = self.blocks.table
+        need = sum(counts[self.table.computed[r] + n] - counts[self.table.computed[r]] if r in self.running
+                   else self._own_blocks(r, self.table.computed[r] + n) for r, n in chunks)
+        if rids:
+            ctx = self._decode_contexts(rids)
+            grow = self._own_decode_blocks(ctx, rids, 1.0) - self._own_decode_blocks(ctx, rids, 0.0)
+            need += int(grow.sum())
+        return self.limits.num_blocks - self._used_exact() - need
+
+    def _preempt_until_fits(self, chunks, budget):
+        """Exact block check of the running requests; preempt the newest until the rest fit."""
+        t, counts = self.table, self.blocks.table
+        rids = self._decoding()
+        ctx = self._decode_contexts(rids) if rids else np.zeros(0)
+        held = self._own_decode_blocks(ctx, rids, 0.0) if rids else np.zeros(0, dtype=np.int64)
+        grow = self._own_decode_blocks(ctx, rids, 1.0) - held if rids else held
+        per = {r: (int(h), int(g), float(c)) for r, h, g, c in zip(rids, held, grow, ctx)}
+        chunk_of = dict(chunks)
+        need = int(grow.sum()) + sum(counts[t.computed[r] + n] - counts[t.computed[r]] for r, n in chunks)
+        free = self.limits.num_blocks - (int(held.sum()) + self.prefill_blocks + self.shared_blocks)
+        victims: list[int] = []
+        num_decode, decode_context = self.num_decode, self.decode_context
+        order = list(self.running)
+        while need > free and order:
+            victim = order.pop()
+            victims.append(victim)
+            if victim in per:
+                h, g, c = per[victim]
+                free += h
+                need -= g
+                num_decode -= 1
+                decode_context -= c
+                budget += self.query_per_seq
+            else:
+                done = t.computed[victim]
+                free += self._own_blocks(victim, done)
+                n = chunk_of.pop(victim, 0)
+                need -= counts[done + n] - counts[done]
+                budget += n
+        kept = [(r, n) for r, n in chunks if r in chunk_of]
+        return free - need, victims, kept, num_decode, decode_context, budget
+
+    def _compose(self, chunks, num_decode, decode_context, victims) -> tuple[StepComposition, float]:
+        """Step sums: decodes, plus chunks (a 1-token chunk that completes a hand-off runs as a decode)."""
+        t = self.table
+        window = self.window
+        tokens = count = 0
+        pairs = pairs_w = kv = kv_w = 0.0
+        handoff_decodes, handoff_context = 0, 0.0
+        prefill_context = self.prefill_context
+        for rid, n in chunks:
+            done = t.computed[rid]
+            if n == 1 and done and done == t.prompt[rid] + t.generated[rid] - 1:
+                handoff_decodes += 1
+                handoff_context += done
+                continue
+            tokens += n
+            count += 1
+            full = n * done + n * (n + 1) / 2
+            pairs += full
+            kv += done + n
+            if window:
+                pairs_w += min(full, n * window)
+                kv_w += min(done + n, window + n)
+        if window:
+            windowed = self.windowed_sum()[0] if not victims else float(
+                np.minimum(self._decode_contexts([r for r in self._decoding() if r not in victims]), window).sum())
+            windowed += min(handoff_context, window * handoff_decodes) if handoff_decodes else 0.0
+        else:
+            pairs_w, kv_w = pairs, kv
+            windowed = decode_context + handoff_context
+        composition = StepComposition(num_decode + handoff_decodes, decode_context + handoff_context, windowed,
+                                      tokens, count, pairs, pairs_w, kv, kv_w)
+        return composition, decode_context + prefill_context
+
+    def plan_run(self) -> RunPlan | None:
+        """The fixed decode-only batch, if the next steps have one; None when a step must be planned."""
+        if self.prefilling or not self.num_decode:
+            return None
+        lim = self.limits
+        budget = lim.max_num_batched_tokens - self.num_decode * self.query_per_seq
+        seats = lim.max_num_seqs - len(self.running)
+        if self.waiting:
+            if budget > 0 and seats > 0 and self._head_fits(budget):
+                return None
+            horizon_matters = False
+        else:
+            horizon_matters = budget > 0 and seats > 0
+        heap, t = self.finish_heap, self.table
+        while heap and (t.state[heap[0][1]] != DECODE or t.finish_tick[heap[0][1]] != heap[0][0]):
+            heapq.heappop(heap)
+        max_steps = heap[0][0] - self.tick
+        windowed, growing, window_steps = self.windowed_sum()
+        max_steps = min(max_steps, max(window_steps, 1))
+        max_steps = self._steps_before_blocks_run_out(max_steps)
+        if max_steps < 1:
+            return None
+        return RunPlan(max_steps, self.num_decode, self.decode_context, windowed, growing, horizon_matters)
+
+    def _head_fits(self, budget: int) -> bool:
+        t, counts = self.table, self.blocks.table
+        rid = self.waiting[0]
+        done = t.computed[rid]
+        remaining = t.prompt[rid] + t.generated[rid] - done
+        if remaining > budget and not self.limits.chunked_prefill:
+            return False
+        n = min(remaining, budget)
+        need = self._own_blocks(rid, done + n) + max(counts[t.cached[rid]] - self.shared_blocks, 0)
+        room = self.limits.num_blocks - self._used_upper(1.0)
+        return need <= room or need <= self._exact_room([])
+
+    def _steps_before_blocks_run_out(self, steps: int) -> int:
+        """Largest k <= steps such that the k-th decode step still finds its blocks."""
+        avail = self.limits.num_blocks - self.prefill_blocks - self.shared_blocks
+        b = self.blocks
+        upper = b.groups * ((self.decode_context + self.num_decode * (self.growth * steps + self.query_per_seq))
+                            / b.block_size + self.num_decode) - self.decode_shared_blocks
+        if upper <= avail:
+            return steps
+        rids = self._decoding()
+        ctx = self._decode_contexts(rids)
+
+        def fits(k: int) -> bool:  # step k (1-based) allocates for context + (k - 1) growth + q tokens
+            return int(self._own_decode_blocks(ctx, rids, self.growth * (k - 1) + 1).sum()) <= avail
+
+        if not fits(1):
+            return 0
+        lo, hi = 1, steps
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # --- applying --------------------------------------------------------------------------------
+    def apply_step(self, plan: StepPlan, start_s: float, end_s: float) -> list[int]:
+        """Carry a planned step out; returns the requests that finished (or were handed off)."""
+        t = self.table
+        for victim in plan.victims:
+            self._preempt(victim, start_s)
+        for _ in range(plan.admitted):
+            rid = self.waiting.popleft()
+            self.running[rid] = None
+            self.prefilling.append(rid)
+            t.state[rid] = PREFILL
+            # A hand-off arrives with its prompt's KV already in place.
+            self.prefill_blocks += self._own_blocks(rid, t.computed[rid])
+            self.prefill_context += t.computed[rid]
+            if math.isnan(t.scheduled_s[rid]):
+                t.scheduled_s[rid] = start_s
+            shared = self.blocks.table[t.cached[rid]]
+            if shared > self.shared_blocks:
+                self.shared_blocks = shared
+        finished = self._advance_decodes(1, end_s)
+        counts = self.blocks.table
+        for rid, n in plan.chunks:
+            done = t.computed[rid]
+            t.computed[rid] = done + n
+            self.prefill_blocks += counts[done + n] - counts[done]
+            self.prefill_context += n
+            if done + n == t.prompt[rid] + t.generated[rid]:
+                if self._emit_after_prefill(rid, end_s):
+                    finished.append(rid)
+        return finished
+
+    def apply_run(self, steps: int, end_s: float) -> list[int]:
+        """Advance the fixed decode batch by ``steps`` steps ending at ``end_s``."""
+        return self._advance_decodes(steps, end_s)
+
+    def _advance_decodes(self, steps: int, end_s: float) -> list[int]:
+        self.tick += steps
+        self.decode_context += self.num_decode * self.growth * steps
+        heap, t = self.finish_heap, self.table
+        finished = []
+        while heap and heap[0][0] <= self.tick:
+            tick, rid = heapq.heappop(heap)
+            if t.state[rid] != DECODE or t.finish_tick[rid] != tick:
+                continue
+            self.num_decode -= 1
+            self.decode_context -= self.context(rid)
+            self.decode_shared_blocks -= self.blocks.table[t.cached[rid]]
+            t.generated[rid] = t.output[rid]
+            self._finish(rid, end_s)
+            finished.append(rid)
+        return finished
+
+    def _emit_after_prefill(self, rid: int, end_s: float) -> bool:
+        """A request's computed tokens caught up: it samples a token. True when it leaves the engine."""
+        t, counts = self.table, self.blocks.table
+        t.generated[rid] += 1
+        if math.isnan(t.first_token_s[rid]):
+            t.first_token_s[rid] = end_s
+        else:
+            self.gaps_s.append((end_s, end_s - t.last_emit_s[rid]))
+        self.prefilling.remove(rid)
+        self.prefill_blocks -= self._own_blocks(rid, t.computed[rid])
+        self.prefill_context -= t.computed[rid]
+        if t.generated[rid] >= t.output[rid] or self.limits.prefill_only:
+            t.last_emit_s[rid] = end_s
+            self._finish(rid, end_s)
+            return True
+        remaining = t.output[rid] - t.generated[rid]
+        if self.speculation is not None:
+            emitted = self.speculation.steps_to_emit(self.rng, remaining)
+            t.emitted[rid] = emitted
+            steps = len(emitted)
+        else:
+            steps = remaining
+        t.state[rid] = DECODE
+        t.base_context[rid] = float(t.computed[rid])
+        t.base_tick[rid] = self.tick
+        t.finish_tick[rid] = self.tick + steps
+        heapq.heappush(self.finish_heap, (self.tick + steps, rid))
+        self.num_decode += 1
+        self.decode_context += t.computed[rid]
+        self.decode_shared_blocks += counts[t.cached[rid]]
+        return False
+
+    def _finish(self, rid: int, end_s: float) -> None:
+        t = self.table
+        t.state[rid] = DONE
+        t.finish_s[rid] = end_s
+        del self.running[rid]
+
+    def _preempt(self, rid: int, now_s: float) -> None:
+        """RECOMPUTE preemption: free the request's blocks and put it back at the queue's head."""
+        t = self.table
+        if t.state[rid] == DECODE:
+            steps = self.tick - t.base_tick[rid]
+            emitted = t.emitted.get(rid)
+            t.generated[rid] += (int(emitted[steps - 1]) if steps else 0) if emitted is not None else steps
+            self.num_decode -= 1
+            self.decode_context -= self.context(rid)
+            self.decode_shared_blocks -= self.blocks.table[t.cached[rid]]
+            t.finish_tick[rid] = -1
+            t.last_emit_s[rid] = now_s
+        else:
+            self.prefilling.remove(rid)
+            self.prefill_blocks -= self._own_blocks(rid, t.computed[rid])
+            self.prefill_context -= t.computed[rid]
+        t.computed[rid] = t.cached[rid]
+        t.state[rid] = WAITING
+        t.preemptions[rid] += 1
+        del self.running[rid]
+        self.waiting.appendleft(rid)

@@ -1,0 +1,25 @@
+"""Latency targets a deployment is scored against (the ``slo:`` of a workload).
+
+Example:
+    >>> SLO(p99_ttft_s=2.0, p99_tpot_s=0.05).targets()
+    {'ttft': 2.0, 'tpot': 0.05}
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SLO(BaseModel):
+    """Latency targets at P99 (any subset), in seconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    p99_ttft_s: float | None = Field(default=None, gt=0)
+    p99_tpot_s: float | None = Field(default=None, gt=0)
+    p99_e2e_s: float | None = Field(default=None, gt=0)
+
+    def targets(self) -> dict[str, float]:
+        """The targets that are set, by metric (ttft, tpot, e2e)."""
+        pairs = {"ttft": self.p99_ttft_s, "tpot": self.p99_tpot_s, "e2e": self.p99_e2e_s}
+        return {metric: target for metric, target in pairs.items() if target is not None}
