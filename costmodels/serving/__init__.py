@@ -5,13 +5,19 @@ Public face:
 - :func:`simulate` runs the discrete-event simulation (vLLM V1 step rule, paged KV, chunked prefill,
   preemption, speculative decoding, replicas behind a router, P/D disaggregation, pipeline lanes);
 - :func:`estimate` gives the same summary from queueing approximations, for screening candidates;
-- :class:`Traffic`, :class:`SLO` describe the workload; :class:`SimulationResult` and
+- :class:`Traffic` and :class:`SLO` describe the workload; :class:`SimulationResult` and
   :class:`ServingSummary` the answer.
+
+Example:
+    >>> from servopt.costmodels.serving import simulate, estimate, SimulationResult, Traffic, SLO
+    >>> SLO(p99_ttft_s=1.0).targets()
+    {'ttft': 1.0}
 """
 
+from .analytic import estimate
 from .metrics import LatencyStats, ServingSummary
 from .simulator import SimulationResult, simulate
 from .slo import SLO
 from .traffic import Traffic, read_trace
 
-__all__ = ["simulate", "SimulationResult", "ServingSummary", "LatencyStats", "SLO", "Traffic", "read_trace"]
+__all__ = ["simulate", "estimate", "SimulationResult", "ServingSummary", "LatencyStats", "SLO", "Traffic", "read_trace"]

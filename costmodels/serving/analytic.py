@@ -1,0 +1,569 @@
+"""``estimate``: the simulator's summary from queueing approximations, for screening many candidates.
+
+One engine (a replica's pipeline lane, or a P/D instance) is modelled in steady state
+(``shared/data/reference/serving_facts.md`` E.2):
+
+- **Decode fixed point (Little's law).** The decoding batch is ``B = lambda x (O - 1) / tau x T``
+  (``tau`` tokens per step, 1 without speculation) and the mean step time ``T`` depends on ``B``:
+  a share ``phi`` of steps also carries a prefill chunk. ``phi`` follows from the prefill tokens that
+  arrive per step. ``T`` is solved by secant iteration; no solution below the KV pool, ``max_num_seqs``
+  or the token budget means the engine is saturated.
+- **TTFT.** Residual of the running step + the request's own prefill (its chunks at the decode
+  batch) + queueing for prefill capacity as a G/G/1 token server (Kingman mean, Allen-Cunneen
+  exponential tail ``t_q = (E[Wq] / P_wait) ln(P_wait / (1 - q))``) + waiting for a sequence slot as
+  an M/G/c queue (Erlang C) when KV or ``max_num_seqs`` bounds concurrency.
+- **TPOT and ITL.** Steps are decode-only (time ``T_d``, which varies with the Poisson-distributed
+  batch) or mixed (``T_m``); a request's TPOT averages its ``(O - 1) / tau`` steps (binomial count of
+  mixed ones), the ITL is the decode-weighted mixture of step times.
+- Closed-loop clients: the throughput ``X`` solves ``N = X x (E2E(X) + think)`` (secant), capped at
+  the saturation throughput. P/D: a prefill pool (no decodes) and a decode pool (no prefill), the KV
+  transfer added between first token and decode.
+
+Example:
+    >>> from servopt.costmodels.architectures import get_model
+    >>> from servopt.costmodels.deployment import Deployment
+    >>> from servopt.costmodels.hardware import get_gpu
+    >>> from servopt.costmodels.profile import PerformanceProfile
+    >>> from servopt.costmodels.serving.traffic import Traffic
+    >>> gpu = get_gpu("h100")
+    >>> traffic = Traffic.model_validate({"arrival": {"kind": "poisson", "rate_per_s": 5},
+    ...     "input_tokens": {"kind": "fixed", "value": 1024}, "output_tokens": {"kind": "fixed", "value": 128}})
+    >>> s = estimate(get_model("llama-3.1-8b"), Deployment(gpu="h100", max_model_len=8192), traffic, gpu,
+    ...              PerformanceProfile.spec_default(gpu))
+    >>> s.method, s.saturated, 0.005 < s.tpot_s.mean < 0.05
+    ('analytic', False, True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..architectures import ModelSpec
+from ..deployment import Deployment
+from ..hardware import GPUSpec
+from ..profile import PerformanceProfile
+from .metrics import LatencyStats, ServingSummary
+from .predictor import StepComposition
+from .requests import draw_requests
+from .simulator import DeploymentModel, Role, compile_deployment
+from .slo import SLO
+from .traffic import Traffic
+
+QUANTILES = (0.5, 0.9, 0.99)
+Z = {0.5: 0.0, 0.9: 1.2816, 0.99: 2.3263}  # standard normal quantiles
+MOMENT_SAMPLES = 4096  # draws that give length moments and quantiles (clipping included)
+MAX_ITERATIONS = 60
+
+
+@dataclass(frozen=True)
+class TrafficMoments:
+    """What the formulas need from a traffic: rates, length moments and quantiles."""
+
+    rate_per_s: float | None  # None: closed loop
+    concurrency: int
+    think_time_s: float
+    arrival_cv2: float
+    input_mean: float
+    input_cv2: float
+    input_q: dict[float, float]
+    output_mean: float
+    output_cv2: float
+    output_q: dict[float, float]
+    cached_mean: float
+    num_requests: int
+
+
+def traffic_moments(traffic: Traffic, compiled: DeploymentModel) -> TrafficMoments:
+    d = compiled.deployment
+    trace = traffic.arrival.kind == "trace"
+    drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
+                          max_model_len=compiled.max_model_len, block_size=d.block_size,
+                          prefix_caching=d.enable_prefix_caching)
+    inputs, outputs = drawn.input_tokens.astype(float), drawn.output_tokens.astype(float)
+
+    def cv2(x: np.ndarray) -> float:
+        return float(x.var() / x.mean() ** 2)
+
+    rate, concurrency, think, ca2 = None, 0, 0.0, 1.0
+    kind = traffic.arrival.kind
+    if kind == "closed_loop":
+        concurrency, think = traffic.arrival.concurrency, traffic.arrival.think_time_s
+    elif kind == "trace":
+        gaps = np.diff(drawn.arrival_s)
+        span = float(drawn.arrival_s[-1] - drawn.arrival_s[0])
+        if span > 0:
+            rate, ca2 = (len(gaps)) / span, cv2(gaps) if gaps.mean() > 0 else 1.0
+        else:  # one burst: as many clients as requests, each sending one
+            concurrency = len(inputs)
+    else:
+        rate, ca2 = traffic.arrival.rate_per_s, traffic.arrival.interarrival_cv2
+    return TrafficMoments(
+        rate, concurrency, think, ca2,
+        float(inputs.mean()), cv2(inputs), {q: float(np.quantile(inputs, q)) for q in QUANTILES},
+        float(outputs.mean()), cv2(outputs), {q: float(np.quantile(outputs, q)) for q in QUANTILES},
+        float(drawn.cached_tokens.mean()), len(inputs),
+    )
+
+
+@dataclass(frozen=True)
+class EnginePoint:
+    """Steady state of one engine at one arrival rate."""
+
+    rate_per_s: float
+    decode_step_s: float
+    mixed_step_s: float
+    mean_step_s: float
+    mixed_share: float
+    batch: float
+    decode_step_slope_s: float  # d(decode step)/d(batch)
+    prefill_room: float  # prefill tokens a step can take next to the decodes
+    prefill_utilization: float
+    slot_wait_mean_s: float
+    slot_wait_tail: tuple[float, float]  # (P_wait, E[Wq] / P_wait)
+    compute_bound_share: float
+
+
+def _root(f, low: float, high: float, tolerance: float = 1e-6) -> float:
+    """Root of an increasing-then-crossing ``f`` with f(low) > 0 >= f(high) (Illinois regula falsi)."""
+    f_low, f_high = f(low), f(high)
+    side = 0
+    for _ in range(MAX_ITERATIONS):
+        if not (math.isfinite(f_low) and math.isfinite(f_high)) or f_low == f_high:
+            return _bisect(f, low, high, tolerance)
+        x = high - f_high * (high - low) / (f_high - f_low)
+        if not low < x < high:
+            x = (low + high) / 2
+        fx = f(x)
+        if fx > 0:
+            low, f_low = x, fx
+            if side == 1:
+                f_high /= 2
+            side = 1
+        else:
+            high, f_high = x, fx
+            if side == -1:
+                f_low /= 2
+            side = -1
+        if high - low <= tolerance * high:
+            break
+    return high
+
+
+def _bisect(f, low: float, high: float, tolerance: float) -> float:
+    while high - low > tolerance * high:
+        mid = (low + high) / 2
+        if f(mid) > 0:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def _erlang_c(servers: int, offered: float) -> float:
+    """Probability of waiting in M/M/c (computed in a numerically stable recursion)."""
+    if offered >= servers:
+        return 1.0
+    inverse_b = 1.0
+    for k in range(1, servers + 1):  # Erlang B recursion on 1/B
+        inverse_b = 1.0 + inverse_b * k / offered
+    b = 1.0 / inverse_b
+    rho = offered / servers
+    return b / (1 - rho + rho * b)
+
+
+def _tail_quantile(p_wait: float, scale_s: float, q: float) -> float:
+    """Allen-Cunneen tail: P(W > t) = P_wait exp(-t / scale)."""
+    if p_wait <= 1 - q or scale_s <= 0:
+        return 0.0
+    return scale_s * math.log(p_wait / (1 - q))
+
+
+class EngineModel:
+    """Steady-state formulas of one engine role."""
+
+    def __init__(self, role: Role, m: TrafficMoments, mode: str, pp: int):
+        self.role, self.m, self.mode = role, m, mode
+        p = role.predictor
+        self.predictor = p
+        self.q = p.query_per_seq
+        self.tau = p.tokens_per_step
+        self.budget = role.limits.max_num_batched_tokens
+        self.seats = role.limits.max_num_seqs
+        self.capacity_tokens = role.plan.kv_capacity_tokens / pp
+        self.prefill_tokens = 0.0 if mode == "decode" else max(m.input_mean - m.cached_mean, 1.0)
+        self.decode_tokens = 0.0 if mode == "prefill" else max(m.output_mean - 1, 0.0)
+        self.context = m.input_mean + (1 if mode == "prefill" else m.output_mean / 2)
+
+    # --- step times -----------------------------------------------------------------------------
+    def _interp(self, f, batch: float) -> float:
+        lo = math.floor(batch)
+        frac = batch - lo
+        low = f(lo)
+        return low if frac < 1e-9 else low + frac * (f(lo + 1) - low)
+
+    def decode_step(self, batch: float) -> float:
+        def f(b: int) -> float:
+            ctx = b * self.context
+            return self.predictor.decode_s(b, ctx, ctx) if b else 0.0
+        return self._interp(f, batch)
+
+    def _composition(self, b: int, chunk: float) -> StepComposition:
+        m = self.m
+        length = self.prefill_tokens
+        if chunk >= length:  # whole prompts
+            prompts = chunk / length
+            pairs = prompts * (length**2 * (1 + m.input_cv2) + length) / 2 + chunk * m.cached_mean
+            kv = prompts * (m.cached_mean + length)
+        else:  # a slice of a longer prompt, at a mean offset halfway through its remainder
+            prompts = 1.0
+            offset = m.cached_mean + (length - chunk) / 2
+            pairs = chunk * offset + chunk * (chunk + 1) / 2
+            kv = offset + chunk
+        ctx = b * self.context
+        return StepComposition(b, ctx, ctx, int(round(chunk)), max(1, int(round(prompts))), pairs, pairs, kv, kv)
+
+    def mixed_step(self, batch: float, chunk: float) -> float:
+        return self._interp(lambda b: self.predictor.step_s(self._composition(b, chunk)), batch)
+
+    def prefill_time(self, prompt_tokens: float, batch: float) -> float:
+        """A prompt's own prefill: its chunks, each a step next to ``batch`` decodes."""
+        if prompt_tokens <= 0 or not self.prefill_tokens:
+            return 0.0
+        room = max(self.budget - batch * self.q, 1.0)
+        chunks = max(math.ceil(prompt_tokens / room), 1)
+        return chunks * self.mixed_step(batch, min(prompt_tokens, room))
+
+    # --- steady state ---------------------------------------------------------------------------
+    def point(self, rate: float) -> EnginePoint | str:
+        """The steady state at ``rate`` requests/s, or why there is none."""
+        if self.mode == "prefill":
+            return self._prefill_point(rate)
+        steps_per_request = self.decode_tokens / self.tau
+
+        def batch_at(step_s: float) -> float:
+            return rate * steps_per_request * step_s
+
+        def mixed(step_s: float) -> tuple[float, float, float, float]:
+            batch = batch_at(step_s)
+            room = self.budget - batch * self.q
+            if self.prefill_tokens == 0 or room <= 0:
+                return batch, room, 0.0, self.decode_step(batch)
+            chunk = min(room, max(self.prefill_tokens, rate * self.prefill_tokens * step_s))
+            t_m = self.mixed_step(batch, chunk)
+            share = min(rate * self.prefill_tokens * step_s / chunk, 1.0)
+            return batch, room, share, t_m
+
+        def excess(step_s: float) -> float:
+            batch, room, share, t_m = mixed(step_s)
+            return (1 - share) * self.decode_step(batch) + share * t_m - step_s
+
+        low = self.decode_step(1.0) if self.decode_tokens else self.mixed_step(0, min(self.prefill_tokens, self.budget))
+        high = low
+        limit_batch = min(self.seats, self.capacity_tokens / max(self.context, 1.0))
+        # Bracket the smallest fixed point T = F(T), growing T until F(T) <= T.
+        for _ in range(MAX_ITERATIONS):
+            if excess(high) <= 0:
+                break
+            if batch_at(high) > limit_batch:
+                return self._limit_reason(rate, batch_at(high), limit_batch)
+            high *= 1.5
+        else:
+            return f"no steady state at {rate:.3g} req/s"
+        step_s = high if high == low else _root(excess, high / 1.5, high)
+        batch, room, share, t_m = mixed(step_s)
+        if batch > limit_batch:
+            return self._limit_reason(rate, batch, limit_batch)
+        if self.prefill_tokens and room <= 0:
+            return f"decodes fill the {self.budget}-token step budget at {rate:.3g} req/s"
+        t_d = self.decode_step(batch)
+        utilization = rate * self.prefill_tokens * t_m / room if self.prefill_tokens else 0.0
+        if utilization >= 1:
+            return (f"prefill needs {rate * self.prefill_tokens:.0f} tokens/s but steps next to {batch:.0f} decodes "
+                    f"take only {room / t_m:.0f}")
+        slope = self.decode_step(batch + 1) - t_d
+        slot_mean, slot_tail = self._slot_wait(rate, step_s, steps_per_request, limit_batch)
+        return EnginePoint(rate, t_d, t_m, step_s, share, batch, slope, room, utilization, slot_mean, slot_tail,
+                           self._compute_bound(batch, share, min(room, self.prefill_tokens)))
+
+    def _prefill_point(self, rate: float) -> EnginePoint | str:
+        """A prefill-only instance: steps carry whole budgets of prompt tokens."""
+        chunk = min(self.budget, max(self.prefill_tokens, 1.0))
+        t_m = self.mixed_step(0, chunk)
+        utilization = rate * self.prefill_tokens * t_m / chunk
+        if utilization >= 1:
+            return f"prefill instances need {rate * self.prefill_tokens:.0f} tokens/s but serve {chunk / t_m:.0f}"
+        return EnginePoint(rate, 0.0, t_m, t_m, 1.0, 0.0, 0.0, float(self.budget), utilization, 0.0, (0.0, 0.0),
+                           self._compute_bound(0, 1.0, chunk))
+
+    def _limit_reason(self, rate: float, batch: float, limit: float) -> str:
+        what = "max_num_seqs" if limit >= self.seats else "the KV cache"
+        return f"{rate:.3g} req/s would keep {batch:.0f} requests decoding but {what} holds {limit:.0f}"
+
+    def _slot_wait(self, rate, step_s, steps_per_request, limit_batch) -> tuple[float, tuple[float, float]]:
+        """Waiting for a sequence slot (M/G/c, Allen-Cunneen) when concurrency is bounded."""
+        servers = max(int(limit_batch), 1)
+        residence = steps_per_request * step_s + self.prefill_time(self.prefill_tokens, 0)
+        offered = rate * residence
+        if offered < 0.5 * servers:
+            return 0.0, (0.0, 0.0)
+        p_wait = _erlang_c(servers, offered)
+        mean = p_wait / (servers / residence - rate) * (self.m.arrival_cv2 + self.m.output_cv2) / 2
+        return mean, (p_wait, mean / p_wait if p_wait > 0 else 0.0)
+
+    def _compute_bound(self, batch: float, share: float, chunk: float) -> float:
+        b = max(int(round(batch)), 0)
+        rows = [StepComposition(b, b * self.context, b * self.context, 0, 0, 0.0, 0.0, 0.0, 0.0)]
+        if chunk > 0:
+            rows.append(self._composition(b, chunk))
+        columns = {name: np.asarray([getattr(r, name) for r in rows], dtype=float)
+                   for name in StepComposition.__dataclass_fields__}
+        flags = self.predictor.compute_bound(columns).astype(float)
+        weights = np.asarray([1 - share, share][: len(rows)])
+        return float(np.dot(flags, weights) / weights.sum()) if weights.sum() > 0 else 0.0
+
+
+# --- latencies ----------------------------------------------------------------------------------
+def _normal_mixture_quantiles(parts: list[tuple[float, float, float]], qs) -> list[float]:
+    """Quantiles of a mixture of normals given as (weight, mean, sd)."""
+    weights = np.asarray([w for w, _, _ in parts])
+    means = np.asarray([mu for _, mu, _ in parts])
+    sds = np.maximum(np.asarray([sd for _, _, sd in parts]), 1e-12)
+    weights = weights / weights.sum()
+    grid = np.linspace(float((means - 4 * sds).min()), float((means + 4 * sds).max()), 512)
+    from math import erf, sqrt  # noqa: PLC0415 - scalar erf vectorised below
+
+    cdf = np.zeros_like(grid)
+    for w, mu, sd in zip(weights, means, sds):
+        cdf += w * 0.5 * (1 + np.vectorize(erf)((grid - mu) / (sd * sqrt(2))))
+    return [float(grid[min(np.searchsorted(cdf, q), len(grid) - 1)]) for q in qs]
+
+
+@dataclass(frozen=True)
+class _Latencies:
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2e: LatencyStats
+    queue_share: float
+
+
+def _stats(mean: float, quantiles: list[float]) -> LatencyStats:
+    return LatencyStats(mean, *quantiles)
+
+
+def _e2e(ttft: LatencyStats, tpot: LatencyStats, m: TrafficMoments) -> LatencyStats:
+    """TTFT plus the decode time, with the deviations of the two added in quadrature."""
+    mean = ttft.mean + (m.output_mean - 1) * tpot.mean
+    values = []
+    for q, t_q in zip(QUANTILES, (ttft.p50, ttft.p90, ttft.p99)):
+        decode = (m.output_q[q] - 1) * tpot.mean
+        spread = math.hypot(t_q - ttft.mean, decode - (m.output_mean - 1) * tpot.mean)
+        values.append(max(mean + spread if q > 0.5 else ttft.p50 + (m.output_q[0.5] - 1) * tpot.p50, 0.0))
+    return _stats(mean, values)
+
+
+def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: EngineModel, dp: EnginePoint,
+               handoff_s: float) -> _Latencies:
+    """Latency distributions from the steady state of the front (prefill-capable) and decode engines.
+
+    Without disaggregation ``front is dec`` and ``handoff_s`` is zero.
+    """
+    # TTFT: residual step + own prefill + prefill-capacity queue + slot queue.
+    service_mean = front.prefill_tokens * fp.mixed_step_s / max(fp.prefill_room, 1.0)
+    rho = fp.prefill_utilization
+    queue_mean = rho / (1 - rho) * (m.arrival_cv2 + m.input_cv2) / 2 * service_mean if rho > 0 else 0.0
+    queue_scale = queue_mean / rho if rho > 0 else 0.0
+    residual = fp.mean_step_s / 2
+    batch = fp.batch
+
+    def own_prefill(prompt: float) -> float:
+        return front.prefill_time(max(prompt - m.cached_mean, 1.0), batch)
+
+    ttft_q, queue_q = [], []
+    for q in QUANTILES:
+        waits = _tail_quantile(rho, queue_scale, q) + _tail_quantile(*fp.slot_wait_tail, q)
+        queue_q.append(waits)
+        ttft_q.append(residual + own_prefill(m.input_q[q]) + waits)
+    ttft = _stats(residual + own_prefill(m.input_mean) + queue_mean + fp.slot_wait_mean_s, ttft_q)
+    # TPOT and ITL from the decode engine's step mixture.
+    steps = max(dec.decode_tokens / dec.tau, 1.0)
+    share = dp.mixed_share
+    sd_batch = dp.decode_step_slope_s * math.sqrt(max(dp.batch, 0.0))
+    sd_mix = (dp.mixed_step_s - dp.decode_step_s) * math.sqrt(share * (1 - share) / steps)
+    spread = math.hypot(sd_batch, sd_mix)
+    gap = handoff_s + dp.slot_wait_mean_s
+    per_token = max(m.output_mean - 1, 1.0)
+    tpot = _stats((dp.mean_step_s * steps + gap) / per_token,
+                  [(dp.mean_step_s * steps + gap + steps * Z[q] * spread) / per_token for q in QUANTILES])
+    parts = [(1 - share, dp.decode_step_s, sd_batch)]
+    if share > 0:
+        chunk_sd = 0.0
+        if dec.prefill_tokens and dec.prefill_tokens <= dp.prefill_room:
+            # Mixed steps vary with the prompt that fills them.
+            longer = dec.mixed_step(dp.batch, dec.prefill_tokens * 1.1)
+            chunk_sd = (longer - dp.mixed_step_s) / 0.1 * math.sqrt(m.input_cv2)
+        parts.append((share, dp.mixed_step_s, math.hypot(sd_batch, chunk_sd)))
+    if handoff_s > 0:
+        parts.append((1 / per_token, handoff_s + dp.decode_step_s, sd_batch))
+    itl_mean = sum(w * mu for w, mu, _ in parts) / sum(w for w, _, _ in parts)
+    itl = _stats(itl_mean, _normal_mixture_quantiles(parts, QUANTILES))
+    queue_share = queue_q[-1] / ttft.p99 if ttft.p99 > 0 else 0.0
+    return _Latencies(ttft, tpot, itl, _e2e(ttft, tpot, m), queue_share)
+
+
+def _attainment(stats: LatencyStats, target: float) -> float:
+    """Share of requests at or below ``target``, interpolating the quantiles (exponential tail)."""
+    points = [(0.5, stats.p50), (0.9, stats.p90), (0.99, stats.p99)]
+    if target >= stats.p99:
+        return 0.99 + 0.01 * (1 - math.exp(-(target - stats.p99) / max(stats.p99 - stats.p90, 1e-9)))
+    if target < stats.p50:
+        return 0.5 * target / stats.p50 if stats.p50 > 0 else 0.0
+    for (q0, v0), (q1, v1) in zip(points, points[1:]):
+        if v0 <= target <= v1:
+            return q0 + (q1 - q0) * (target - v0) / (v1 - v0) if v1 > v0 else q1
+    return 0.0
+
+
+# --- the estimate -------------------------------------------------------------------------------
+@dataclass
+class _Solution:
+    rate: float
+    front: EnginePoint
+    decode: EnginePoint
+
+
+class _Analysis:
+    def __init__(self, compiled: DeploymentModel, m: TrafficMoments):
+        self.compiled, self.m = compiled, m
+        pp = compiled.deployment.pp
+        roles = {r.name: r for r in compiled.roles}
+        if compiled.disaggregated:
+            self.front = EngineModel(roles["prefill"], m, "prefill", pp)
+            self.dec = EngineModel(roles["decode"], m, "decode", pp)
+            self.shares = (roles["prefill"].instances * pp, roles["decode"].instances * pp)
+        else:
+            self.front = self.dec = EngineModel(roles["replica"], m, "mixed", pp)
+            self.shares = (roles["replica"].instances * pp,) * 2
+        self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
+
+    def solve(self, rate: float) -> _Solution | str:
+        front = self.front.point(rate / self.shares[0])
+        if isinstance(front, str):
+            return front
+        if self.dec is self.front:
+            return _Solution(rate, front, front)
+        dec = self.dec.point(rate / self.shares[1])
+        return dec if isinstance(dec, str) else _Solution(rate, front, dec)
+
+    def latencies(self, sol: _Solution) -> _Latencies:
+        return _latencies(self.m, self.front, sol.front, self.dec, sol.decode, self.handoff_s)
+
+    def capacity(self, start: float) -> _Solution:
+        """The highest stable rate below ``start`` (bisection in log rate)."""
+        low, high = start, start
+        while isinstance(self.solve(low), str):
+            high, low = low, low / 4
+            if low < 1e-6:
+                raise ValueError("no stable arrival rate")
+        for _ in range(18):
+            mid = math.sqrt(low * high)
+            if isinstance(self.solve(mid), str):
+                high = mid
+            else:
+                low = mid
+        return self.solve(low)
+
+    def mean_e2e(self, sol: _Solution) -> float:
+        """Mean end-to-end latency (the closed-loop fixed point needs only this)."""
+        m, front, fp, dp = self.m, self.front, sol.front, sol.decode
+        service = front.prefill_tokens * fp.mixed_step_s / max(fp.prefill_room, 1.0)
+        rho = fp.prefill_utilization
+        queue = rho / (1 - rho) * (m.arrival_cv2 + m.input_cv2) / 2 * service
+        ttft = fp.mean_step_s / 2 + front.prefill_time(front.prefill_tokens, fp.batch) + queue + fp.slot_wait_mean_s
+        decode = dp.mean_step_s * self.dec.decode_tokens / self.dec.tau + self.handoff_s + dp.slot_wait_mean_s
+        return ttft + decode
+
+    def closed_loop(self) -> tuple[_Solution, float]:
+        """Throughput of N clients: N = X (E2E(X) + think); returns the state and the extra wait
+        (clients beyond what the deployment sustains queue for admission)."""
+        m = self.m
+        n = m.concurrency
+
+        def excess(rate: float) -> float:  # increasing in rate; inf where there is no steady state
+            sol = self.solve(rate)
+            return math.inf if isinstance(sol, str) else rate * (self.mean_e2e(sol) + m.think_time_s) - n
+
+        single = self.solve(1e-9)
+        if isinstance(single, str):
+            raise ValueError(single)
+        high = n / (self.mean_e2e(single) + m.think_time_s)  # latency only grows with load
+        if math.isinf(excess(high)):
+            cap = self.capacity(high)
+            if excess(cap.rate) < 0:
+                # More clients than the deployment sustains: it runs at capacity and the rest queue.
+                return cap, n / cap.rate - m.think_time_s - self.mean_e2e(cap)
+            high = cap.rate
+        low = high / 2
+        while excess(low) > 0:
+            low /= 2
+        return self.solve(_root(lambda r: -excess(r), low, high)), 0.0
+
+
+def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,
+             slo: SLO | None = None) -> ServingSummary:
+    """The simulator's summary, from queueing approximations (see the module docstring)."""
+    compiled = compile_deployment(model, deployment, gpu, profile)
+    m = traffic_moments(traffic, compiled)
+    analysis = _Analysis(compiled, m)
+    saturated, reason, extra_wait = False, "", 0.0
+    notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and M/G/c slot queues; "
+             "no preemption or warm-up"]
+    if m.rate_per_s is None:
+        solution, extra_wait = analysis.closed_loop()
+        if extra_wait > 0:
+            notes.append(f"{m.concurrency} clients exceed what the deployment sustains; each request also waits "
+                         f"~{extra_wait:.3g} s for admission")
+        rate = solution.rate
+    else:
+        rate = m.rate_per_s
+        solution = analysis.solve(rate)
+        if isinstance(solution, str):
+            saturated = True
+            cap = analysis.capacity(rate)
+            reason = (f"offered load {rate:.3g} req/s exceeds the estimated capacity of {cap.rate:.3g} req/s "
+                      f"({solution}); the queue grows without bound")
+            solution = cap
+    lat = analysis.latencies(solution)
+    ttft, e2e = lat.ttft, lat.e2e
+    if saturated:
+        ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
+        e2e = ttft
+    elif extra_wait:
+        ttft = LatencyStats(*(v + extra_wait for v in (ttft.mean, ttft.p50, ttft.p90, ttft.p99)))
+        e2e = LatencyStats(*(v + extra_wait for v in (e2e.mean, e2e.p50, e2e.p90, e2e.p99)))
+    served = solution.rate
+    attainment, slo_met = None, None
+    if slo is not None and slo.targets():
+        stats = {"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}
+        attainment = 1.0
+        for metric, target in slo.targets().items():
+            attainment *= _attainment(stats[metric], target)
+        slo_met = all(stats[metric].p99 <= target for metric, target in slo.targets().items())
+    dec, dp = analysis.dec, solution.decode
+    kv_util = dp.batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
+    prefilling = solution.rate / analysis.shares[0] * analysis.front.prefill_time(analysis.front.prefill_tokens, dp.batch)
+    return ServingSummary(
+        method="analytic", ttft_s=ttft, tpot_s=lat.tpot, itl_s=lat.itl, e2e_s=e2e, p99_ci_s={},
+        requests_per_s=served, input_tokens_per_s=served * m.input_mean, output_tokens_per_s=served * m.output_mean,
+        goodput_requests_per_s=served * (attainment if attainment is not None else 1.0),
+        slo_attainment=attainment, slo_met=slo_met, kv_utilization=min(kv_util, 1.0),
+        mean_batch_size=dp.batch + (0.0 if compiled.disaggregated else prefilling),
+        compute_bound_share=dp.compute_bound_share, preemptions=0, saturated=saturated, saturation_reason=reason,
+        num_requests=0, num_measured=0, warmup_excluded=0,
+        queueing_share_p99_ttft=math.nan if saturated else lat.queue_share + (extra_wait / ttft.p99 if extra_wait else 0.0),
+        notes=tuple(notes),
+    )
+
