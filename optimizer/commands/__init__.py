@@ -1,5 +1,5 @@
 """Subcommands of the ``servopt`` CLI, one module each (see ``optimizer/cli.py``)."""
 
-from . import catalog, plan
+from . import catalog, plan, predict
 
-COMMAND_MODULES = [plan, catalog]
+COMMAND_MODULES = [plan, predict, catalog]

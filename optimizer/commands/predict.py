@@ -1,0 +1,156 @@
+"""``servopt predict``: the latency distribution of one deployment under a workload's traffic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ...calibration.registry import load_profile
+from ...costmodels.architectures import resolve_model
+from ...costmodels.deployment import Deployment
+from ...costmodels.errors import InputError, format_validation_error
+from ...costmodels.hardware import load_catalog
+from ...costmodels.serving import estimate, simulate
+from ...costmodels.serving.traffic import Traffic
+from ..workload import load_workload, read_yaml
+from .common import add_hardware_args, positive_int
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "predict",
+        help="simulate one deployment under a workload: P50/P90/P99 of TTFT, TPOT, ITL, end-to-end",
+        description="Predict the latency distribution, throughput and goodput of one deployment serving the "
+        "workload's traffic (discrete-event simulation of vLLM's scheduler on the roofline cost model).",
+    )
+    parser.add_argument("workload", metavar="WORKLOAD.yaml", help="workload file (model, traffic, slo)")
+    parser.add_argument("--deployment", required=True, metavar="DEPLOYMENT.yaml", help="deployment file")
+    parser.add_argument("--requests", type=positive_int, default=None,
+                        help="requests to simulate (default: grow until P99 is stable; a trace: its length)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--analytic", action="store_true",
+                        help="queueing-formula estimate instead of the simulation (what the search screens with)")
+    add_hardware_args(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def load_deployment(path: str | Path) -> Deployment:
+    """Read and validate a deployment YAML file; errors name the field."""
+    data = read_yaml(path, "deployment file")
+    try:
+        return Deployment.model_validate(data)
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, f"deployment file {path}")) from None
+
+
+def _resolve_trace(traffic: Traffic, workload_path: Path) -> Traffic:
+    """A relative trace path is relative to the workload file (when the file is there)."""
+    arrival = traffic.arrival
+    if arrival.kind != "trace" or Path(arrival.path).is_absolute():
+        return traffic
+    beside = workload_path.parent / arrival.path
+    if not beside.exists():
+        return traffic
+    return traffic.model_copy(update={"arrival": arrival.model_copy(update={"path": str(beside)})})
+
+
+def _finite(value):
+    """JSON has no inf or NaN: unknown or unbounded values become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def compute_prediction(args: argparse.Namespace) -> dict:
+    """Everything ``predict`` reports, as a JSON-ready dict (seconds, requests/s, tokens/s)."""
+    workload_path = Path(args.workload)
+    workload = load_workload(workload_path)
+    deployment = load_deployment(args.deployment)
+    resolved = resolve_model(workload.model)
+    if deployment.quantization is None and resolved.quantization:
+        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
+    gpu = load_catalog(args.hardware).get(deployment.gpu)
+    profile = load_profile(gpu, args.profile)
+    traffic = _resolve_trace(workload.traffic, workload_path)
+    slo = workload.slo if workload.slo.targets() else None
+    if args.analytic:
+        summary = estimate(resolved.spec, deployment, traffic, gpu, profile, slo=slo)
+    else:
+        summary = simulate(resolved.spec, deployment, traffic, gpu, profile, num_requests=args.requests,
+                           seed=args.seed, slo=slo).summary
+    result = {
+        "model": resolved.spec.name,
+        "gpu": gpu.name,
+        "deployment": deployment.model_dump(exclude_none=True),
+        "num_gpus": deployment.num_gpus,
+        "profile": profile.source,
+        "profile_calibrated": profile.calibrated,
+        "slo": slo.targets() if slo else {},
+        **summary.to_dict(),
+    }
+    return _finite(result)
+
+
+def _ms(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value * 1e3:9.1f} ms"
+
+
+def render(r: dict) -> str:
+    d = r["deployment"]
+    layout = f"tp={d.get('tp', 1)}, pp={d.get('pp', 1)}, replicas={d.get('replicas', 1)}"
+    if "disaggregation" in d:
+        p = d["disaggregation"]
+        layout = (f"P/D: {p['prefill_instances']} prefill (tp={p.get('prefill_tp', 1)}) + "
+                  f"{p['decode_instances']} decode (tp={p.get('decode_tp', 1)}), replicas={d.get('replicas', 1)}")
+    how = "analytic estimate" if r["method"] == "analytic" else (
+        f"simulated {r['num_requests']} requests, {r['num_measured']} measured ({r['warmup_excluded']} warm-up/cool-down excluded)")
+    lines = [f"{r['model']} on {r['num_gpus']} x {r['gpu']} ({layout}); {how}", ""]
+    if r["saturated"]:
+        lines += ["SATURATED: " + r["saturation_reason"],
+                  "The latencies below grow with the length of the run; they are not a steady state.", ""]
+    lines.append(f"{'':12}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "end-to-end")):
+        stats = r[key]
+        lines.append(f"{label:12}" + "".join(f"{_ms(stats[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
+    ci = r.get("p99_ci_s") or {}
+    bounds = [f"{m.upper()} [{lo * 1e3:.1f}, {hi * 1e3:.1f}] ms" for m, (lo, hi) in ci.items()
+              if lo is not None and hi is not None]
+    if bounds:
+        lines.append("P99 95% intervals (batch means): " + ", ".join(bounds))
+    lines += [
+        "",
+        f"throughput      {r['requests_per_s']:.3g} req/s, {r['output_tokens_per_s']:.4g} output tokens/s, "
+        f"{r['input_tokens_per_s']:.4g} input tokens/s",
+    ]
+    if r["slo"]:
+        targets = ", ".join(f"P99 {m.upper()} <= {v * 1e3:.0f} ms" for m, v in r["slo"].items())
+        verdict = "met" if r["slo_met"] else "MISSED"
+        lines.append(f"SLO             {targets}: {verdict}; goodput {r['goodput_requests_per_s']:.3g} req/s "
+                     f"({(r['slo_attainment'] or 0) * 100:.1f}% of requests within every target)")
+    lines += [
+        f"batch           {r['mean_batch_size']:.1f} sequences per step on average; KV cache {r['kv_utilization'] * 100:.0f}% used; "
+        f"{r['compute_bound_share'] * 100:.0f}% of steps compute-bound",
+    ]
+    if r["queueing_share_p99_ttft"] is not None:
+        lines.append(f"why             {r['queueing_share_p99_ttft'] * 100:.0f}% of the slowest requests' TTFT is queueing "
+                     "for admission or prefill capacity")
+    if r["preemptions"]:
+        lines.append(f"preemptions     {r['preemptions']} (KV cache ran out; the newest requests were recomputed)")
+    lines += [f"note            {n}" for n in r["notes"]]
+    lines += ["", f"Profile: {r['profile']}" + ("" if r["profile_calibrated"] else "  [UNCALIBRATED]")]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = compute_prediction(args)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 0
