@@ -87,6 +87,10 @@ def traffic_moments(traffic: Traffic, compiled: DeploymentModel) -> TrafficMomen
     def cv2(x: np.ndarray) -> float:
         return float(x.var() / x.mean() ** 2)
 
+    def quantiles(x: np.ndarray) -> dict[float, float]:
+        ordered = np.sort(x)
+        return {q: float(ordered[min(int(q * len(x)), len(x) - 1)]) for q in QUANTILES}
+
     rate, concurrency, think, ca2 = None, 0, 0.0, 1.0
     kind = traffic.arrival.kind
     if kind == "closed_loop":
@@ -102,8 +106,8 @@ def traffic_moments(traffic: Traffic, compiled: DeploymentModel) -> TrafficMomen
         rate, ca2 = traffic.arrival.rate_per_s, traffic.arrival.interarrival_cv2
     return TrafficMoments(
         rate, concurrency, think, ca2,
-        float(inputs.mean()), cv2(inputs), {q: float(np.quantile(inputs, q)) for q in QUANTILES},
-        float(outputs.mean()), cv2(outputs), {q: float(np.quantile(outputs, q)) for q in QUANTILES},
+        float(inputs.mean()), cv2(inputs), quantiles(inputs),
+        float(outputs.mean()), cv2(outputs), quantiles(outputs),
         float(drawn.cached_tokens.mean()), len(inputs),
     )
 
@@ -123,7 +127,7 @@ class EnginePoint:
     prefill_utilization: float
     slot_wait_mean_s: float
     slot_wait_tail: tuple[float, float]  # (P_wait, E[Wq] / P_wait)
-    compute_bound_share: float
+    chunk: float  # prefill tokens of a mixed step
 
 
 def _root(f, low: float, high: float, tolerance: float = 1e-6) -> float:
@@ -196,6 +200,7 @@ class EngineModel:
         self.prefill_tokens = 0.0 if mode == "decode" else max(m.input_mean - m.cached_mean, 1.0)
         self.decode_tokens = 0.0 if mode == "prefill" else max(m.output_mean - 1, 0.0)
         self.context = m.input_mean + (1 if mode == "prefill" else m.output_mean / 2)
+        self._last_step_s = 0.0
 
     # --- step times -----------------------------------------------------------------------------
     def _interp(self, f, batch: float) -> float:
@@ -205,10 +210,11 @@ class EngineModel:
         return low if frac < 1e-9 else low + frac * (f(lo + 1) - low)
 
     def decode_step(self, batch: float) -> float:
+        """A decode-only step (a step runs at least one sequence, so below one it is one's step)."""
         def f(b: int) -> float:
             ctx = b * self.context
-            return self.predictor.decode_s(b, ctx, ctx) if b else 0.0
-        return self._interp(f, batch)
+            return self.predictor.decode_s(b, ctx, ctx)
+        return self._interp(f, max(batch, 1.0))
 
     def _composition(self, b: int, chunk: float) -> StepComposition:
         m = self.m
@@ -260,19 +266,27 @@ class EngineModel:
             batch, room, share, t_m = mixed(step_s)
             return (1 - share) * self.decode_step(batch) + share * t_m - step_s
 
-        low = self.decode_step(1.0) if self.decode_tokens else self.mixed_step(0, min(self.prefill_tokens, self.budget))
-        high = low
+        floor = self.decode_step(1.0) if self.decode_tokens else self.mixed_step(0, min(self.prefill_tokens, self.budget))
         limit_batch = min(self.seats, self.capacity_tokens / max(self.context, 1.0))
-        # Bracket the smallest fixed point T = F(T), growing T until F(T) <= T.
-        for _ in range(MAX_ITERATIONS):
-            if excess(high) <= 0:
-                break
-            if batch_at(high) > limit_batch:
-                return self._limit_reason(rate, batch_at(high), limit_batch)
-            high *= 1.5
+        # The smallest fixed point T = F(T) lies above the one-sequence step (F(floor) >= floor).
+        # Bracket it starting from the last solution: nearby rates have nearby step times.
+        high = max(floor, self._last_step_s)
+        if excess(high) <= 0:
+            low = high
+            while low > floor and excess(low) <= 0:
+                high, low = low, max(floor, low / 1.5)
+            step_s = low if excess(low) <= 0 else _root(excess, low, high)
         else:
-            return f"no steady state at {rate:.3g} req/s"
-        step_s = high if high == low else _root(excess, high / 1.5, high)
+            for _ in range(MAX_ITERATIONS):
+                if batch_at(high) > limit_batch:
+                    return self._limit_reason(rate, batch_at(high), limit_batch)
+                low, high = high, high * 1.5
+                if excess(high) <= 0:
+                    break
+            else:
+                return f"no steady state at {rate:.3g} req/s"
+            step_s = _root(excess, low, high)
+        self._last_step_s = step_s
         batch, room, share, t_m = mixed(step_s)
         if batch > limit_batch:
             return self._limit_reason(rate, batch, limit_batch)
@@ -285,8 +299,11 @@ class EngineModel:
                     f"take only {room / t_m:.0f}")
         slope = self.decode_step(batch + 1) - t_d
         slot_mean, slot_tail = self._slot_wait(rate, step_s, steps_per_request, limit_batch)
+        if math.isinf(slot_mean):
+            return self._limit_reason(rate, rate * (steps_per_request * step_s + self.prefill_time(
+                self.prefill_tokens, 0)), limit_batch)
         return EnginePoint(rate, t_d, t_m, step_s, share, batch, slope, room, utilization, slot_mean, slot_tail,
-                           self._compute_bound(batch, share, min(room, self.prefill_tokens)))
+                           min(room, self.prefill_tokens))
 
     def _prefill_point(self, rate: float) -> EnginePoint | str:
         """A prefill-only instance: steps carry whole budgets of prompt tokens."""
@@ -295,8 +312,7 @@ class EngineModel:
         utilization = rate * self.prefill_tokens * t_m / chunk
         if utilization >= 1:
             return f"prefill instances need {rate * self.prefill_tokens:.0f} tokens/s but serve {chunk / t_m:.0f}"
-        return EnginePoint(rate, 0.0, t_m, t_m, 1.0, 0.0, 0.0, float(self.budget), utilization, 0.0, (0.0, 0.0),
-                           self._compute_bound(0, 1.0, chunk))
+        return EnginePoint(rate, 0.0, t_m, t_m, 1.0, 0.0, 0.0, float(self.budget), utilization, 0.0, (0.0, 0.0), chunk)
 
     def _limit_reason(self, rate: float, batch: float, limit: float) -> str:
         what = "max_num_seqs" if limit >= self.seats else "the KV cache"
@@ -309,11 +325,15 @@ class EngineModel:
         offered = rate * residence
         if offered < 0.5 * servers:
             return 0.0, (0.0, 0.0)
+        if offered >= servers:
+            return math.inf, (1.0, math.inf)
         p_wait = _erlang_c(servers, offered)
         mean = p_wait / (servers / residence - rate) * (self.m.arrival_cv2 + self.m.output_cv2) / 2
         return mean, (p_wait, mean / p_wait if p_wait > 0 else 0.0)
 
-    def _compute_bound(self, batch: float, share: float, chunk: float) -> float:
+    def compute_bound_share(self, point: EnginePoint) -> float:
+        """Share of steps whose compute-limited operators dominate, over decode-only and mixed steps."""
+        batch, share, chunk = point.batch, point.mixed_share, point.chunk
         b = max(int(round(batch)), 0)
         rows = [StepComposition(b, b * self.context, b * self.context, 0, 0, 0.0, 0.0, 0.0, 0.0)]
         if chunk > 0:
@@ -468,13 +488,46 @@ class _Analysis:
             high, low = low, low / 4
             if low < 1e-6:
                 raise ValueError("no stable arrival rate")
-        for _ in range(18):
+        for _ in range(12):
             mid = math.sqrt(low * high)
             if isinstance(self.solve(mid), str):
                 high = mid
             else:
                 low = mid
         return self.solve(low)
+
+    @property
+    def lockstep(self) -> bool:
+        """Closed-loop clients with identical requests and no think time move in groups: each group's
+        prompts fill one step, and a group's clients return together (as the simulation shows)."""
+        m = self.m
+        return (m.rate_per_s is None and m.think_time_s == 0 and m.input_cv2 + m.output_cv2 < 1e-12
+                and self.dec is self.front)
+
+    def lockstep_state(self) -> tuple[_Latencies, float, float] | None:
+        """(latencies, throughput, batch) of lockstep clients, or None when they do not all fit."""
+        engine, m = self.front, self.m
+        n = math.ceil(m.concurrency / self.shares[0])
+        if n > min(engine.seats, engine.capacity_tokens / engine.context):
+            return None
+        prompt = engine.prefill_tokens
+        group = max(1, min(n, int(engine.budget // prompt)))
+        groups = math.ceil(n / group)
+        decoders = n - group
+        chunks = max(math.ceil(prompt / max(engine.budget - decoders * engine.q, 1)), 1)
+        t_mixed = engine.mixed_step(decoders, min(group * prompt, engine.budget - decoders * engine.q))
+        t_decode = engine.decode_step(n)
+        steps = max(engine.decode_tokens / engine.tau, 1.0)
+        interfered = min(groups - 1, steps)
+        ttft = chunks * t_mixed
+        tpot = (interfered * t_mixed + (steps - interfered) * t_decode) / max(m.output_mean - 1, 1.0)
+        itl_q = _normal_mixture_quantiles([(steps - interfered, t_decode, 0.0), (interfered, t_mixed, 0.0)]
+                                          if interfered else [(1.0, t_decode, 0.0)], QUANTILES)
+        itl_mean = (interfered * t_mixed + (steps - interfered) * t_decode) / steps
+        ttft_stats, tpot_stats = _stats(ttft, [ttft] * 3), _stats(tpot, [tpot] * 3)
+        e2e = ttft + (m.output_mean - 1) * tpot
+        lat = _Latencies(ttft_stats, tpot_stats, _stats(itl_mean, itl_q), _stats(e2e, [e2e] * 3), 0.0)
+        return lat, m.concurrency / e2e, float(n)
 
     def mean_e2e(self, sol: _Solution) -> float:
         """Mean end-to-end latency (the closed-loop fixed point needs only this)."""
@@ -521,6 +574,9 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
     saturated, reason, extra_wait = False, "", 0.0
     notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and M/G/c slot queues; "
              "no preemption or warm-up"]
+    lockstep = analysis.lockstep_state() if analysis.lockstep else None
+    if lockstep is not None:
+        notes.append("identical requests from closed-loop clients: they run in lockstep groups")
     if m.rate_per_s is None:
         solution, extra_wait = analysis.closed_loop()
         if extra_wait > 0:
@@ -537,6 +593,11 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
                       f"({solution}); the queue grows without bound")
             solution = cap
     lat = analysis.latencies(solution)
+    if lockstep is not None:
+        lat, rate, _ = lockstep
+        solution = analysis.solve(rate)
+        if isinstance(solution, str):
+            raise ValueError(solution)
     ttft, e2e = lat.ttft, lat.e2e
     if saturated:
         ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
@@ -553,15 +614,16 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
             attainment *= _attainment(stats[metric], target)
         slo_met = all(stats[metric].p99 <= target for metric, target in slo.targets().items())
     dec, dp = analysis.dec, solution.decode
-    kv_util = dp.batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
+    batch = lockstep[2] if lockstep is not None else dp.batch
+    kv_util = batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
     prefilling = solution.rate / analysis.shares[0] * analysis.front.prefill_time(analysis.front.prefill_tokens, dp.batch)
     return ServingSummary(
         method="analytic", ttft_s=ttft, tpot_s=lat.tpot, itl_s=lat.itl, e2e_s=e2e, p99_ci_s={},
         requests_per_s=served, input_tokens_per_s=served * m.input_mean, output_tokens_per_s=served * m.output_mean,
         goodput_requests_per_s=served * (attainment if attainment is not None else 1.0),
         slo_attainment=attainment, slo_met=slo_met, kv_utilization=min(kv_util, 1.0),
-        mean_batch_size=dp.batch + (0.0 if compiled.disaggregated else prefilling),
-        compute_bound_share=dp.compute_bound_share, preemptions=0, saturated=saturated, saturation_reason=reason,
+        mean_batch_size=batch + (0.0 if compiled.disaggregated or lockstep is not None else prefilling),
+        compute_bound_share=dec.compute_bound_share(dp), preemptions=0, saturated=saturated, saturation_reason=reason,
         num_requests=0, num_measured=0, warmup_excluded=0,
         queueing_share_p99_ttft=math.nan if saturated else lat.queue_share + (extra_wait / ttft.p99 if extra_wait else 0.0),
         notes=tuple(notes),
