@@ -130,7 +130,7 @@ class EnginePoint:
     chunk: float  # prefill tokens of a mixed step
 
 
-def _root(f, low: float, high: float, tolerance: float = 1e-6) -> float:
+def _root(f, low: float, high: float, tolerance: float = 1e-4) -> float:
     """Root of an increasing-then-crossing ``f`` with f(low) > 0 >= f(high) (Illinois regula falsi)."""
     f_low, f_high = f(low), f(high)
     side = 0
@@ -481,14 +481,14 @@ class _Analysis:
     def latencies(self, sol: _Solution) -> _Latencies:
         return _latencies(self.m, self.front, sol.front, self.dec, sol.decode, self.handoff_s)
 
-    def capacity(self, start: float) -> _Solution:
-        """The highest stable rate below ``start`` (bisection in log rate)."""
-        low, high = start, start
+    def capacity(self, start: float, floor: float | None = None) -> _Solution:
+        """The highest stable rate below ``start`` (bisection in log rate; ``floor`` is stable)."""
+        low, high = (floor, start) if floor else (start, start)
         while isinstance(self.solve(low), str):
             high, low = low, low / 4
             if low < 1e-6:
                 raise ValueError("no stable arrival rate")
-        for _ in range(12):
+        while high > low * 1.002:
             mid = math.sqrt(low * high)
             if isinstance(self.solve(mid), str):
                 high = mid
@@ -553,8 +553,11 @@ class _Analysis:
         if isinstance(single, str):
             raise ValueError(single)
         high = n / (self.mean_e2e(single) + m.think_time_s)  # latency only grows with load
-        if math.isinf(excess(high)):
-            cap = self.capacity(high)
+        over = high
+        while math.isinf(excess(high)):  # step down to a rate with a steady state
+            over, high = high, high / 1.3
+        if excess(high) < 0 and over > high:
+            cap = self.capacity(over, floor=high)
             if excess(cap.rate) < 0:
                 # More clients than the deployment sustains: it runs at capacity and the rest queue.
                 return cap, n / cap.rate - m.think_time_s - self.mean_e2e(cap)
@@ -562,7 +565,7 @@ class _Analysis:
         low = high / 2
         while excess(low) > 0:
             low /= 2
-        return self.solve(_root(lambda r: -excess(r), low, high)), 0.0
+        return self.solve(_root(lambda r: -excess(r), low, high, tolerance=1e-3)), 0.0
 
 
 def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,

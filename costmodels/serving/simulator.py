@@ -65,10 +65,13 @@ COOLDOWN_SHARE = 0.05
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """A simulated run: the summary and one row per request (times in seconds)."""
+    """A simulated run: the summary, one row per request (times in seconds), and how many engine
+    steps were simulated (``decode_steps`` of them ran decodes)."""
 
     summary: ServingSummary
     requests: pd.DataFrame
+    steps: int = 0
+    decode_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,9 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
         notes.append("too few requests to exclude a warm-up: every request is measured")
     summary = summarize(table, cluster.engines, measured, slo=slo, open_loop=closed is None,
                         steady_state=traffic.arrival.kind != "trace", notes=notes)
-    return SimulationResult(summary, table.frame())
+    steps = sum(r[1] for e in cluster.engines for r in e.records)
+    decode_steps = sum(r[1] for e in cluster.engines for r in e.records if r[7])
+    return SimulationResult(summary, table.frame(), int(steps), int(decode_steps))
 
 
 def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,
