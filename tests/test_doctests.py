@@ -6,12 +6,19 @@ import pkgutil
 
 import pytest
 
-import servopt
+PACKAGES = ["servopt.costmodels", "servopt.calibration", "servopt.search_spaces", "servopt.optimizer", "servopt.results"]
 
-MODULES = sorted(
-    info.name for info in pkgutil.walk_packages(servopt.__path__, prefix="servopt.")
-    if not info.name.endswith("__main__")
-)
+
+def _modules() -> list[str]:
+    names = []
+    for package_name in PACKAGES:
+        package = importlib.import_module(package_name)
+        names.append(package_name)
+        names += [info.name for info in pkgutil.walk_packages(package.__path__, prefix=f"{package_name}.")]
+    return sorted(name for name in names if not name.endswith("__main__"))
+
+
+MODULES = _modules()
 
 
 @pytest.mark.parametrize("name", MODULES)
