@@ -3,7 +3,8 @@
 A step runs every layer once over the batch's tokens: the linear operators (QKV, O, gate/up, down,
 MoE experts, LM head) see all T tokens of the step; attention sees each sequence's own context;
 tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage.
-Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` with
+Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` (the profile may
+round the corner of that max) with
 efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
 
 :class:`StepCostModel` precompiles a deployment: the time of all token-count-dependent operators is
@@ -32,7 +33,7 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, weight_bytes
-from .profile import PerformanceProfile
+from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
@@ -217,14 +218,15 @@ class StepCostModel:
         quantized = op.quantized and self._scheme.name != "mxfp4"
         dtype = self._math if quantized else self._dense_dtype
         wbytes = self._weight_dtype_bytes(op.quantized)
+        weight_only = quantized and self._weight_only
         time_s = self.profile.gemm_time_s(
-            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, quantized and self._weight_only, op.count
+            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
         )
-        eff = self.profile.gemm_efficiency(dtype)
+        compute_s, memory_s = self.profile.gemm_parts_s(
+            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
+        )
         flops = 2.0 * tokens * op.n * op.k * op.count
         bytes_moved = op.count * (op.n * op.k * wbytes + tokens * (op.n + op.k) * self._act_bytes)
-        compute_s = flops / (self.gpu.peak_flops(dtype) * eff.compute_eff(tokens))
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _experts(self, tokens: np.ndarray) -> _OpCost | None:
@@ -247,9 +249,9 @@ class StepCostModel:
         if self._weight_only:
             peak = peak * self.profile.weight_only_compute_factor
         compute_s = flops / peak
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_eff())
         # Two grouped GEMMs (gate/up and down) per MoE layer.
-        time_s = np.maximum(compute_s, memory_s) + 2 * layers * eff.overhead_s
+        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + 2 * layers * eff.overhead_s
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _elementwise(self, tokens: np.ndarray) -> _OpCost:
@@ -295,10 +297,7 @@ class StepCostModel:
 
     # --- attention ------------------------------------------------------------------------------
     def _precompute_attention(self) -> None:
-        m, gpu, profile = self.model, self.gpu, self.profile
-        dtype = self._dense_dtype
-        peak = gpu.peak_flops(dtype)
-        bw = gpu.memory_bandwidth_bytes_per_s
+        m = self.model
         if m.mla is not None:
             # Absorbed MLA: scores over the latent (d_c + d_R) and outputs in the latent (d_c).
             flops_per_pair = 2 * self._heads * (m.mla.cache_dim + m.mla.kv_lora_rank)
@@ -308,31 +307,30 @@ class StepCostModel:
             q_values = 2 * self._heads * m.head_dim  # read Q, write O
         self._flops_per_pair = flops_per_pair
         self._query_bytes = q_values * self._act_bytes
-        dec, pre = profile.attention_decode, profile.attention_prefill
-        self._dec_compute_per_pair = flops_per_pair / (peak * dec.compute_efficiency)
-        self._dec_memory_per_ctx = self._kv_layer_bytes / (bw * dec.memory_efficiency)
-        self._dec_memory_per_query = self._query_bytes / (bw * dec.memory_efficiency)
-        self._dec_overhead = dec.overhead_s
-        self._pre_compute_per_pair = flops_per_pair / (peak * pre.compute_efficiency)
-        self._pre_half_q = pre.half_efficiency_query_tokens
-        self._pre_memory_per_kv = self._kv_layer_bytes / (bw * pre.memory_efficiency)
-        self._pre_memory_per_query = self._query_bytes / (bw * pre.memory_efficiency)
-        self._pre_overhead = pre.overhead_s
+
+    def _attention(self, phase: str, flops: np.ndarray, bytes_moved: np.ndarray, active: np.ndarray,
+                   num_seqs: np.ndarray, query_per_seq: np.ndarray | None, layers: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time, compute-bound time) of one attention kernel per layer over ``layers`` layers."""
+        kernels = np.where(active, 1.0, 0.0)
+        per_layer = self.profile.attention_time_s(
+            self.gpu, phase, flops, bytes_moved, kernels, query_per_seq, self._dense_dtype, num_seqs
+        )
+        compute, memory = self.profile.attention_parts_s(self.gpu, phase, flops, bytes_moved, query_per_seq, self._dense_dtype)
+        time_s = layers * per_layer
+        return time_s, np.where(compute > memory, time_s, 0.0)
 
     def _decode_attention(self, query_per_seq: np.ndarray, query: np.ndarray, context: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, compute-bound time) of decode attention over ``layers`` layers."""
-        compute = self._dec_compute_per_pair * context * query_per_seq
-        memory = self._dec_memory_per_ctx * context + self._dec_memory_per_query * query
-        time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + self._dec_overhead), 0.0)
-        return time_s, np.where(compute > memory, time_s, 0.0)
+        flops = self._flops_per_pair * context * query_per_seq
+        bytes_moved = self._kv_layer_bytes * context + self._query_bytes * query
+        num_seqs = query / np.maximum(query_per_seq, 1e-9)
+        return self._attention("decode", flops, bytes_moved, query > 0, num_seqs, None, layers)
 
     def _prefill_attention(self, pairs: np.ndarray, kv_tokens: np.ndarray, tokens: np.ndarray, chunks: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
         mean_chunk = tokens / np.maximum(chunks, 1)
-        ramp = (mean_chunk + self._pre_half_q) / np.maximum(mean_chunk, 1e-9) if self._pre_half_q else 1.0
-        compute = self._pre_compute_per_pair * pairs * ramp
-        memory = self._pre_memory_per_kv * kv_tokens + self._pre_memory_per_query * tokens
-        time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + self._pre_overhead * chunks), 0.0)
-        return time_s, np.where(compute > memory, time_s, 0.0)
+        flops = self._flops_per_pair * pairs
+        bytes_moved = self._kv_layer_bytes * kv_tokens + self._query_bytes * tokens
+        return self._attention("prefill", flops, bytes_moved, chunks > 0, chunks, mean_chunk, layers)
 
     # --- public API -----------------------------------------------------------------------------
     @property
