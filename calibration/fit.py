@@ -18,7 +18,7 @@ Example (recover known GEMM parameters from synthetic latencies):
     >>> table = pd.DataFrame({"op": "gemm", "dtype": "bf16", "framework": "torch", "m": m, "n": n, "k": k,
     ...                       "latency_ms": ms, "gpu": "h100"})
     >>> outcome = fit_profile(table, gpu, holdout_fraction=0.3)
-    >>> float(outcome.report.query("family == 'gemm' and split == 'held_out'").median_abs_pct.iloc[0]) < 2
+    >>> float(outcome.report.query("family == 'gemm_bf16' and split == 'held_out'").median_abs_pct.iloc[0]) < 2
     True
 """
 
@@ -34,7 +34,7 @@ from scipy.optimize import least_squares
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import AttentionEfficiency, CollectiveModel, GemmEfficiency, PerformanceProfile
-from .tables import DTYPE_BYTES
+from .tables import DTYPE_BYTES, KERNEL_COLUMNS
 
 # Knots of the GEMM efficiency curves: log2 M where the tile shape and the bound change, and
 # log2 N, K over the 1k..16k range of LLM projections (ends extrapolate flat).
@@ -326,6 +326,7 @@ def fit_profile(
     """
     if not 0 <= holdout_fraction < 1:
         raise InputError(f"holdout fraction must be in [0, 1), got {holdout_fraction}")
+    table = table.reindex(columns=list(dict.fromkeys([*KERNEL_COLUMNS, *table.columns])))
     if "gpu" in table:
         table = table[table["gpu"] == gpu.name]
     if table.empty:
