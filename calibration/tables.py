@@ -21,8 +21,8 @@ Example:
     >>> text = "system,device,framework,version,kernel_source,gemm_dtype,m,n,k,latency_ms,source\\n"
     >>> text += "h100_sxm,NVIDIA H100,VLLM,0.24.0,torch,bfloat16,1,4096,4096,0.0123,doc\\n"
     >>> table = read_kernel_table(io.StringIO(text), name="example")
-    >>> table.loc[0, ["gpu", "op", "dtype", "framework", "latency_ms"]].tolist()
-    ['h100', 'gemm', 'bf16', 'vllm', 0.0123]
+    >>> table.loc[0, ["gpu", "op", "dtype", "framework"]].tolist(), float(table.loc[0, "latency_ms"])
+    (['h100', 'gemm', 'bf16', 'vllm'], 0.0123)
 """
 
 from __future__ import annotations
