@@ -1,5 +1,5 @@
 """Subcommands of the ``servopt`` CLI, one module each (see ``optimizer/cli.py``)."""
 
-from . import catalog, plan
+from . import calibrate, catalog, plan, validate
 
-COMMAND_MODULES = [plan, catalog]
+COMMAND_MODULES = [plan, catalog, calibrate, validate]
