@@ -98,7 +98,7 @@ class KernelValidator(Validator):
 
     kind = "kernel"
     metrics = ["latency_ms"]
-    slice_columns = ["gpu", "framework", "op", "dtype"]
+    slice_columns = ["gpu", "framework", "op", "dtype", "kv_cache_dtype"]
 
     def read(self, path: str | Path) -> pd.DataFrame:
         return normalize_kernel_frame(_read_csv(path, self.kind), str(path))
@@ -118,7 +118,7 @@ class KernelValidator(Validator):
         table = table if "gpu" in table else normalize_kernel_frame(table)
         table = table.reindex(columns=list(dict.fromkeys([*KERNEL_COLUMNS, *table.columns]))).reset_index(drop=True)
         out = pd.DataFrame({"id": table.index, "gpu": table["gpu"], "framework": table["framework"], "op": table["op"],
-                            "dtype": table["dtype"], "measured_latency_ms": table["latency_ms"],
+                            "dtype": table["dtype"], "kv_cache_dtype": table["kv_cache_dtype"], "measured_latency_ms": table["latency_ms"],
                             "pred_latency_ms": np.nan, "calibrated": False, "reason": ""})
         for (gpu_name, op, dtype, gpus), rows in table.groupby(["gpu", "op", "dtype", table["num_gpus"].fillna(0)], dropna=False):
             fitter = self._fitter(op, dtype, gpus)
@@ -164,6 +164,7 @@ class MemoryValidator(Validator):
             else:
                 try:
                     gpu = get_gpu(str(row["gpu"]))
+                    record["gpu"] = gpu.name
                     kv_dtype = str(row.get("kv_cache_dtype") or "auto")
                     plan = plan_memory(
                         resolve_model(row["model"]).spec, gpu, tp=int(row["tp"]), pp=int(row["pp"]),
@@ -265,4 +266,5 @@ def summarize(scores: pd.DataFrame) -> pd.DataFrame:
 def slice_label(scores: pd.DataFrame, columns: list[str]) -> pd.Series:
     """The slice columns beyond GPU and framework joined into one label (model/precision or op/dtype)."""
     rest = [c for c in columns if c not in ("gpu", "framework")]
-    return scores[rest].astype("string").fillna("-").agg("/".join, axis=1)
+    values = scores[rest].astype("string").fillna("-").to_numpy()
+    return pd.Series(["/".join(row) for row in values], index=scores.index, dtype="object")
