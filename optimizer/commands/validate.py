@@ -58,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
         predictions.append(predicted)
         scores.append(validator.score(predicted))
     predicted = pd.concat(predictions, ignore_index=True)
-    summary = summarize(pd.concat(scores, ignore_index=True))
+    scores = pd.concat(scores, ignore_index=True)
+    summary = summarize(scores)
+    overall = summarize(scores.assign(gpu="all", framework="all", slice="all", calibrated=scores["calibrated"].all()))
     skipped = predicted[predicted["reason"] != ""]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -66,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "summary": summary.to_dict("records"),
+            "overall": overall.to_dict("records"),
             "rows": len(predicted), "predicted": len(predicted) - len(skipped),
             "not_predicted": skipped[["table", "file", "id", "reason"]].to_dict("records"),
         }, indent=2, default=str))
         return 0
-    print(render(summary, predicted, skipped, args.out))
+    print(render(pd.concat([summary, overall], ignore_index=True), predicted, skipped, args.out))
     return 0
 
 
