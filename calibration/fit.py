@@ -200,15 +200,14 @@ class AttentionFit(FamilyFit):
 
     def initial(self, rows: pd.DataFrame) -> np.ndarray:
         compute, memory = (0.6, 0.6) if self.phase == "prefill" else (0.3, 0.8)
-        return np.array([np.log(1e-5), _logit(compute), _logit(memory), np.log(256.0), np.log(1e-8),
-                         _logit(2.0 / MAX_SMOOTHNESS)])
+        return np.array([np.log(1e-5), _logit(compute), _logit(memory), np.log(256.0), np.log(1e-8)])
 
     def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
         eff = AttentionEfficiency.model_construct(
             overhead_s=float(np.exp(params[0])), compute_efficiency=float(_sigmoid(params[1])),
             memory_efficiency=float(_sigmoid(params[2])),
             half_efficiency_query_tokens=float(np.exp(params[3])) if self.phase == "prefill" else 0.0,
-            per_seq_overhead_s=float(np.exp(params[4])), smoothness=_smoothness(params[5]),
+            per_seq_overhead_s=float(np.exp(params[4])),
         )
         return profile.model_copy(update={f"attention_{self.phase}": eff})
 

@@ -9,8 +9,9 @@ Each kernel family is a roofline with fitted efficiencies::
 
     time = overhead + smooth_max(FLOPs / (peak x compute_eff), bytes / (bandwidth x memory_eff))
 
-``smooth_max(a, b) = (a^q + b^q)^(1/q)`` rounds the roofline's corner (a kernel near its balance
-point is slowed by both limits); ``q = None`` is the hard ``max``. The GEMM compute efficiency varies
+For GEMMs ``smooth_max(a, b) = (a^q + b^q)^(1/q)`` rounds the roofline's corner (a kernel near its
+balance point is slowed by both limits; ``q = None`` is the hard ``max``); attention keeps the hard
+``max`` plus a per-sequence overhead. The GEMM compute efficiency varies
 smoothly with the token count M (knots in log2 M, linearly interpolated: small-M GEMMs are
 bandwidth-bound far below peak) and with N and K through multiplicative factors on knots in log2
 (few, wide tiles fill the GPU badly; short K reuses each loaded tile less).
@@ -112,9 +113,9 @@ class AttentionEfficiency(BaseModel):
     overhead_s: float = Field(ge=0)
     # Prefill: efficiency ramps up with the chunk length (short queries underfill the tiles).
     half_efficiency_query_tokens: float = Field(default=0.0, ge=0)
-    # Decode: each sequence adds scheduling and split-KV reduction work beyond its bytes.
+    # Each sequence adds scheduling and (decode) split-KV reduction work beyond its bytes. Attention
+    # keeps the hard max: its time stays linear in the context, which the simulator relies on.
     per_seq_overhead_s: float = Field(default=0.0, ge=0)
-    smoothness: float | None = Field(default=None, ge=1, le=50)
 
     def compute_eff(self, query_tokens: ArrayLike | None = None) -> np.ndarray | float:
         """Compute efficiency at a (mean) query length per sequence."""
@@ -288,7 +289,7 @@ class PerformanceProfile(BaseModel):
         eff = self.attention_prefill if phase == "prefill" else self.attention_decode
         compute_s, memory_s = self.attention_parts_s(gpu, phase, flops, bytes_moved, query_tokens, dtype)
         kernels = np.asarray(kernels, dtype=float)
-        busy = smooth_max(compute_s, memory_s, eff.smoothness)
+        busy = np.maximum(compute_s, memory_s)
         overhead = eff.overhead_s * kernels + eff.per_seq_overhead_s * np.asarray(num_seqs, dtype=float)
         return np.where(kernels > 0, busy + overhead, 0.0)
 

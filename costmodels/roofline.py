@@ -4,7 +4,7 @@ A step runs every layer once over the batch's tokens: the linear operators (QKV,
 MoE experts, LM head) see all T tokens of the step; attention sees each sequence's own context;
 tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage.
 Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` (the profile may
-round the corner of that max) with
+round the corner of a GEMM's max) with
 efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
 
 :class:`StepCostModel` precompiles a deployment: the time of all token-count-dependent operators is
@@ -297,7 +297,10 @@ class StepCostModel:
 
     # --- attention ------------------------------------------------------------------------------
     def _precompute_attention(self) -> None:
-        m = self.model
+        m, gpu, profile = self.model, self.gpu, self.profile
+        dtype = self._dense_dtype
+        peak = gpu.peak_flops(dtype)
+        bw = gpu.memory_bandwidth_bytes_per_s
         if m.mla is not None:
             # Absorbed MLA: scores over the latent (d_c + d_R) and outputs in the latent (d_c).
             flops_per_pair = 2 * self._heads * (m.mla.cache_dim + m.mla.kv_lora_rank)
@@ -307,30 +310,37 @@ class StepCostModel:
             q_values = 2 * self._heads * m.head_dim  # read Q, write O
         self._flops_per_pair = flops_per_pair
         self._query_bytes = q_values * self._act_bytes
-
-    def _attention(self, phase: str, flops: np.ndarray, bytes_moved: np.ndarray, active: np.ndarray,
-                   num_seqs: np.ndarray, query_per_seq: np.ndarray | None, layers: int) -> tuple[np.ndarray, np.ndarray]:
-        """(time, compute-bound time) of one attention kernel per layer over ``layers`` layers."""
-        kernels = np.where(active, 1.0, 0.0)
-        per_layer = self.profile.attention_time_s(
-            self.gpu, phase, flops, bytes_moved, kernels, query_per_seq, self._dense_dtype, num_seqs
-        )
-        compute, memory = self.profile.attention_parts_s(self.gpu, phase, flops, bytes_moved, query_per_seq, self._dense_dtype)
-        time_s = layers * per_layer
-        return time_s, np.where(compute > memory, time_s, 0.0)
+        dec, pre = profile.attention_decode, profile.attention_prefill
+        self._dec_compute_per_pair = flops_per_pair / (peak * dec.compute_efficiency)
+        self._dec_memory_per_ctx = self._kv_layer_bytes / (bw * dec.memory_efficiency)
+        self._dec_memory_per_query = self._query_bytes / (bw * dec.memory_efficiency)
+        self._dec_overhead = dec.overhead_s
+        self._dec_overhead_per_seq = dec.per_seq_overhead_s
+        self._pre_compute_per_pair = flops_per_pair / (peak * pre.compute_efficiency)
+        self._pre_half_q = pre.half_efficiency_query_tokens
+        self._pre_memory_per_kv = self._kv_layer_bytes / (bw * pre.memory_efficiency)
+        self._pre_memory_per_query = self._query_bytes / (bw * pre.memory_efficiency)
+        self._pre_overhead = pre.overhead_s
+        self._pre_overhead_per_seq = pre.per_seq_overhead_s
 
     def _decode_attention(self, query_per_seq: np.ndarray, query: np.ndarray, context: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, compute-bound time) of decode attention over ``layers`` layers."""
-        flops = self._flops_per_pair * context * query_per_seq
-        bytes_moved = self._kv_layer_bytes * context + self._query_bytes * query
-        num_seqs = query / np.maximum(query_per_seq, 1e-9)
-        return self._attention("decode", flops, bytes_moved, query > 0, num_seqs, None, layers)
+        compute = self._dec_compute_per_pair * context * query_per_seq
+        memory = self._dec_memory_per_ctx * context + self._dec_memory_per_query * query
+        seqs = query / np.maximum(query_per_seq, 1e-9)
+        overhead = self._dec_overhead + self._dec_overhead_per_seq * seqs
+        time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
+        return time_s, np.where(compute > memory, time_s, 0.0)
 
     def _prefill_attention(self, pairs: np.ndarray, kv_tokens: np.ndarray, tokens: np.ndarray, chunks: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
         mean_chunk = tokens / np.maximum(chunks, 1)
-        flops = self._flops_per_pair * pairs
-        bytes_moved = self._kv_layer_bytes * kv_tokens + self._query_bytes * tokens
-        return self._attention("prefill", flops, bytes_moved, chunks > 0, chunks, mean_chunk, layers)
+        ramp = (mean_chunk + self._pre_half_q) / np.maximum(mean_chunk, 1e-9) if self._pre_half_q else 1.0
+        compute = self._pre_compute_per_pair * pairs * ramp
+        memory = self._pre_memory_per_kv * kv_tokens + self._pre_memory_per_query * tokens
+        # One kernel launch per layer for the whole batch, plus per-sequence work (profile.attention_time_s).
+        overhead = self._pre_overhead + self._pre_overhead_per_seq * chunks
+        time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
+        return time_s, np.where(compute > memory, time_s, 0.0)
 
     # --- public API -----------------------------------------------------------------------------
     @property

@@ -29,7 +29,7 @@ def synthetic_profile() -> PerformanceProfile:
     return base.model_copy(update={
         "gemm": {"bf16": gemm},
         "attention_decode": AttentionEfficiency(compute_efficiency=0.3, memory_efficiency=0.85, overhead_s=1.2e-5,
-                                                per_seq_overhead_s=5e-8, smoothness=4.0),
+                                                per_seq_overhead_s=5e-8),
         "allreduce": CollectiveModel(latency_s={2: 6e-6, 8: 9e-6}, bandwidth_efficiency=0.7,
                                      bandwidth_efficiency_by_gpus={2: 0.6, 8: 0.8}),
     })
