@@ -131,7 +131,11 @@ class GemmFit(FamilyFit):
         self.family = f"gemm_{dtype}"
 
     def select(self, table: pd.DataFrame) -> pd.DataFrame:
-        return table[(table["op"] == "gemm") & (table["dtype"] == self.dtype)]
+        rows = table[(table["op"] == "gemm") & (table["dtype"] == self.dtype)]
+        sources = rows["kernel_source"].value_counts()
+        # A database may time several kernels per dtype (fp8: per-tensor CUTLASS, block-scaled DeepGEMM,
+        # ...); the profile holds one, so fit the most measured (per-tensor in aiconfigurator's tables).
+        return rows[rows["kernel_source"] == sources.index[0]] if len(sources) > 1 else rows
 
     def initial(self, rows: pd.DataFrame) -> np.ndarray:
         ramp = np.linspace(-2.0, 1.5, len(GEMM_LOG2_M_KNOTS))
