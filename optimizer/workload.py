@@ -196,7 +196,9 @@ class Workload(BaseModel):
     slo: SLO = Field(default_factory=SLO)
     objective: Objective = Field(default_factory=Objective)
     accuracy: Accuracy = Field(default_factory=Accuracy)
-    gpus: list[str] | dict[str, GPUChoice] | None = Field(default=None, description="default: the whole catalog")
+    gpus: dict[str, GPUChoice] | None = Field(
+        default=None, description="a list of GPU names, or name -> {price_per_gpu_hour}; default: the whole catalog"
+    )
     limits: Limits = Field(default_factory=Limits)
     profiles: dict[str, str] = Field(
         default_factory=dict, description="GPU -> performance profile JSON (default: the shipped one)"
@@ -214,6 +216,17 @@ class Workload(BaseModel):
     max_model_len: int | None = Field(default=None, ge=16, description="default: from the traffic's lengths")
     fidelity: Fidelity = Field(default_factory=Fidelity)
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_list(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not all(isinstance(name, str) for name in value):
+                raise ValueError("expected GPU names")
+            return {name: {} for name in value}
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("expected a list of GPU names, or a mapping of GPU name to {price_per_gpu_hour: ...}")
+        return {name: ({} if choice is None else choice) for name, choice in value.items()} if value else value
+
     @model_validator(mode="after")
     def _check(self) -> Workload:
         if any(a.accuracy_score is not None for a in self.alternatives) and self.accuracy.model_score is None:
@@ -221,7 +234,7 @@ class Workload(BaseModel):
         labels = [option.label for option in self.speculation]
         if len(set(labels)) != len(labels):
             raise ValueError("speculation lists the same method and draft model twice")
-        if isinstance(self.gpus, list | dict) and not self.gpus:
+        if self.gpus is not None and not self.gpus:
             raise ValueError("gpus is empty; leave it out to search the whole catalog")
         return self
 
@@ -230,8 +243,6 @@ class Workload(BaseModel):
         """Candidate GPU name -> price override (None: the catalog's), or {} for the whole catalog."""
         if self.gpus is None:
             return {}
-        if isinstance(self.gpus, list):
-            return {name: None for name in self.gpus}
         return {name: choice.price_per_gpu_hour for name, choice in self.gpus.items()}
 
 

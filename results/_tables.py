@@ -14,6 +14,10 @@ KNOB_COLUMNS = [
     "speculation", "num_speculative_tokens", "headroom",
 ]
 METRICS = ("ttft", "tpot", "itl", "e2e")
+# KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
+KV_LIMITED_UTILIZATION = 0.9
+INT_COLUMNS = ("tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
+               "max_num_batched_tokens", "num_speculative_tokens")
 
 
 def _p99(summary: dict | None, metric: str) -> float:
@@ -80,6 +84,9 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
         }
         rows.append(row)
     frame = pd.DataFrame(rows)
+    for col in INT_COLUMNS:  # knobs absent on some trials (conditional) stay integers, not floats
+        if col in frame:
+            frame[col] = frame[col].astype("Int64")
     return frame.sort_values("trial").reset_index(drop=True) if len(frame) else frame
 
 
@@ -96,11 +103,9 @@ def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
     if queueing is not None:
         parts.append(f"queueing {queueing:.0%} of P99 TTFT")
     kv = summary.get("kv_utilization")
-    instances = (record.get("capacity") or {}).get("instances") or []
-    kv_limited = any(i.get("kv_limited") for i in instances)
     batch = summary.get("mean_batch_size")
-    if kv_limited or (kv is not None and kv >= 0.9):
-        parts.append(f"KV-limited (KV cache {kv:.0%} full)" if kv is not None else "KV-limited")
+    if kv is not None and kv >= KV_LIMITED_UTILIZATION:
+        parts.append(f"KV-limited (KV cache {kv:.0%} full)")
     elif batch is not None:
         cap = record["knobs"].get("max_num_seqs")
         limit = " (max_num_seqs-limited)" if cap and batch >= 0.9 * cap else ""
@@ -144,4 +149,7 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "deployment": json.dumps(d, sort_keys=True),
         })
     frame = pd.DataFrame(rows)
-    return frame.sort_values(["cost_usd_per_hour", "p99_e2e_s"]).reset_index(drop=True) if len(frame) else frame
+    if len(frame):
+        frame["tp"] = frame["tp"].astype("Int64")
+        frame = frame.sort_values(["cost_usd_per_hour", "p99_e2e_s"]).reset_index(drop=True)
+    return frame
