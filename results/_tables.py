@@ -37,7 +37,7 @@ def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]
         f"{prefix}kv_utilization": s.get("kv_utilization", math.nan),
         f"{prefix}mean_batch_size": s.get("mean_batch_size", math.nan),
         f"{prefix}compute_bound_share": s.get("compute_bound_share", math.nan),
-        f"{prefix}ttft_queueing_share": s.get("ttft_queueing_share", math.nan),
+        f"{prefix}queueing_share_p99_ttft": s.get("queueing_share_p99_ttft", math.nan),
     })
     return out
 
@@ -99,7 +99,7 @@ def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
     if share is not None:
         parts.append(f"compute-bound ({share:.0%} of steps)" if share >= 0.5
                      else f"memory-bound ({1 - share:.0%} of steps)")
-    queueing = summary.get("ttft_queueing_share")
+    queueing = summary.get("queueing_share_p99_ttft")
     if queueing is not None:
         parts.append(f"queueing {queueing:.0%} of P99 TTFT")
     kv = summary.get("kv_utilization")

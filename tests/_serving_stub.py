@@ -69,7 +69,7 @@ def _predict(model, deployment, traffic, gpu, profile, noise=0.0):
         "requests_per_s": rate * d.replicas * instances, "output_tokens_per_s": rate * d.replicas * instances * s.mean_output_tokens,
         "goodput": 1.0, "saturated": bool(saturated), "saturation_reason": "arrivals exceed service rate" if saturated else None,
         "kv_utilization": float(batch * ctx / max(plan.kv_capacity_tokens, 1)), "mean_batch_size": float(batch),
-        "compute_bound_share": 0.2, "ttft_queueing_share": float(wait / (prefill + wait)),
+        "compute_bound_share": 0.2, "queueing_share_p99_ttft": float(wait / (prefill + wait)),
     }
 
 

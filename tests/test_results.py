@@ -37,7 +37,15 @@ def test_html_is_self_contained(job_dir):
     html = (job_dir / "report.html").read_text()
     assert "<svg" in html and "Pareto front" in html
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
-    assert "UNCALIBRATED" in html  # no shipped profiles in this tree: every GPU is flagged
+
+
+def test_report_flags_uncalibrated_gpus(job_dir):
+    from servopt.calibration.registry import shipped_profile
+
+    md = (job_dir / "report.md").read_text()
+    for gpu in ("h100", "a100-80gb"):
+        line = next(line for line in md.splitlines() if line.startswith(f"- {gpu} ("))
+        assert ("UNCALIBRATED" in line) == (shipped_profile(gpu) is None or not shipped_profile(gpu).calibrated)
 
 
 def test_report_states_profiles(job_dir):
