@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import numpy as np
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
+import sqlalchemy.exc
 from sqlalchemy import event
 
 from ._evaluate import Evaluator, ScreenFront, p99
@@ -38,6 +40,7 @@ RECHECK_PREFIX = "recheck:"
 # A worker that dies leaves its trial RUNNING; the heartbeat lets any later worker fail it.
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 30
+SCHEMA_RETRIES = 5
 
 
 def make_sampler(kind: str, seed: int, trials: int | None) -> optuna.samplers.BaseSampler:
@@ -58,9 +61,19 @@ def open_storage(url: str) -> RDBStorage:
     sqlite = url.startswith("sqlite")
     if sqlite:
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's
-        storage = RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S, **kwargs)
+    for attempt in range(SCHEMA_RETRIES):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's
+                storage = RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S,
+                                     **kwargs)
+            break
+        except sqlalchemy.exc.SQLAlchemyError:
+            # Workers started together race to create the schema of a new database: the loser
+            # fails on a duplicate row, and finds the schema in place when it tries again.
+            if attempt == SCHEMA_RETRIES - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
     if sqlite:
         def _pragmas(connection, _record):
             cursor = connection.cursor()
