@@ -40,7 +40,7 @@ SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s"
 # stores one row per named constraint, so fewer names keep a trial's storage writes down); the
 # record of each trial keeps every rule's own amount and reason.
 CONSTRAINT_GROUPS = {
-    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus"),
+    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus", "simulator"),
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
@@ -94,7 +94,7 @@ class Evaluator:
     def __init__(self, problem: Problem, engine: ServingEngine | None = None):
         self.problem = problem
         self.engine = engine or ServingEngine(problem)
-        self.constraint_names = [*problem.space.constraint_names, "saturated", *SLO_CONSTRAINTS]
+        self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS]
         self._summaries: dict[tuple, Summary] = {}
         self._cost_models: dict[tuple, StepCostModel] = {}
 
@@ -233,7 +233,13 @@ class Evaluator:
         amounts.update({name: v.amount for name, v in violations.items()})
         reasons = [v.reason for v in violations.values()]
         if not violations:
-            deployment, summary = self._estimate_fleet(candidate, model, deployment)
+            try:
+                deployment, summary = self._estimate_fleet(candidate, model, deployment)
+            except InputError as err:  # a configuration the simulator cannot model
+                violations["simulator"] = Violation("simulator", 1.0, f"simulator: {err}")
+                amounts["simulator"] = 1.0
+                reasons.append(violations["simulator"].reason)
+        if not violations:
             record["deployment"] = deployment.model_dump(mode="json")
             record["estimate"] = summary
             record["fidelity"] = "estimate"
@@ -244,11 +250,16 @@ class Evaluator:
             dominated = screen is not None and screen.dominated(est_cost, est_latency, w.fidelity.screen_margin)
             record["estimate_objectives"] = [est_cost, est_latency]
             if not summary.get("saturated") and slo_ok and not dominated:
-                summary = self.simulate(model, deployment, w.fidelity.search_requests, w.seed)
-                record["simulation"] = summary
-                record["simulated_requests"] = w.fidelity.search_requests
-                record["fidelity"] = "simulate"
-                estimated = self._prediction_violations(summary)
+                try:
+                    simulated = self.simulate(model, deployment, w.fidelity.search_requests, w.seed)
+                except InputError as err:  # keep the estimate, and say why it was not simulated
+                    amounts["simulator"] = 1.0
+                    reasons.append(f"simulator: {err}")
+                else:
+                    summary = record["simulation"] = simulated
+                    record["simulated_requests"] = w.fidelity.search_requests
+                    record["fidelity"] = "simulate"
+                    estimated = self._prediction_violations(summary)
             elif dominated:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
             amounts.update(estimated)

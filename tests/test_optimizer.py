@@ -107,3 +107,16 @@ def test_two_processes_share_one_study(tmp_path):
     assert sorted(numbers) == list(range(len(numbers)))  # no lost or duplicated trial numbers
     assert states.get("COMPLETE", 0) >= 30 and set(states) == {"COMPLETE"}
     assert len(workers) == 2  # both processes ran trials
+
+
+def test_simulator_errors_are_recorded_not_raised(tmp_path, serving, monkeypatch):  # noqa: F811
+    def refuse(*args, **kwargs):
+        raise InputError("this deployment cannot be simulated")
+
+    monkeypatch.setattr(serving, "simulate", refuse)
+    job = tiny_job(tmp_path, budget={"trials": 5})
+    outcome = job.run(progress=False)
+    records = [t["record"] for t in job.collect()["trials"]]
+    assert outcome.trials == 5 and not outcome.front
+    assert any("simulator: this deployment cannot be simulated" in r["reason"] for r in records)
+    assert all(not r["feasible"] for r in records if r["fidelity"] == "estimate")
