@@ -3,24 +3,31 @@
 Shipped profiles are JSON files in ``calibration/profiles/<gpu>.json`` (fitted by
 ``scripts/fit_shipped_profiles.py``). A GPU without one gets
 :meth:`PerformanceProfile.spec_default`, whose ``calibrated`` flag is False so that every report
-can say the prediction is uncalibrated.
+can say the prediction is uncalibrated; when a GPU of the same architecture has a shipped fit, its
+efficiencies are transferred onto this GPU's datasheet peaks (still marked uncalibrated).
 
 Example:
     >>> from servopt.costmodels.hardware import get_gpu
     >>> load_profile(get_gpu("l4")).calibrated
     False
+    >>> load_profile(get_gpu("h100")).calibrated
+    True
+    >>> p = load_profile(get_gpu("h100-pcie"))
+    >>> p.calibrated, "H100 80GB" in p.source
+    (False, True)
 """
 
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from ..costmodels.errors import InputError, format_validation_error
-from ..costmodels.hardware import GPUSpec
+from ..costmodels.hardware import GPUSpec, builtin_catalog
 from ..costmodels.profile import PerformanceProfile
 
 
@@ -47,8 +54,44 @@ def shipped_profile(gpu_name: str) -> PerformanceProfile | None:
     return PerformanceProfile.model_validate(json.loads(entry.read_text()))
 
 
+# Which fitted GPU stands in for an unmeasured one of its architecture (the most common part).
+REFERENCE_BY_ARCHITECTURE = {"hopper": "h100", "ampere": "a100-80gb"}
+
+
+def spec_default_profile(gpu: GPUSpec) -> PerformanceProfile:
+    """Uncalibrated defaults: a same-generation fit moved onto this datasheet, else textbook values."""
+    reference_name = REFERENCE_BY_ARCHITECTURE.get(gpu.architecture)
+    reference = shipped_profile(reference_name) if reference_name else None
+    if reference is None:
+        return PerformanceProfile.spec_default(gpu)
+    return PerformanceProfile.spec_default(gpu, reference, builtin_catalog().get(reference_name))
+
+
 def load_profile(gpu: GPUSpec, path: str | Path | None = None) -> PerformanceProfile:
     """The profile for ``gpu``: ``path`` when given, else the shipped fit, else spec defaults."""
     if path is not None:
         return read_profile(path)
-    return shipped_profile(gpu.name) or PerformanceProfile.spec_default(gpu)
+    return shipped_profile(gpu.name) or spec_default_profile(gpu)
+
+
+def _rounded(value, digits: int = 4):
+    """Floats to ``digits`` significant digits, so that a profile stays readable."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    return value
+
+
+def write_profile(profile: PerformanceProfile, path: str | Path) -> Path:
+    """Write a profile as indented JSON with 4 significant digits (validated again after rounding)."""
+    data = _rounded(profile.model_dump(mode="json"))
+    PerformanceProfile.model_validate(data)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One line per list of numbers keeps the knots readable at a glance.
+    text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", json.dumps(data, indent=1))
+    path.write_text(text + "\n")
+    return path

@@ -1,0 +1,31 @@
+"""Cost models: what a deployment costs in memory and time.
+
+The public face; each concept lives in its own module:
+
+- :mod:`.hardware`: GPU catalog (peaks, memory, links, prices)
+- :mod:`.architectures`: model specs, Hugging Face config reader, presets
+- :mod:`.quantization`: weight/KV schemes, math dtypes, accuracy penalties
+- :mod:`.memory`: weights, KV bytes, vLLM's KV capacity
+- :mod:`.profile`: the efficiencies a calibration profile supplies
+- :mod:`.roofline`: step time of a batch
+- :mod:`.deployment`: the deployment spec
+- :mod:`.serving`: traffic and the serving simulator
+
+Example:
+    >>> from servopt.costmodels import get_gpu, get_model, plan_memory
+    >>> plan_memory(get_model("llama-3.1-8b"), get_gpu("l4"), max_model_len=4096).fits
+    True
+"""
+
+from .architectures import ModelSpec, get_model, resolve_model
+from .deployment import Deployment
+from .errors import InputError
+from .hardware import GPUSpec, get_gpu, load_catalog
+from .memory import MemoryPlan, plan_memory
+from .profile import PerformanceProfile
+from .roofline import Batch, StepCostModel
+
+__all__ = [
+    "Batch", "Deployment", "GPUSpec", "InputError", "MemoryPlan", "ModelSpec", "PerformanceProfile",
+    "StepCostModel", "get_gpu", "get_model", "load_catalog", "plan_memory", "resolve_model",
+]

@@ -132,7 +132,9 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
     layer_bytes = (quantized * scheme.weight_bytes_per_param + unquantized_linear * dense_bytes) / (tp * pp)
     ends = max(embed + (0 if pp > 1 else head), head if pp > 1 else 0) * dense_bytes / tp
     rest = (model.norm_params / pp + model.extra_params / tp) * dense_bytes
-    return WeightBreakdown(layer_bytes + ends + rest, total, float(quantized), float(unquantized))
+    # Precomputed RoPE tables (large for Gemma 3's scaled RoPE) are replicated on every GPU.
+    rope = model.rope_cache_bytes
+    return WeightBreakdown(layer_bytes + ends + rest + rope, total + rope * tp * pp, float(quantized), float(unquantized))
 
 
 def kv_bytes_per_token_per_layer_per_gpu(model: ModelSpec, kv_cache_dtype: str, tp: int = 1) -> float:
@@ -201,6 +203,7 @@ class MemoryPlan:
     kv_capacity_tokens: int
     layout: KVLayout
     problems: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def fits(self) -> bool:
@@ -215,13 +218,18 @@ class MemoryPlan:
         """Memory left on a GPU after the budget, CUDA graphs and the CUDA context."""
         return self.gpu_memory_bytes - self.budget_bytes_per_gpu - self.cuda_graph_bytes_per_gpu - CUDA_CONTEXT_BYTES
 
-    def blocks_needed(self, context_tokens: np.ndarray | int) -> np.ndarray:
-        """Paged blocks one request of ``context_tokens`` occupies (sliding-window groups cap)."""
+    def blocks_needed(self, context_tokens: np.ndarray | int, in_flight_tokens: int = 0) -> np.ndarray:
+        """Paged blocks one request of ``context_tokens`` occupies.
+
+        Sliding-window groups keep only the blocks that the window (plus ``in_flight_tokens``
+        being computed in the current step) still covers; vLLM frees the rest.
+        """
         tokens = np.asarray(context_tokens)
         full = -(-tokens // self.block_size)
         blocks = self.layout.full_groups * full
         if self.layout.sliding_groups:
-            window_blocks = -(-(self.layout.sliding_window - 1) // self.block_size) + 1
+            window = self.layout.sliding_window - 1 + in_flight_tokens
+            window_blocks = -(-window // self.block_size) + 1
             blocks = blocks + self.layout.sliding_groups * np.minimum(full, window_blocks)
         return blocks
 
@@ -234,10 +242,10 @@ class MemoryPlan:
         return float(self.kv_tokens_needed(context_tokens)) * self.kv_bytes_per_token
 
     def max_concurrency(self, context_tokens: int) -> float:
-        """Requests of this context that fit in the KV cache at once (vLLM's figure when no
-        sliding window applies)."""
-        needed = float(self.kv_tokens_needed(context_tokens))
-        return self.kv_capacity_tokens / needed if needed else float("inf")
+        """Requests of this context that fit in the KV cache at once, as vLLM reports it: a
+        sliding-window group is charged its window plus a full step of batched tokens."""
+        blocks = float(self.blocks_needed(context_tokens, in_flight_tokens=self.max_num_batched_tokens))
+        return self.kv_cache_blocks / blocks if blocks else float("inf")
 
 
 def _check_parallel(model: ModelSpec, tp: int, pp: int) -> None:
@@ -315,14 +323,17 @@ def plan_memory(
         budget_bytes_per_gpu=budget, kv_cache_bytes_per_gpu=max(kv_cache, 0.0), kv_cache_blocks=blocks,
         kv_capacity_tokens=capacity, layout=layout,
     )
-    if not problems and plan.kv_tokens_needed(context) > capacity:
+    if not problems and plan.max_concurrency(context) < 1:
         problems.append(
-            f"max_model_len {context} needs {int(plan.kv_tokens_needed(context))} KV tokens but only {capacity} fit; "
+            f"one request of max_model_len {context} tokens does not fit in the KV cache ({capacity} tokens); "
             "lower max_model_len, quantize weights or KV, or raise tp"
         )
+    warnings = []
     if plan.headroom_bytes_per_gpu < 0:
-        problems.append(
-            f"gpu_memory_utilization {gpu_memory_utilization} leaves no room for CUDA graphs and the CUDA context "
-            f"({(plan.cuda_graph_bytes_per_gpu + CUDA_CONTEXT_BYTES) / GIB:.1f} GiB); lower it"
+        # vLLM starts (the budget is below free memory) but CUDA-graph capture may then run out.
+        warnings.append(
+            f"gpu_memory_utilization {gpu_memory_utilization} leaves {plan.headroom_bytes_per_gpu / GIB:+.2f} GiB for "
+            f"CUDA graphs and the CUDA context (about {(plan.cuda_graph_bytes_per_gpu + CUDA_CONTEXT_BYTES) / GIB:.1f} "
+            "GiB); lower it if graph capture runs out of memory"
         )
-    return replace(plan, problems=tuple(problems)) if problems else plan
+    return replace(plan, problems=tuple(problems), warnings=tuple(warnings))

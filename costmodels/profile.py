@@ -2,14 +2,19 @@
 
 The cost model never reads files: it is handed a :class:`PerformanceProfile`. servopt's calibration
 package fits profiles from microbenchmarks and ships them for measured GPUs; every other GPU gets
-:meth:`PerformanceProfile.spec_default`, built from its datasheet alone and marked uncalibrated.
+:meth:`PerformanceProfile.spec_default`, built from its datasheet (and, where a GPU of the same
+generation was measured, that GPU's fitted shape of the curves) and marked uncalibrated.
 
 Each kernel family is a roofline with fitted efficiencies::
 
-    time = overhead + max(FLOPs / (peak x compute_eff), bytes / (bandwidth x memory_eff))
+    time = overhead + smooth_max(FLOPs / (peak x compute_eff), bytes / (bandwidth x memory_eff))
 
-where the GEMM compute efficiency varies smoothly with the token count M (knots in log2 M,
-linearly interpolated): small-M GEMMs are bandwidth-bound far below peak.
+For GEMMs ``smooth_max(a, b) = (a^q + b^q)^(1/q)`` rounds the roofline's corner (a kernel near its
+balance point is slowed by both limits; ``q = None`` is the hard ``max``); attention keeps the hard
+``max`` plus a per-sequence overhead. The GEMM compute efficiency varies
+smoothly with the token count M (knots in log2 M, linearly interpolated: small-M GEMMs are
+bandwidth-bound far below peak) and with N and K through multiplicative factors on knots in log2
+(few, wide tiles fill the GPU badly; short K reuses each loaded tile less).
 
 Example:
     >>> from servopt.costmodels.hardware import get_gpu
@@ -31,8 +36,28 @@ from .hardware import GPUSpec
 ArrayLike = np.ndarray | float | int
 
 
+def smooth_max(a: ArrayLike, b: ArrayLike, smoothness: float | None) -> np.ndarray:
+    """``(a^q + b^q)^(1/q)``: the roofline with a rounded corner (``None``: the plain maximum)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if smoothness is None:
+        return np.maximum(a, b)
+    # Scale by the larger term so that the power cannot overflow.
+    top = np.maximum(np.maximum(a, b), 1e-30)
+    return top * ((a / top) ** smoothness + (b / top) ** smoothness) ** (1.0 / smoothness)
+
+
+def _check_increasing(name: str, knots: list[float]) -> None:
+    if any(b <= a for a, b in zip(knots, knots[1:])):
+        raise ValueError(f"{name} must increase")
+
+
 class GemmEfficiency(BaseModel):
-    """GEMM roofline efficiencies for one math dtype."""
+    """GEMM roofline efficiencies for one math dtype.
+
+    ``compute_eff(m, n, k) = compute_efficiency(log2 m) x n_compute_factor(log2 n) x k_compute_factor(log2 k)``
+    and ``memory_eff(n, k) = memory_efficiency x n_memory_factor(log2 n) x k_memory_factor(log2 k)``;
+    the factors sit on ``log2_nk_knots`` (empty: no shape dependence beyond M).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,19 +65,42 @@ class GemmEfficiency(BaseModel):
     compute_efficiency: list[float] = Field(min_length=1, description="fraction of peak at each knot")
     memory_efficiency: float = Field(gt=0, le=1.2)
     overhead_s: float = Field(ge=0)
+    log2_nk_knots: list[float] = Field(default_factory=list)
+    n_compute_factor: list[float] = Field(default_factory=list)
+    k_compute_factor: list[float] = Field(default_factory=list)
+    n_memory_factor: list[float] = Field(default_factory=list)
+    k_memory_factor: list[float] = Field(default_factory=list)
+    smoothness: float | None = Field(default=None, ge=1, le=50)
 
     @model_validator(mode="after")
     def _check_knots(self) -> GemmEfficiency:
         if len(self.log2_m_knots) != len(self.compute_efficiency):
             raise ValueError("log2_m_knots and compute_efficiency must have the same length")
-        if any(b <= a for a, b in zip(self.log2_m_knots, self.log2_m_knots[1:])):
-            raise ValueError("log2_m_knots must increase")
+        _check_increasing("log2_m_knots", self.log2_m_knots)
+        _check_increasing("log2_nk_knots", self.log2_nk_knots)
+        for name in ("n_compute_factor", "k_compute_factor", "n_memory_factor", "k_memory_factor"):
+            values = getattr(self, name)
+            if len(values) != len(self.log2_nk_knots):
+                raise ValueError(f"{name} needs one value per log2_nk_knots entry ({len(self.log2_nk_knots)})")
+            if any(v <= 0 for v in values):
+                raise ValueError(f"{name} values must be positive")
         if any(e <= 0 for e in self.compute_efficiency):
             raise ValueError("compute efficiencies must be positive")
         return self
 
-    def compute_eff(self, m: ArrayLike) -> np.ndarray:
-        return np.interp(np.log2(np.maximum(m, 1)), self.log2_m_knots, self.compute_efficiency)
+    def _factor(self, values: list[float], dim: ArrayLike | None) -> np.ndarray | float:
+        if dim is None or not self.log2_nk_knots:
+            return 1.0
+        return np.interp(np.log2(np.maximum(dim, 1)), self.log2_nk_knots, values)
+
+    def compute_eff(self, m: ArrayLike, n: ArrayLike | None = None, k: ArrayLike | None = None) -> np.ndarray:
+        """Fraction of peak FLOP/s for an [m, k] x [k, n] GEMM (n, k omitted: shape-neutral)."""
+        base = np.interp(np.log2(np.maximum(m, 1)), self.log2_m_knots, self.compute_efficiency)
+        return base * self._factor(self.n_compute_factor, n) * self._factor(self.k_compute_factor, k)
+
+    def memory_eff(self, n: ArrayLike | None = None, k: ArrayLike | None = None) -> np.ndarray | float:
+        """Fraction of peak bandwidth the GEMM streams its weights and activations at."""
+        return self.memory_efficiency * self._factor(self.n_memory_factor, n) * self._factor(self.k_memory_factor, k)
 
 
 class AttentionEfficiency(BaseModel):
@@ -65,21 +113,50 @@ class AttentionEfficiency(BaseModel):
     overhead_s: float = Field(ge=0)
     # Prefill: efficiency ramps up with the chunk length (short queries underfill the tiles).
     half_efficiency_query_tokens: float = Field(default=0.0, ge=0)
+    # Each sequence adds scheduling and (decode) split-KV reduction work beyond its bytes. Attention
+    # keeps the hard max: its time stays linear in the context, which the simulator relies on.
+    per_seq_overhead_s: float = Field(default=0.0, ge=0)
+
+    def compute_eff(self, query_tokens: ArrayLike | None = None) -> np.ndarray | float:
+        """Compute efficiency at a (mean) query length per sequence."""
+        if query_tokens is None or self.half_efficiency_query_tokens <= 0:
+            return self.compute_efficiency
+        q = np.asarray(query_tokens, dtype=float)
+        return self.compute_efficiency * q / (q + self.half_efficiency_query_tokens)
 
 
 class CollectiveModel(BaseModel):
-    """All-reduce time = latency + bytes x 2(n-1)/n / (link bandwidth x efficiency)."""
+    """All-reduce time = latency + bytes x 2(n-1)/n / (link bandwidth x efficiency).
+
+    ``bandwidth_efficiency_by_gpus`` overrides the efficiency for a GPU count (fitted per count:
+    NVSwitch rings of 2, 4 and 8 GPUs reach different shares of the link).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     latency_s: dict[int, float] = Field(description="latency by number of GPUs")
-    bandwidth_efficiency: float = Field(gt=0, le=1.2)
+    bandwidth_efficiency: float = Field(gt=0, le=1.5)
+    bandwidth_efficiency_by_gpus: dict[int, float] = Field(default_factory=dict)
+
+    def _nearest(self, table: dict[int, float], num_gpus: int) -> float:
+        if num_gpus in table:
+            return table[num_gpus]
+        return table[min(sorted(table), key=lambda n: abs(n - num_gpus))]
 
     def latency_for(self, num_gpus: int) -> float:
-        if num_gpus in self.latency_s:
-            return self.latency_s[num_gpus]
-        known = sorted(self.latency_s)
-        return self.latency_s[min(known, key=lambda n: abs(n - num_gpus))]
+        return self._nearest(self.latency_s, num_gpus)
+
+    def efficiency_for(self, num_gpus: int) -> float:
+        if not self.bandwidth_efficiency_by_gpus:
+            return self.bandwidth_efficiency
+        return self._nearest(self.bandwidth_efficiency_by_gpus, num_gpus)
+
+
+# Textbook shapes for a GPU nobody measured: Hopper-like GEMM ramp in M, no N/K dependence.
+_DEFAULT_GEMM = GemmEfficiency(
+    log2_m_knots=[0, 4, 7, 10, 13], compute_efficiency=[0.25, 0.35, 0.55, 0.7, 0.75],
+    memory_efficiency=0.75, overhead_s=4e-6,
+)
 
 
 class PerformanceProfile(BaseModel):
@@ -103,23 +180,51 @@ class PerformanceProfile(BaseModel):
     step_overhead_s: float = Field(ge=0, description="per-step CPU time: scheduling, input prep, sampling")
     step_overhead_per_seq_s: float = Field(ge=0)
     p2p_latency_s: float = Field(default=20e-6, ge=0)
+    fit_report: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="median/p90 absolute % error per op family (train and held-out)"
+    )
     notes: str = ""
 
     # --- constructors ---------------------------------------------------------------------------
     @classmethod
-    def spec_default(cls, gpu: GPUSpec) -> PerformanceProfile:
-        """Datasheet-only profile: textbook efficiencies, clearly marked uncalibrated."""
-        ramp = GemmEfficiency(
-            log2_m_knots=[0, 4, 7, 10, 13],
-            compute_efficiency=[0.25, 0.35, 0.55, 0.7, 0.75],
-            memory_efficiency=0.75,
-            overhead_s=4e-6,
-        )
+    def spec_default(cls, gpu: GPUSpec, reference: PerformanceProfile | None = None,
+                     reference_gpu: GPUSpec | None = None) -> PerformanceProfile:
+        """Datasheet-derived profile, clearly marked uncalibrated.
+
+        With a ``reference`` profile fitted on a GPU of the same generation (``reference_gpu``),
+        the efficiencies (fractions of each datasheet peak) are transferred: the same kernels reach
+        about the same share of a similar chip's peak. Fixed overheads (launch latency) carry over
+        unchanged; all-reduce latencies scale with the link speed ratio's square root (a crude guess
+        for a different fabric). Without one, textbook efficiencies are used.
+
+        Example:
+            >>> from servopt.costmodels.hardware import get_gpu
+            >>> p = PerformanceProfile.spec_default(get_gpu("l40s"))
+            >>> p.calibrated, "uncalibrated" in p.source
+            (False, True)
+        """
+        if reference is not None and reference_gpu is not None:
+            link_ratio = reference_gpu.interconnect_gbps / gpu.interconnect_gbps
+            same_link = np.isclose(link_ratio, 1.0)
+            allreduce = reference.allreduce if same_link else CollectiveModel(
+                latency_s={n: lat * float(np.sqrt(link_ratio)) for n, lat in reference.allreduce.latency_s.items()},
+                bandwidth_efficiency=reference.allreduce.bandwidth_efficiency,
+                bandwidth_efficiency_by_gpus=reference.allreduce.bandwidth_efficiency_by_gpus,
+            )
+            bf16 = reference.gemm_efficiency("bf16")
+            gemm = {dtype: reference.gemm.get(dtype, bf16) for dtype in gpu.peak_tflops}
+            return reference.model_copy(update={
+                "gpu": gpu.name, "calibrated": False, "gemm": gemm, "allreduce": allreduce, "fit_report": {},
+                "source": (f"spec-derived defaults for the {gpu.display_name} (uncalibrated): efficiencies of the "
+                           f"fitted {reference_gpu.display_name} profile ({reference.source}) applied to this "
+                           "GPU's datasheet peaks"),
+                "notes": "uncalibrated: no measurements of this GPU; run `servopt calibrate run` on one to fit it",
+            })
         return cls(
             gpu=gpu.name,
             calibrated=False,
             source=f"spec-derived defaults from the {gpu.display_name} datasheet (uncalibrated)",
-            gemm={dtype: ramp for dtype in gpu.peak_tflops},
+            gemm={dtype: _DEFAULT_GEMM for dtype in gpu.peak_tflops},
             attention_prefill=AttentionEfficiency(
                 compute_efficiency=0.55, memory_efficiency=0.7, overhead_s=8e-6, half_efficiency_query_tokens=256
             ),
@@ -135,6 +240,21 @@ class PerformanceProfile(BaseModel):
     def gemm_efficiency(self, dtype: str) -> GemmEfficiency:
         return self.gemm.get(dtype) or self.gemm["bf16"]
 
+    def gemm_parts_s(
+        self, gpu: GPUSpec, dtype: str, m: ArrayLike, n: float, k: float, weight_bytes: float, act_bytes: float,
+        weight_only: bool = False, count: float = 1.0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(compute-limited, memory-limited) time of ``count`` GEMMs, before overhead and rounding."""
+        m = np.asarray(m, dtype=float)
+        eff = self.gemm_efficiency(dtype)
+        flops = 2.0 * m * n * k * count
+        peak = gpu.peak_flops(dtype) * eff.compute_eff(m, n, k)
+        if weight_only:
+            peak = peak * self.weight_only_compute_factor
+        bytes_moved = count * (n * k * weight_bytes + m * (n + k) * act_bytes)
+        memory_s = bytes_moved / (gpu.memory_bandwidth_bytes_per_s * eff.memory_eff(n, k))
+        return flops / peak, memory_s
+
     def gemm_time_s(
         self, gpu: GPUSpec, dtype: str, m: ArrayLike, n: float, k: float, weight_bytes: float, act_bytes: float,
         weight_only: bool = False, count: float = 1.0,
@@ -143,30 +263,35 @@ class PerformanceProfile(BaseModel):
 
         ``weight_only``: int4/fp8 weights dequantized in the kernel to ``dtype`` math.
         """
-        m = np.asarray(m, dtype=float)
+        compute_s, memory_s = self.gemm_parts_s(gpu, dtype, m, n, k, weight_bytes, act_bytes, weight_only, count)
         eff = self.gemm_efficiency(dtype)
-        flops = 2.0 * m * n * k * count
-        peak = gpu.peak_flops(dtype) * eff.compute_eff(m)
-        if weight_only:
-            peak = peak * self.weight_only_compute_factor
-        bytes_moved = count * (n * k * weight_bytes + m * (n + k) * act_bytes)
-        memory_s = bytes_moved / (gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
-        return np.maximum(flops / peak, memory_s) + eff.overhead_s * count
+        return smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * count
+
+    def attention_parts_s(
+        self, gpu: GPUSpec, phase: str, flops: ArrayLike, bytes_moved: ArrayLike,
+        query_tokens: ArrayLike | None = None, dtype: str = "bf16",
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(compute-limited, memory-limited) time of attention, before overheads and rounding."""
+        eff = self.attention_prefill if phase == "prefill" else self.attention_decode
+        compute_eff = np.maximum(eff.compute_eff(query_tokens), 1e-6)
+        compute_s = np.asarray(flops, dtype=float) / (gpu.peak_flops(dtype) * compute_eff)
+        memory_s = np.asarray(bytes_moved, dtype=float) / (gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
+        return compute_s, memory_s
 
     def attention_time_s(
         self, gpu: GPUSpec, phase: str, flops: ArrayLike, bytes_moved: ArrayLike, kernels: ArrayLike = 1.0,
-        query_tokens: ArrayLike | None = None, dtype: str = "bf16",
+        query_tokens: ArrayLike | None = None, dtype: str = "bf16", num_seqs: ArrayLike = 0.0,
     ) -> np.ndarray:
-        """Roofline time of attention kernels (phase 'prefill' or 'decode')."""
+        """Time of ``kernels`` attention launches (phase 'prefill' or 'decode') over ``num_seqs`` sequences.
+
+        ``query_tokens`` is the mean query length per sequence (prefill's efficiency ramp).
+        """
         eff = self.attention_prefill if phase == "prefill" else self.attention_decode
-        compute_eff = eff.compute_efficiency
-        if query_tokens is not None and eff.half_efficiency_query_tokens > 0:
-            q = np.asarray(query_tokens, dtype=float)
-            compute_eff = compute_eff * q / (q + eff.half_efficiency_query_tokens)
-        compute_s = np.asarray(flops, dtype=float) / (gpu.peak_flops(dtype) * np.maximum(compute_eff, 1e-6))
-        memory_s = np.asarray(bytes_moved, dtype=float) / (gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
-        active = np.asarray(kernels, dtype=float) > 0
-        return np.where(active, np.maximum(compute_s, memory_s) + eff.overhead_s * np.asarray(kernels), 0.0)
+        compute_s, memory_s = self.attention_parts_s(gpu, phase, flops, bytes_moved, query_tokens, dtype)
+        kernels = np.asarray(kernels, dtype=float)
+        busy = np.maximum(compute_s, memory_s)
+        overhead = eff.overhead_s * kernels + eff.per_seq_overhead_s * np.asarray(num_seqs, dtype=float)
+        return np.where(kernels > 0, busy + overhead, 0.0)
 
     def allreduce_time_s(self, gpu: GPUSpec, message_bytes: ArrayLike, num_gpus: int, link_bytes_per_s: float | None = None) -> np.ndarray:
         """Ring all-reduce of ``message_bytes`` over ``num_gpus`` GPUs (zero for one GPU)."""
@@ -175,7 +300,7 @@ class PerformanceProfile(BaseModel):
             return np.zeros_like(message_bytes)
         link = link_bytes_per_s or gpu.interconnect_bytes_per_s
         wire = message_bytes * 2 * (num_gpus - 1) / num_gpus
-        return self.allreduce.latency_for(num_gpus) + wire / (link * self.allreduce.bandwidth_efficiency)
+        return self.allreduce.latency_for(num_gpus) + wire / (link * self.allreduce.efficiency_for(num_gpus))
 
     def p2p_time_s(self, message_bytes: ArrayLike, link_bytes_per_s: float) -> np.ndarray:
         """Point-to-point send between pipeline stages."""

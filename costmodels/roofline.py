@@ -3,7 +3,8 @@
 A step runs every layer once over the batch's tokens: the linear operators (QKV, O, gate/up, down,
 MoE experts, LM head) see all T tokens of the step; attention sees each sequence's own context;
 tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage.
-Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` with
+Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` (the profile may
+round the corner of a GEMM's max) with
 efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
 
 :class:`StepCostModel` precompiles a deployment: the time of all token-count-dependent operators is
@@ -33,7 +34,7 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, weight_bytes
-from .profile import PerformanceProfile
+from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
@@ -218,14 +219,15 @@ class StepCostModel:
         quantized = op.quantized and self._scheme.name != "mxfp4"
         dtype = self._math if quantized else self._dense_dtype
         wbytes = self._weight_dtype_bytes(op.quantized)
+        weight_only = quantized and self._weight_only
         time_s = self.profile.gemm_time_s(
-            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, quantized and self._weight_only, op.count
+            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
         )
-        eff = self.profile.gemm_efficiency(dtype)
+        compute_s, memory_s = self.profile.gemm_parts_s(
+            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
+        )
         flops = 2.0 * tokens * op.n * op.k * op.count
         bytes_moved = op.count * (op.n * op.k * wbytes + tokens * (op.n + op.k) * self._act_bytes)
-        compute_s = flops / (self.gpu.peak_flops(dtype) * eff.compute_eff(tokens))
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _experts(self, tokens: np.ndarray) -> _OpCost | None:
@@ -248,9 +250,9 @@ class StepCostModel:
         if self._weight_only:
             peak = peak * self.profile.weight_only_compute_factor
         compute_s = flops / peak
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_efficiency)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_eff())
         # Two grouped GEMMs (gate/up and down) per MoE layer.
-        time_s = np.maximum(compute_s, memory_s) + 2 * layers * eff.overhead_s
+        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + 2 * layers * eff.overhead_s
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _elementwise(self, tokens: np.ndarray) -> _OpCost:
@@ -314,17 +316,21 @@ class StepCostModel:
         self._dec_memory_per_ctx = self._kv_layer_bytes / (bw * dec.memory_efficiency)
         self._dec_memory_per_query = self._query_bytes / (bw * dec.memory_efficiency)
         self._dec_overhead = dec.overhead_s
+        self._dec_overhead_per_seq = dec.per_seq_overhead_s
         self._pre_compute_per_pair = flops_per_pair / (peak * pre.compute_efficiency)
         self._pre_half_q = pre.half_efficiency_query_tokens
         self._pre_memory_per_kv = self._kv_layer_bytes / (bw * pre.memory_efficiency)
         self._pre_memory_per_query = self._query_bytes / (bw * pre.memory_efficiency)
         self._pre_overhead = pre.overhead_s
+        self._pre_overhead_per_seq = pre.per_seq_overhead_s
 
     def _decode_attention(self, query_per_seq: np.ndarray, query: np.ndarray, context: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, compute-bound time) of decode attention over ``layers`` layers."""
         compute = self._dec_compute_per_pair * context * query_per_seq
         memory = self._dec_memory_per_ctx * context + self._dec_memory_per_query * query
-        time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + self._dec_overhead), 0.0)
+        seqs = query / np.maximum(query_per_seq, 1e-9)
+        overhead = self._dec_overhead + self._dec_overhead_per_seq * seqs
+        time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
         return time_s, np.where(compute > memory, time_s, 0.0)
 
     def _prefill_attention(self, pairs: np.ndarray, kv_tokens: np.ndarray, tokens: np.ndarray, chunks: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +338,9 @@ class StepCostModel:
         ramp = (mean_chunk + self._pre_half_q) / np.maximum(mean_chunk, 1e-9) if self._pre_half_q else 1.0
         compute = self._pre_compute_per_pair * pairs * ramp
         memory = self._pre_memory_per_kv * kv_tokens + self._pre_memory_per_query * tokens
-        time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + self._pre_overhead * chunks), 0.0)
+        # One kernel launch per layer for the whole batch, plus per-sequence work (profile.attention_time_s).
+        overhead = self._pre_overhead + self._pre_overhead_per_seq * chunks
+        time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
         return time_s, np.where(compute > memory, time_s, 0.0)
 
     # --- public API -----------------------------------------------------------------------------
@@ -517,9 +525,10 @@ class ScalarStepTime:
         if c._sliding_layers:
             self._kinds.append((float(c._sliding_layers), True))
         self._window = float(c._window) if c._window else None
-        self._dec = (c._dec_compute_per_pair, c._dec_memory_per_ctx, c._dec_memory_per_query, c._dec_overhead)
+        self._dec = (c._dec_compute_per_pair, c._dec_memory_per_ctx, c._dec_memory_per_query, c._dec_overhead,
+                     c._dec_overhead_per_seq)
         self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
-                     c._pre_overhead)
+                     c._pre_overhead, c._pre_overhead_per_seq)
         self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
@@ -542,20 +551,21 @@ class ScalarStepTime:
         """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars)."""
         total = self._fixed(num_tokens, num_sampled)
         if decode_query_tokens:
-            cc, cm, cq, ov = self._dec
+            cc, cm, cq, ov, ov_seq = self._dec
             per_seq = decode_query_tokens / max(num_decode_seqs, 1)
+            overhead = ov + ov_seq * decode_query_tokens / per_seq
             for layers, windowed in self._kinds:
                 ctx = decode_context_windowed if windowed else decode_context
-                total += layers * (max(cc * ctx * per_seq, cm * ctx + cq * decode_query_tokens) + ov)
+                total += layers * (max(cc * ctx * per_seq, cm * ctx + cq * decode_query_tokens) + overhead)
         if prefill_chunks:
-            pc, half, pm, pq, ov = self._pre
+            pc, half, pm, pq, ov, ov_seq = self._pre
             tokens = num_tokens - decode_query_tokens
             mean_chunk = tokens / prefill_chunks
             ramp = (mean_chunk + half) / max(mean_chunk, 1e-9) if half else 1.0
             for layers, windowed in self._kinds:
                 pairs = prefill_pairs_windowed if windowed else prefill_pairs
                 kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
-                total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov * prefill_chunks)
+                total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov + ov_seq * prefill_chunks)
         return total
 
     def decode(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> float:
@@ -567,7 +577,8 @@ class ScalarStepTime:
         """The decode step time as a line in the summed context, in the regime that holds at ``context``."""
         q = num_seqs * query_per_seq
         intercept = self._fixed(q, q)
-        cc, cm, cq, ov = self._dec
+        cc, cm, cq, ov, ov_seq = self._dec
+        ov = ov + ov_seq * num_seqs
         slopes = [0.0, 0.0]
         limits = [math.inf, math.inf]
         for layers, windowed in self._kinds:

@@ -1,4 +1,25 @@
-"""The workload file: the model, the traffic it must serve and its latency targets.
+"""The workload file: the model, the traffic it must serve, its targets, and how to search.
+
+Every section but ``model`` and ``traffic`` is optional::
+
+    model: llama-3.1-8b                      # preset alias, Hugging Face id, or path to config.json
+    alternatives:                            # other models the search may pick instead
+      - {model: llama-3.2-3b, accuracy_drop_pct: 6.0}
+    traffic: {arrival: {kind: poisson, rate_per_s: 20}, input_tokens: ..., output_tokens: ...}
+    slo: {p99_ttft_s: 1.0, p99_tpot_s: 0.05, p99_e2e_s: 20}
+    objective: {latency: e2e, cost: usd_per_hour}   # P99 to minimize: e2e, ttft or tpot
+    accuracy: {max_drop_pct: 2.0, overrides: {awq: 3.0}}
+    gpus: {h100: {price_per_gpu_hour: 2.50}, a100-80gb: {}}   # or a list of names
+    profiles: {h100: my_h100_profile.json}   # default: the shipped calibration, else spec defaults
+    limits: {max_gpus: 32, gpus_per_node: 8}
+    redundancy: 0.2                          # spare replicas on top of what the traffic needs
+    budget: {trials: 200, time_s: 120}
+    sampler: nsga2                           # or tpe
+    seed: 0
+    storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
+    space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
+    speculation: [{method: ngram}]
+    checkpoints: {awq: hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4}
 
 Example:
     >>> w = Workload.model_validate({
@@ -7,30 +28,213 @@ Example:
     ...                 "input_tokens": {"kind": "fixed", "value": 1024},
     ...                 "output_tokens": {"kind": "fixed", "value": 256}},
     ...     "slo": {"p99_ttft_s": 2.0}})
-    >>> w.slo.p99_ttft_s
-    2.0
+    >>> w.slo.p99_ttft_s, w.objective.latency, w.sampler
+    (2.0, 'e2e', 'nsga2')
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..costmodels.deployment import SpeculativeMethod
 from ..costmodels.errors import InputError, format_validation_error
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
 
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+LatencyMetric = Literal["e2e", "ttft", "tpot"]
+CostMetric = Literal["usd_per_hour", "usd_per_mtoken"]
+
+
+class Objective(BaseModel):
+    """What the search trades off: a cost against one P99 latency."""
+
+    model_config = _STRICT
+
+    latency: LatencyMetric = Field(default="e2e", description="which P99 to minimize")
+    cost: CostMetric = Field(
+        default="usd_per_hour", description="fleet $/hour, or $ per million output tokens at the offered load"
+    )
+
+
+class Accuracy(BaseModel):
+    """The quality budget: the largest drop (percent of the unquantized model's score) allowed."""
+
+    model_config = _STRICT
+
+    max_drop_pct: float = Field(default=3.0, ge=0)
+    overrides: dict[str, float] = Field(
+        default_factory=dict, description="scheme (or kv_fp8) -> drop in percent, replacing the shipped table"
+    )
+    model_score: float | None = Field(
+        default=None, gt=0, description="the main model's score, when alternatives give accuracy_score"
+    )
+
+    @field_validator("overrides")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, drop in value.items():
+            if drop < 0:
+                raise ValueError(f"override for '{key}' must be >= 0 (got {drop})")
+        return value
+
+
+class Alternative(BaseModel):
+    """Another model the search may serve instead, with what it costs in quality."""
+
+    model_config = _STRICT
+
+    model: str
+    accuracy_drop_pct: float | None = Field(default=None, ge=0, description="drop against the main model")
+    accuracy_score: float | None = Field(default=None, gt=0, description="its score (needs accuracy.model_score)")
+    checkpoint: str | None = Field(default=None, description="the id to serve, when not the model name")
+
+    @model_validator(mode="after")
+    def _one_accuracy(self) -> Alternative:
+        if (self.accuracy_drop_pct is None) == (self.accuracy_score is None):
+            raise ValueError("give exactly one of accuracy_drop_pct and accuracy_score")
+        return self
+
+
+class GPUChoice(BaseModel):
+    """A candidate GPU; a price set here replaces the catalog's."""
+
+    model_config = _STRICT
+
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+
+
+class Limits(BaseModel):
+    model_config = _STRICT
+
+    max_gpus: int = Field(default=64, ge=1, description="the whole fleet, all replicas and roles")
+    gpus_per_node: int | None = Field(default=None, ge=1, description="default: each GPU's catalog value")
+
+
+class Budget(BaseModel):
+    """When the search stops: after ``trials`` finished trials or ``time_s`` seconds, first of the two."""
+
+    model_config = _STRICT
+
+    trials: int | None = Field(default=200, ge=1)
+    time_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> Budget:
+        if self.trials is None and self.time_s is None:
+            raise ValueError("give trials, time_s or both")
+        return self
+
+
+class Fidelity(BaseModel):
+    """Simulated requests: per promising trial, and when the final front is re-checked."""
+
+    model_config = _STRICT
+
+    search_requests: int = Field(default=1500, ge=50)
+    final_requests: int = Field(default=6000, ge=50)
+    screen_margin: float = Field(
+        default=0.25, ge=0,
+        description="simulate a trial unless its estimate is this much worse than a simulated one, or than an SLO",
+    )
+
+
+class SpeculationOption(BaseModel):
+    """A speculative decoding method the search may use (g, the drafted tokens, is searched)."""
+
+    model_config = _STRICT
+
+    method: SpeculativeMethod
+    draft_model: str | None = None
+    acceptance_rate: float | None = Field(default=None, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _draft(self) -> SpeculationOption:
+        if self.method in ("draft_model", "eagle", "eagle3") and not self.draft_model:
+            raise ValueError(f"method '{self.method}' needs draft_model (the draft or head checkpoint)")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.method if not self.draft_model else f"{self.method}:{self.draft_model}"
+
+
+class Checkpoints(BaseModel):
+    """Pre-quantized checkpoints to serve for weight schemes vLLM cannot apply online."""
+
+    model_config = _STRICT
+
+    int8: str | None = None
+    awq: str | None = None
+    gptq: str | None = None
+    fp8: str | None = None
+
 
 class Workload(BaseModel):
-    """A user's workload file."""
+    """A user's workload file (see the module docstring for every section)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
     model: str = Field(description="preset alias, Hugging Face id, or path to config.json")
+    alternatives: list[Alternative] = Field(default_factory=list)
     traffic: Traffic
     slo: SLO = Field(default_factory=SLO)
+    objective: Objective = Field(default_factory=Objective)
+    accuracy: Accuracy = Field(default_factory=Accuracy)
+    gpus: dict[str, GPUChoice] | None = Field(
+        default=None, description="a list of GPU names, or name -> {price_per_gpu_hour}; default: the whole catalog"
+    )
+    limits: Limits = Field(default_factory=Limits)
+    profiles: dict[str, str] = Field(
+        default_factory=dict, description="GPU -> performance profile JSON (default: the shipped one)"
+    )
+    redundancy: float = Field(default=0.0, ge=0, le=4, description="0.3 = 30% spare replicas")
+    budget: Budget = Field(default_factory=Budget)
+    sampler: Literal["nsga2", "tpe"] = "nsga2"
+    seed: int = Field(default=0, ge=0)
+    storage: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
+    space: dict[str, Any] = Field(
+        default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
+    )
+    speculation: list[SpeculationOption] = Field(default_factory=lambda: [SpeculationOption(method="ngram")])
+    checkpoints: Checkpoints = Field(default_factory=Checkpoints)
+    max_model_len: int | None = Field(default=None, ge=16, description="default: from the traffic's lengths")
+    fidelity: Fidelity = Field(default_factory=Fidelity)
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_list(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not all(isinstance(name, str) for name in value):
+                raise ValueError("expected GPU names")
+            return {name: {} for name in value}
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("expected a list of GPU names, or a mapping of GPU name to {price_per_gpu_hour: ...}")
+        return {name: ({} if choice is None else choice) for name, choice in value.items()} if value else value
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        if any(a.accuracy_score is not None for a in self.alternatives) and self.accuracy.model_score is None:
+            raise ValueError("alternatives give accuracy_score: set accuracy.model_score, the main model's score")
+        labels = [option.label for option in self.speculation]
+        if len(set(labels)) != len(labels):
+            raise ValueError("speculation lists the same method and draft model twice")
+        if self.gpus is not None and not self.gpus:
+            raise ValueError("gpus is empty; leave it out to search the whole catalog")
+        return self
+
+    @property
+    def gpu_prices(self) -> dict[str, float | None]:
+        """Candidate GPU name -> price override (None: the catalog's), or {} for the whole catalog."""
+        if self.gpus is None:
+            return {}
+        return {name: choice.price_per_gpu_hour for name, choice in self.gpus.items()}
 
 
 def read_yaml(path: str | Path, what: str) -> dict:
@@ -53,10 +257,14 @@ def read_yaml(path: str | Path, what: str) -> dict:
     return data
 
 
-def load_workload(path: str | Path) -> Workload:
-    """Read and validate a workload YAML file."""
-    data = read_yaml(path, "workload file")
+def parse_workload(data: dict, source: str) -> Workload:
+    """Validate a workload mapping; errors name each bad key."""
     try:
         return Workload.model_validate(data)
     except ValidationError as err:
-        raise InputError(format_validation_error(err, f"workload file {path}")) from None
+        raise InputError(format_validation_error(err, source)) from None
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and validate a workload YAML file."""
+    return parse_workload(read_yaml(path, "workload file"), f"workload file {path}")

@@ -1,0 +1,19 @@
+"""Results of an optimize job: tables, the Pareto report, and vLLM launch commands.
+
+Everything here reads the plain data an optimize job collects (``Job.collect()``) or the files it
+wrote, never the optimizer itself.
+
+Example:
+    >>> from servopt.results import speculative_config
+    >>> speculative_config({"method": "ngram", "num_speculative_tokens": 3})
+    {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
+"""
+
+from ._export import VLLM_VERSION, check_with_vllm, launch_plan, render_shell, speculative_config
+from ._report import explain_empty, render_html, render_markdown, write_results
+from ._tables import pareto_frame, trials_frame, why
+
+__all__ = [
+    "VLLM_VERSION", "check_with_vllm", "explain_empty", "launch_plan", "pareto_frame", "render_html",
+    "render_markdown", "render_shell", "speculative_config", "trials_frame", "why", "write_results",
+]

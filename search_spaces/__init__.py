@@ -1,0 +1,24 @@
+"""The search space: knobs, their domains, conditions and the constraints checked before simulating.
+
+One knob is one small class (``search_spaces/_knobs.py``) behind :class:`Knob`; one constraint is
+one small class (``_constraints.py``) behind :class:`Constraint`. A workload's ``space:`` pins
+(a value) or narrows (a list, or ``{low, high}``) any knob.
+
+Example:
+    >>> from servopt.search_spaces import SearchSpace, example_context
+    >>> space = SearchSpace(example_context(), {"gpu": "h100", "mode": "aggregated"})
+    >>> space.domain("tp").values()
+    [1, 2, 4, 8]
+"""
+
+from ._constraints import CONSTRAINTS, Constraint, Violation, instances, memory_headroom_gib
+from ._context import ModelChoice, SpaceContext, SpeculationChoice, example_context
+from ._domains import Choices, Domain, FloatRange, IntRange
+from ._knobs import AGGREGATED, DISAGGREGATED, KNOBS, SPECULATION_OFF, Knob
+from ._space import Candidate, SearchSpace
+
+__all__ = [
+    "AGGREGATED", "CONSTRAINTS", "Candidate", "Choices", "Constraint", "DISAGGREGATED", "Domain", "FloatRange",
+    "IntRange", "KNOBS", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext",
+    "SpeculationChoice", "Violation", "example_context", "instances", "memory_headroom_gib",
+]

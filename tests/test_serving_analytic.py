@@ -13,7 +13,7 @@ from servopt.costmodels.serving import SLO, estimate
 def test_estimate_matches_simulated_means(rate):
     tr = traffic({"kind": "poisson", "rate_per_s": rate}, {"kind": "lognormal", "mean": 1024, "sigma": 0.5}, 256)
     sim = run(deployment(), tr, n=3000).summary
-    est = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE)
+    est = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE).summary
     assert est.tpot_s.mean == pytest.approx(sim.tpot_s.mean, rel=0.1)
     assert est.ttft_s.mean == pytest.approx(sim.ttft_s.mean, rel=0.3)
     assert est.mean_batch_size == pytest.approx(sim.mean_batch_size, rel=0.15)
@@ -25,21 +25,21 @@ def test_estimate_closed_loop_throughput_matches_simulation():
         tr = traffic({"kind": "closed_loop", "concurrency": concurrency}, {"kind": "uniform", "low": 500, "high": 1500},
                      {"kind": "uniform", "low": 100, "high": 300})
         sim = run(deployment(), tr, n=40 * concurrency).summary
-        est = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE)
+        est = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE).summary
         assert est.requests_per_s == pytest.approx(sim.requests_per_s, rel=0.1)
         assert est.tpot_s.mean == pytest.approx(sim.tpot_s.mean, rel=0.15)
 
 
 def test_estimate_flags_saturation_without_a_finite_ttft():
-    est = estimate(LLAMA_8B, deployment(), poisson(60.0), GPU, PROFILE)
+    est = estimate(LLAMA_8B, deployment(), poisson(60.0), GPU, PROFILE).summary
     assert est.saturated and "capacity" in est.saturation_reason
     assert math.isinf(est.ttft_s.p99) and 0 < est.requests_per_s < 60
 
 
 def test_goodput_counts_requests_within_the_slo():
     tr = poisson(8.0)
-    loose = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE, slo=SLO(p99_ttft_s=5.0, p99_tpot_s=1.0))
-    tight = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE, slo=SLO(p99_ttft_s=0.02))
+    loose = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE, slo=SLO(p99_ttft_s=5.0, p99_tpot_s=1.0)).summary
+    tight = estimate(LLAMA_8B, deployment(), tr, GPU, PROFILE, slo=SLO(p99_ttft_s=0.02)).summary
     assert loose.slo_met and loose.goodput_requests_per_s == pytest.approx(8.0, rel=0.01)
     assert not tight.slo_met and tight.goodput_requests_per_s < 4.0
     sim = run(deployment(), tr, n=2000, slo=SLO(p99_ttft_s=0.02)).summary

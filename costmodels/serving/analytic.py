@@ -29,7 +29,7 @@ Example:
     >>> traffic = Traffic.model_validate({"arrival": {"kind": "poisson", "rate_per_s": 5},
     ...     "input_tokens": {"kind": "fixed", "value": 1024}, "output_tokens": {"kind": "fixed", "value": 128}})
     >>> s = estimate(get_model("llama-3.1-8b"), Deployment(gpu="h100", max_model_len=8192), traffic, gpu,
-    ...              PerformanceProfile.spec_default(gpu))
+    ...              PerformanceProfile.spec_default(gpu)).summary
     >>> s.method, s.saturated, 0.005 < s.tpot_s.mean < 0.05
     ('analytic', False, True)
 """
@@ -47,8 +47,8 @@ from ..hardware import GPUSpec
 from ..profile import PerformanceProfile
 from .metrics import LatencyStats, ServingSummary
 from .predictor import StepComposition
-from .requests import draw_requests
-from .simulator import DeploymentModel, Role, compile_deployment
+from .requests import RequestTable, draw_requests
+from .simulator import DeploymentModel, Role, SimulationResult, compile_deployment
 from .slo import SLO
 from .traffic import Traffic
 
@@ -569,8 +569,9 @@ class _Analysis:
 
 
 def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,
-             slo: SLO | None = None) -> ServingSummary:
-    """The simulator's summary, from queueing approximations (see the module docstring)."""
+             slo: SLO | None = None) -> SimulationResult:
+    """The simulator's result shape from queueing approximations (see the module docstring): its
+    ``summary`` has every field of a simulated one; it has no per-request rows and no steps."""
     compiled = compile_deployment(model, deployment, gpu, profile)
     m = traffic_moments(traffic, compiled)
     analysis = _Analysis(compiled, m)
@@ -620,7 +621,7 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
     batch = lockstep[2] if lockstep is not None else dp.batch
     kv_util = batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
     prefilling = solution.rate / analysis.shares[0] * analysis.front.prefill_time(analysis.front.prefill_tokens, dp.batch)
-    return ServingSummary(
+    summary = ServingSummary(
         method="analytic", ttft_s=ttft, tpot_s=lat.tpot, itl_s=lat.itl, e2e_s=e2e, p99_ci_s={},
         requests_per_s=served, input_tokens_per_s=served * m.input_mean, output_tokens_per_s=served * m.output_mean,
         goodput_requests_per_s=served * (attainment if attainment is not None else 1.0),
@@ -631,4 +632,5 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
         queueing_share_p99_ttft=math.nan if saturated else lat.queue_share + (extra_wait / ttft.p99 if extra_wait else 0.0),
         notes=tuple(notes),
     )
+    return SimulationResult(summary, RequestTable.empty_frame())
 

@@ -121,6 +121,11 @@ class RequestTable:
         # Cumulative tokens after each verify step (speculative decoding only).
         self.emitted: dict[int, np.ndarray] = {}
 
+    @staticmethod
+    def empty_frame() -> pd.DataFrame:
+        """The per-request columns with no rows (an analytic estimate has no requests)."""
+        return RequestTable(DrawnRequests(np.zeros(0), *(np.zeros(0, dtype=np.int64),) * 3, 0)).frame()
+
     def frame(self) -> pd.DataFrame:
         """One row per request (times in seconds)."""
         frame = pd.DataFrame({

@@ -104,6 +104,7 @@ def compute_plan(args: argparse.Namespace) -> dict:
         "fits": fits,
         "headroom_bytes_per_gpu": plan.kv_cache_bytes_per_gpu - kv_needed_per_gpu,
         "problems": problems,
+        "warnings": list(plan.warnings),
         "max_concurrency": max_concurrency,
         "decode_floor_s_per_token": cost.weight_read_floor_s(args.context, args.concurrency),
         "balance_point_flops_per_byte": gpu.balance_point_flops_per_byte(dtype),
@@ -145,6 +146,7 @@ def render(result: dict) -> str:
         f"  max concurrency         {r['max_concurrency']:8.1f} requests at {r['context_tokens']} tokens",
     ]
     lines += [f"  problem: {p}" for p in r["problems"]]
+    lines += [f"  warning: {w}" for w in r["warnings"]]
     lines += [
         "",
         "Roofline",

@@ -83,7 +83,7 @@ def compute_prediction(args: argparse.Namespace) -> dict:
     traffic = _resolve_trace(workload.traffic, workload_path)
     slo = workload.slo if workload.slo.targets() else None
     if args.analytic:
-        summary = estimate(resolved.spec, deployment, traffic, gpu, profile, slo=slo)
+        summary = estimate(resolved.spec, deployment, traffic, gpu, profile, slo=slo).summary
     else:
         summary = simulate(resolved.spec, deployment, traffic, gpu, profile, num_requests=args.requests,
                            seed=args.seed, slo=slo).summary

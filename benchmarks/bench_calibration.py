@@ -1,0 +1,48 @@
+"""Accuracy of servopt's calibration against the shared measured data (the figures of issue 4).
+
+Fits each shipped GPU's profile on 70% of the kernel shapes (whole (n, k) GEMM shapes and whole
+head layouts held out) and prints the median / p90 absolute % error on training and held-out
+shapes per op family; then runs ``servopt validate`` on the memory profiles and on the vLLM rows of
+the end-to-end table (which needs the serving simulator).
+
+    python benchmarks/bench_calibration.py [--shared ../shared/data/measured]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from servopt.calibration.fit import fit_profile
+from servopt.calibration.tables import read_kernel_tables
+from servopt.costmodels.hardware import get_gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data" / "measured")
+    args = parser.parse_args()
+    table = read_kernel_tables(sorted((args.shared / "kernel").glob("*.csv")))
+    pd.set_option("display.width", 160)
+    reports = []
+    for name in ("h100", "h200", "a100-80gb"):
+        reports.append(fit_profile(table, get_gpu(name), "vllm", 0.3).report.assign(gpu=name))
+    report = pd.concat(reports)
+    print("Kernel fits (vLLM rows; held_out = shapes the fit never saw), absolute % error")
+    print(report.pivot_table(index=["gpu", "family"], columns="split", values=["median_abs_pct", "p90_abs_pct"])
+          .round(1).to_string())
+    print()
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "servopt.optimizer", "validate",
+                    "--memory", str(args.shared / "memory" / "vllm_memory_profiles_dev.csv"),
+                    "--e2e", str(args.shared / "e2e" / "silicon_dense_h100.csv")], check=True)
+
+
+if __name__ == "__main__":
+    main()

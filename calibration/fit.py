@@ -1,0 +1,371 @@
+"""Fit a :class:`PerformanceProfile` to a kernel table, and report how well it fits.
+
+One fitter per op family (:class:`GemmFit`, :class:`AttentionFit` for prefill and decode,
+:class:`AllReduceFit`, :class:`ElementwiseFit`), all behind :class:`FamilyFit`: select the family's
+rows, split them by shape (whole shapes are held out, never single rows, so the held-out error says
+how the profile does on a model whose shapes it never saw), fit on the training shapes by robust
+least squares on log latency, and predict every row. :func:`fit_profile` runs the fitters that have
+rows and takes every other family from a base profile (noted in the profile's ``notes``).
+
+Example (recover known GEMM parameters from synthetic latencies):
+    >>> import numpy as np, pandas as pd
+    >>> from servopt.costmodels.hardware import get_gpu
+    >>> from servopt.costmodels.profile import PerformanceProfile
+    >>> gpu = get_gpu("h100")
+    >>> truth = PerformanceProfile.spec_default(gpu)
+    >>> m, n, k = [a.ravel().astype(float) for a in np.meshgrid(2.0 ** np.arange(0, 15), [1024, 4096, 16384], [2048, 8192])]
+    >>> ms = truth.gemm_time_s(gpu, "bf16", m, n, k, 2.0, 2.0) * 1e3
+    >>> table = pd.DataFrame({"op": "gemm", "dtype": "bf16", "framework": "torch", "m": m, "n": n, "k": k,
+    ...                       "latency_ms": ms, "gpu": "h100"})
+    >>> outcome = fit_profile(table, gpu, holdout_fraction=0.3)
+    >>> float(outcome.report.query("family == 'gemm_bf16' and split == 'held_out'").median_abs_pct.iloc[0]) < 2
+    True
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from ..costmodels.errors import InputError
+from ..costmodels.hardware import GPUSpec
+from ..costmodels.profile import AttentionEfficiency, CollectiveModel, GemmEfficiency, PerformanceProfile
+from .tables import DTYPE_BYTES, KERNEL_COLUMNS
+
+# Knots of the GEMM efficiency curves: log2 M where the tile shape and the bound change, and
+# log2 N, K over the 1k..16k range of LLM projections (ends extrapolate flat).
+GEMM_LOG2_M_KNOTS = [0.0, 4.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0, 14.0]
+GEMM_LOG2_NK_KNOTS = [10.0, 12.0, 14.0]
+# Ridge weight that keeps the N/K factors near 1 unless the data insist.
+FACTOR_RIDGE = 0.3
+# Residuals beyond ~5% count linearly (soft L1): the published tables have a few outliers.
+ROBUST_SCALE = 0.05
+
+
+def _sigmoid(x: np.ndarray | float) -> np.ndarray | float:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
+
+
+def _logit(p: float) -> float:
+    return float(np.log(p / (1.0 - p)))
+
+
+# The roofline corner's exponent stays in [1, 50] (50 is a max in all but name).
+MAX_SMOOTHNESS = 50.0
+
+
+def _smoothness(param: float) -> float:
+    return float(max(1.0, MAX_SMOOTHNESS * _sigmoid(param)))
+
+
+def abs_pct_error(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """|predicted / measured - 1| in percent."""
+    return np.abs(np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float) - 1.0) * 100.0
+
+
+def split_by_shape(keys: pd.DataFrame, holdout_fraction: float, seed: int = 0) -> np.ndarray:
+    """Boolean mask of held-out rows: a seeded random ``holdout_fraction`` of the distinct shapes.
+
+    Example:
+        >>> keys = pd.DataFrame({"n": [1, 1, 2, 2, 3, 3], "k": [5, 5, 5, 5, 5, 5]})
+        >>> int(split_by_shape(keys, 0.34).sum())
+        2
+    """
+    shapes = keys.drop_duplicates().sort_values(list(keys.columns)).to_numpy()
+    held = int(round(len(shapes) * holdout_fraction))
+    if holdout_fraction <= 0 or len(shapes) < 3 or held == 0:
+        return np.zeros(len(keys), dtype=bool)
+    order = np.random.default_rng(seed).permutation(len(shapes))
+    chosen = {tuple(shapes[i]) for i in order[:held]}
+    return np.array([tuple(row) in chosen for row in keys.to_numpy()])
+
+
+class FamilyFit(ABC):
+    """Fit one op family of the profile: select rows, fit parameters, predict latencies."""
+
+    family: str
+    holdout_columns: list[str]
+
+    @abstractmethod
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        """The rows of this family (already filtered to one GPU and framework)."""
+
+    @abstractmethod
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        """Starting parameter vector."""
+
+    @abstractmethod
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        """``profile`` with this family's part replaced by the one ``params`` describe."""
+
+    @abstractmethod
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        """Predicted latency of each row in milliseconds."""
+
+    def penalty(self, params: np.ndarray) -> np.ndarray:
+        """Extra residuals that regularize the fit (none by default)."""
+        return np.zeros(0)
+
+    def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
+        measured = rows["latency_ms"].to_numpy(float)
+
+        def residuals(params: np.ndarray) -> np.ndarray:
+            predicted = self.predict_ms(self.apply(base, params, rows), gpu, rows)
+            return np.concatenate([np.log(np.maximum(predicted, 1e-12) / measured), self.penalty(params)])
+
+        result = least_squares(residuals, self.initial(rows), loss="soft_l1", f_scale=ROBUST_SCALE, max_nfev=400)
+        return self.apply(base, result.x, rows)
+
+
+class GemmFit(FamilyFit):
+    """GEMM latency by (m, n, k) for one math dtype."""
+
+    holdout_columns = ["n", "k"]
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.family = f"gemm_{dtype}"
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        rows = table[(table["op"] == "gemm") & (table["dtype"] == self.dtype)]
+        sources = rows["kernel_source"].value_counts()
+        # A database may time several kernels per dtype (fp8: per-tensor CUTLASS, block-scaled DeepGEMM,
+        # ...); the profile holds one, so fit the most measured (per-tensor in aiconfigurator's tables).
+        return rows[rows["kernel_source"] == sources.index[0]] if len(sources) > 1 else rows
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        ramp = np.linspace(-2.0, 1.5, len(GEMM_LOG2_M_KNOTS))
+        factors = np.zeros(4 * len(GEMM_LOG2_NK_KNOTS))
+        return np.concatenate([[np.log(4e-6), _logit(0.8)], ramp, factors, [_logit(2.0 / MAX_SMOOTHNESS)]])
+
+    def _unpack(self, params: np.ndarray) -> GemmEfficiency:
+        km, kn = len(GEMM_LOG2_M_KNOTS), len(GEMM_LOG2_NK_KNOTS)
+        factors = np.exp(params[2 + km: 2 + km + 4 * kn]).reshape(4, kn)
+        return GemmEfficiency.model_construct(
+            log2_m_knots=GEMM_LOG2_M_KNOTS, compute_efficiency=list(_sigmoid(params[2:2 + km])),
+            memory_efficiency=float(1.1 * _sigmoid(params[1])), overhead_s=float(np.exp(params[0])),
+            log2_nk_knots=GEMM_LOG2_NK_KNOTS, n_compute_factor=list(factors[0]), k_compute_factor=list(factors[1]),
+            n_memory_factor=list(factors[2]), k_memory_factor=list(factors[3]),
+            smoothness=_smoothness(params[-1]),
+        )
+
+    def penalty(self, params: np.ndarray) -> np.ndarray:
+        km = len(GEMM_LOG2_M_KNOTS)
+        return FACTOR_RIDGE * params[2 + km: 2 + km + 4 * len(GEMM_LOG2_NK_KNOTS)]
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        return profile.model_copy(update={"gemm": {**profile.gemm, self.dtype: self._unpack(params)}})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        weight_bytes = DTYPE_BYTES.get(self.dtype, 2)
+        m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
+        return profile.gemm_time_s(gpu, self.dtype, m, n, k, weight_bytes, 2.0) * 1e3
+
+
+def attention_flops_bytes(rows: pd.DataFrame, phase: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(FLOPs, bytes, query tokens per sequence) of attention kernel rows.
+
+    Prefill of b sequences of s tokens computes s(s+1)/2 causal pairs each and moves Q, O (model
+    dtype) and K, V (cache dtype); decode reads the whole cache of step + 1 tokens per sequence.
+    """
+    b, heads, kv_heads, head_dim = (rows[c].to_numpy(float) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
+    kv_bytes = rows["kv_cache_dtype"].map(lambda d: DTYPE_BYTES.get(d, 2)).to_numpy(float)
+    if phase == "prefill":
+        s = rows["isl"].to_numpy(float)
+        flops = 4 * heads * head_dim * b * s * (s + 1) / 2
+        bytes_moved = b * s * (2 * heads * head_dim * 2 + 2 * kv_heads * head_dim * kv_bytes)
+        return flops, bytes_moved, s
+    context = rows["step"].to_numpy(float) + 1
+    flops = 4 * heads * head_dim * b * context
+    bytes_moved = b * context * 2 * kv_heads * head_dim * kv_bytes + b * 2 * heads * head_dim * 2
+    return flops, bytes_moved, np.ones_like(b)
+
+
+class AttentionFit(FamilyFit):
+    """Prefill (context) or decode (generation) attention, bf16 math."""
+
+    holdout_columns = ["num_heads", "num_key_value_heads"]
+
+    def __init__(self, phase: str):
+        self.phase = phase
+        self.family = f"attention_{phase}"
+        self.op = "context_attention" if phase == "prefill" else "generation_attention"
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        # The profile holds one kernel per phase: fit the bf16 one with a cache in the same dtype
+        # (fp8 caches run other kernels; their rows are validated, not fitted).
+        half = ["bf16", "fp16"]
+        rows = table[(table["op"] == self.op) & table["dtype"].isin(half)]
+        return rows[rows["head_dim"].notna() & (rows["kv_cache_dtype"].isin(half) | rows["kv_cache_dtype"].isna())]
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        compute, memory = (0.6, 0.6) if self.phase == "prefill" else (0.3, 0.8)
+        return np.array([np.log(1e-5), _logit(compute), _logit(memory), np.log(256.0), np.log(1e-8)])
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        eff = AttentionEfficiency.model_construct(
+            overhead_s=float(np.exp(params[0])), compute_efficiency=float(_sigmoid(params[1])),
+            memory_efficiency=float(_sigmoid(params[2])),
+            half_efficiency_query_tokens=float(np.exp(params[3])) if self.phase == "prefill" else 0.0,
+            per_seq_overhead_s=float(np.exp(params[4])),
+        )
+        return profile.model_copy(update={f"attention_{self.phase}": eff})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        flops, bytes_moved, query = attention_flops_bytes(rows, self.phase)
+        return profile.attention_time_s(
+            gpu, self.phase, flops, bytes_moved, 1.0, query, "bf16", rows["batch_size"].to_numpy(float)
+        ) * 1e3
+
+
+class AllReduceFit(FamilyFit):
+    """All-reduce latency + bandwidth, one pair per GPU count."""
+
+    family = "all_reduce"
+    holdout_columns = ["message_bytes"]
+
+    def __init__(self, gpu_counts: list[int]):
+        self.gpu_counts = gpu_counts
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        rows = table[(table["op"] == "all_reduce") & table["message_bytes"].notna() & (table["num_gpus"] > 1)]
+        # CUDA-graph captured kernels where both exist: serving replays graphs in decode.
+        graph = rows["kernel_source"].astype("string").str.contains("graph", case=False, na=False)
+        return rows[graph] if graph.any() else rows
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        return np.concatenate([np.full(len(self.gpu_counts), np.log(1e-5)), np.full(len(self.gpu_counts), _logit(0.5))])
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        count = len(self.gpu_counts)
+        efficiencies = {n: float(1.5 * _sigmoid(params[count + i])) for i, n in enumerate(self.gpu_counts)}
+        model = CollectiveModel.model_construct(
+            latency_s={n: float(np.exp(params[i])) for i, n in enumerate(self.gpu_counts)},
+            bandwidth_efficiency=float(np.median(list(efficiencies.values()))),
+            bandwidth_efficiency_by_gpus=efficiencies,
+        )
+        return profile.model_copy(update={"allreduce": model})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        out = np.empty(len(rows))
+        counts = rows["num_gpus"].to_numpy(int)
+        sizes = rows["message_bytes"].to_numpy(float)
+        for n in np.unique(counts):
+            mask = counts == n
+            out[mask] = profile.allreduce_time_s(gpu, sizes[mask], int(n)) * 1e3
+        return out
+
+
+class ElementwiseFit(FamilyFit):
+    """Memory-bound kernels (norms, activations, copies): overhead + bytes / (bandwidth x efficiency)."""
+
+    family = "elementwise"
+    holdout_columns = ["message_bytes"]
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        return table[table["op"].isin(["elementwise", "memcpy"]) & table["message_bytes"].notna()]
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        return np.array([np.log(3e-6), _logit(0.6 / 1.2)])
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        return profile.model_copy(update={"elementwise_overhead_s": float(np.exp(params[0])),
+                                          "elementwise_memory_efficiency": float(1.2 * _sigmoid(params[1]))})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        return profile.elementwise_time_s(gpu, rows["message_bytes"].to_numpy(float), 1.0) * 1e3
+
+
+def family_fits(table: pd.DataFrame) -> list[FamilyFit]:
+    """The fitters for everything a (one-GPU) kernel table measures."""
+    fits: list[FamilyFit] = []
+    gemm = table[table["op"] == "gemm"]
+    fits += [GemmFit(dtype) for dtype in sorted(gemm["dtype"].dropna().unique())]
+    fits += [AttentionFit("prefill"), AttentionFit("decode"), ElementwiseFit()]
+    reduce_rows = AllReduceFit([]).select(table)
+    counts = sorted(int(n) for n in reduce_rows["num_gpus"].dropna().unique())
+    if counts:
+        fits.append(AllReduceFit(counts))
+    return fits
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    """A fitted profile, its error report and the per-row predictions behind it."""
+
+    profile: PerformanceProfile
+    report: pd.DataFrame
+    predictions: pd.DataFrame
+
+
+def summarize_errors(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Rows, median and p90 absolute % error of ``frame.abs_pct_error`` per group."""
+    grouped = frame.groupby(by, dropna=False)["abs_pct_error"]
+    return grouped.agg(rows="size", median_abs_pct="median",
+                       p90_abs_pct=lambda e: float(np.percentile(e, 90))).reset_index()
+
+
+def _rows_for_framework(table: pd.DataFrame, framework: str) -> pd.DataFrame:
+    """Per op, the framework's own rows when the table has them, else all rows of that op."""
+    parts = []
+    for _, rows in table.groupby("op", sort=False):
+        mine = rows[rows["framework"] == framework.lower()]
+        parts.append(mine if len(mine) else rows)
+    return pd.concat(parts) if parts else table
+
+
+def fit_profile(
+    table: pd.DataFrame, gpu: GPUSpec, framework: str = "vllm", holdout_fraction: float = 0.3,
+    base: PerformanceProfile | None = None, source: str = "", seed: int = 0,
+) -> FitOutcome:
+    """Fit every family the table measures for ``gpu``; the rest comes from ``base``.
+
+    The profile returned is the one fitted on the training shapes, so the held-out errors in its
+    report are those of the profile itself.
+    """
+    if not 0 <= holdout_fraction < 1:
+        raise InputError(f"holdout fraction must be in [0, 1), got {holdout_fraction}")
+    table = table.reindex(columns=list(dict.fromkeys([*KERNEL_COLUMNS, *table.columns])))
+    if "gpu" in table:
+        table = table[table["gpu"] == gpu.name]
+    if table.empty:
+        raise InputError(f"the kernel tables have no rows for GPU '{gpu.name}'")
+    table = _rows_for_framework(table.dropna(subset=["latency_ms"]), framework)
+    table = table[table["latency_ms"] > 0]
+    profile = base or PerformanceProfile.spec_default(gpu)
+    fitted, predictions = [], []
+    for fitter in family_fits(table):
+        rows = fitter.select(table)
+        if rows.empty:
+            continue
+        held = split_by_shape(rows[fitter.holdout_columns], holdout_fraction, seed)
+        profile = fitter.fit(profile, gpu, rows[~held])
+        predicted = fitter.predict_ms(profile, gpu, rows)
+        predictions.append(rows.assign(
+            family=fitter.family, split=np.where(held, "held_out", "train"), pred_latency_ms=predicted,
+            abs_pct_error=abs_pct_error(predicted, rows["latency_ms"]),
+        ))
+        fitted.append(fitter.family)
+    if not fitted:
+        raise InputError(f"the kernel tables have no GEMM, attention, all-reduce or copy rows for '{gpu.name}'")
+    predictions = pd.concat(predictions, ignore_index=True)
+    report = summarize_errors(predictions, ["family", "split"])
+    if "bf16" in profile.gemm and "gemm_bf16" in fitted and "gemm_fp16" not in fitted and "fp16" in gpu.peak_tflops:
+        # fp16 and bf16 run on the same tensor cores at the same peak.
+        profile = profile.model_copy(update={"gemm": {**profile.gemm, "fp16": profile.gemm["bf16"]}})
+    missing = [f for f in ("gemm", "attention_prefill", "attention_decode", "all_reduce", "elementwise")
+               if not any(name.startswith(f) for name in fitted)]
+    frameworks = ", ".join(sorted(table["framework"].dropna().unique()))
+    profile = PerformanceProfile.model_validate({
+        **profile.model_dump(),
+        "gpu": gpu.name, "calibrated": True, "framework": framework,
+        "source": source or f"fitted by servopt calibrate fit from {len(table)} kernel rows ({frameworks})",
+        "fit_report": {f"{r.family}/{r.split}": {"rows": float(r.rows), "median_abs_pct": round(float(r.median_abs_pct), 2),
+                                                  "p90_abs_pct": round(float(r.p90_abs_pct), 2)} for r in report.itertuples()},
+        "notes": ("not measured, taken from the base profile: " + ", ".join(missing)) if missing else "",
+    })
+    return FitOutcome(profile, report, predictions)

@@ -1,0 +1,218 @@
+"""Kernel tables: one tidy layout for every microbenchmark servopt measures, imports or fits.
+
+A kernel table has one row per measured kernel configuration, with the columns of
+``KERNEL_COLUMNS``: who measured it (``system``, ``device``, ``framework``, ``version``,
+``kernel_source``), what (``op`` and ``dtype``), its shape (the columns that op uses, others empty),
+and ``latency_ms``. The ops are
+
+- ``gemm``: [m, k] x [k, n] (``m``, ``n``, ``k``);
+- ``context_attention``: prefill of ``batch_size`` sequences of ``isl`` tokens (``num_heads``,
+  ``num_key_value_heads``, ``head_dim``, ``kv_cache_dtype``);
+- ``generation_attention``: one decode token for ``batch_size`` sequences with ``step`` cached tokens;
+- ``all_reduce`` (and other collectives): ``message_bytes`` over ``num_gpus`` GPUs;
+- ``memcpy`` and ``elementwise``: ``message_bytes`` moved through device memory.
+
+:func:`read_kernel_table` reads servopt's own tables and the layouts of aiconfigurator-core's
+database (its CSV exports in ../shared/data/measured/kernel and its parquet files) and Vidur's
+per-operator profiles, and adds a ``gpu`` column with servopt's GPU name.
+
+Example:
+    >>> import io
+    >>> text = "system,device,framework,version,kernel_source,gemm_dtype,m,n,k,latency_ms,source\\n"
+    >>> text += "h100_sxm,NVIDIA H100,VLLM,0.24.0,torch,bfloat16,1,4096,4096,0.0123,doc\\n"
+    >>> table = read_kernel_table(io.StringIO(text), name="example")
+    >>> table.loc[0, ["gpu", "op", "dtype", "framework"]].tolist(), float(table.loc[0, "latency_ms"])
+    (['h100', 'gemm', 'bf16', 'vllm'], 0.0123)
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..costmodels.errors import InputError
+from ..costmodels.hardware import builtin_catalog
+
+SHAPE_COLUMNS = [
+    "m", "n", "k", "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
+    "num_gpus", "message_bytes",
+]
+KERNEL_COLUMNS = [
+    "system", "device", "framework", "version", "kernel_source", "op", "dtype", "kv_cache_dtype",
+    *SHAPE_COLUMNS, "latency_ms", "source",
+]
+OPS = ("gemm", "context_attention", "generation_attention", "all_reduce", "memcpy", "elementwise")
+
+# Upstream dtype spellings -> servopt's math dtype names.
+DTYPES = {
+    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16", "fp8": "fp8",
+    "float8_e4m3fn": "fp8", "fp8_block": "fp8", "int8": "int8", "float32": "fp32", "fp32": "fp32",
+}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4}
+
+# Device-name fragments -> catalog names, most specific first (torch reports e.g. "NVIDIA H100 80GB HBM3").
+_DEVICE_PATTERNS = [
+    ("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100"), ("A100-SXM4-40GB", "a100-40gb"),
+    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("B200", "b200"), ("L40S", "l40s"), ("L4", "l4"),
+    ("A10G", "a10g"), ("4090", "rtx4090"), ("MI300X", "mi300x"),
+]
+
+
+def gpu_name_for(system: str | None, device: str | None) -> str:
+    """servopt's GPU name for a table's ``system`` (aiconfigurator/Vidur name) or ``device`` string.
+
+    Example:
+        >>> gpu_name_for("a100_sxm", None), gpu_name_for("h100_dgx", None), gpu_name_for(None, "NVIDIA H200")
+        ('a100-80gb', 'h100', 'h200')
+        >>> gpu_name_for("cpu", "Intel Xeon")
+        'cpu'
+    """
+    catalog = builtin_catalog()
+    for candidate in (system, str(system or "").replace("_dgx", "").replace("_pairwise_nvlink", "")):
+        if candidate and candidate in catalog:
+            return catalog.get(candidate).name
+    for fragment, name in _DEVICE_PATTERNS:
+        if device and fragment.lower() in str(device).lower():
+            return name
+    return str(system or device or "unknown").lower()
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.reindex(columns=KERNEL_COLUMNS)
+    for col in SHAPE_COLUMNS + ["latency_ms"]:
+        out[col] = pd.to_numeric(out[col], errors="coerce")
+    for col in ("framework", "dtype", "kv_cache_dtype"):
+        out[col] = out[col].astype("string").str.lower()
+    out["dtype"] = out["dtype"].map(lambda d: DTYPES.get(d, d) if isinstance(d, str) else d)
+    out["kv_cache_dtype"] = out["kv_cache_dtype"].map(lambda d: DTYPES.get(d, d) if isinstance(d, str) else d)
+    out["gpu"] = [gpu_name_for(s, d) for s, d in zip(out["system"], out["device"])]
+    return out.reset_index(drop=True)
+
+
+def _from_aiconfigurator(raw: pd.DataFrame, op_hint: str | None) -> pd.DataFrame:
+    """aiconfigurator-core's layouts: gemm_dtype / attn_dtype / collective columns; latency in ms."""
+    df = raw.rename(columns={"latency": "latency_ms"}).copy()
+    if "gemm_dtype" in df:
+        df["op"], df["dtype"] = "gemm", df["gemm_dtype"]
+    elif "attn_dtype" in df:
+        df["dtype"] = df["attn_dtype"]
+        if op_hint in ("context_attention", "generation_attention"):
+            df["op"] = op_hint
+        else:
+            # Context rows carry step 0; decode rows count the cached tokens in step.
+            df["op"] = np.where(pd.to_numeric(df["step"]) > 0, "generation_attention", "context_attention")
+    else:
+        dtype_col = next((c for c in ("dtype", "nccl_dtype", "allreduce_dtype", "comm_dtype") if c in df), None)
+        if dtype_col is None or "message_size" not in df:
+            raise InputError("collective table needs message_size and a dtype column (nccl_dtype/allreduce_dtype)")
+        df["dtype"] = df[dtype_col]
+        df["op"] = df.get("op_name", "all_reduce")
+        if "message_bytes" not in df:
+            per_value = df["dtype"].map(lambda d: DTYPE_BYTES.get(DTYPES.get(str(d).lower(), ""), np.nan))
+            df["message_bytes"] = pd.to_numeric(df["message_size"]) * per_value
+        if "backend" in df:
+            df["kernel_source"] = df["kernel_source"].fillna(df["backend"])
+    return df
+
+
+def _from_vidur_mlp(raw: pd.DataFrame) -> pd.DataFrame:
+    """Vidur's per-operator profiles (one wide row per token count): GEMM and elementwise rows."""
+    rows = []
+    common = {"system": raw["gpu"], "device": raw["gpu"], "framework": "vidur", "version": "",
+              "dtype": raw["dtype"], "source": raw["source"]}
+    tokens = raw["num_tokens"].astype(float)
+    for proj, prefix in (("attn_pre_proj", "qkv"), ("attn_post_proj", "o"), ("mlp_up_proj", "up"), ("mlp_down_proj", "down")):
+        rows.append(pd.DataFrame({**common, "op": "gemm", "kernel_source": proj, "m": tokens,
+                                  "n": raw[f"{prefix}_N"], "k": raw[f"{prefix}_K"], "latency_ms": raw[f"{proj}_median_ms"]}))
+    hidden = raw["n_embd"].astype(float)
+    inter = raw["n_expanded_embd"].astype(float) / raw["tp"].astype(float)
+    value_bytes = 2.0
+    # Bytes each elementwise kernel moves: RMSNorm reads x and writes y; the gated activation reads
+    # gate and up and writes their product. (Vidur's residual add runs in place at above the HBM
+    # peak for its nominal bytes, so what it moves is unknown: it is left out.)
+    moved = {"input_layernorm": 2 * hidden, "post_attention_layernorm": 2 * hidden, "mlp_act": 3 * inter}
+    for name, values in moved.items():
+        rows.append(pd.DataFrame({**common, "op": "elementwise", "kernel_source": name,
+                                  "message_bytes": tokens * values * value_bytes, "latency_ms": raw[f"{name}_median_ms"]}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def _from_vidur_collectives(raw: pd.DataFrame) -> pd.DataFrame:
+    """Vidur's torch.distributed profiles: single-node rows only (all GPUs on one NVLink domain)."""
+    one_node = raw[raw["devices_per_node"] == raw["num_workers"]]
+    return pd.DataFrame({
+        "system": one_node["system"], "device": one_node["system"], "framework": "vidur", "version": "",
+        "kernel_source": "torch.distributed", "op": one_node["collective"], "dtype": "fp16",
+        "num_gpus": one_node["num_workers"], "message_bytes": one_node["size_bytes"],
+        "latency_ms": one_node["median_ms"], "source": one_node["source"],
+    })
+
+
+def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str | None = None) -> pd.DataFrame:
+    """Bring a raw frame in any supported layout into the tidy kernel layout."""
+    if raw.empty:
+        raise InputError(f"{name}: the table has no rows")
+    if "op" in raw and "latency_ms" in raw:
+        return _tidy(raw)
+    if "attn_pre_proj_median_ms" in raw:
+        return _tidy(_from_vidur_mlp(raw))
+    if "collective" in raw and "median_ms" in raw:
+        return _tidy(_from_vidur_collectives(raw))
+    if "latency" in raw or "latency_ms" in raw:
+        return _tidy(_from_aiconfigurator(raw, op_hint))
+    raise InputError(
+        f"{name}: not a kernel table: expected an 'op' and 'latency_ms' column (servopt), aiconfigurator's "
+        "gemm_dtype/attn_dtype/message_size columns, or Vidur's *_median_ms columns"
+    )
+
+
+def read_kernel_table(path: str | Path | io.StringIO, name: str | None = None) -> pd.DataFrame:
+    """Read one kernel table (CSV or parquet) into the tidy layout with a ``gpu`` column."""
+    name = name or str(path)
+    try:
+        if str(path).endswith(".parquet"):
+            raw = _read_parquet(path)
+        else:
+            raw = pd.read_csv(path)
+    except FileNotFoundError:
+        raise InputError(f"kernel table '{name}' does not exist") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"kernel table '{name}' is not a readable CSV: {str(err).splitlines()[0]}") from None
+    return normalize_kernel_frame(raw, name)
+
+
+def read_kernel_tables(paths: list[str | Path]) -> pd.DataFrame:
+    """Read and stack several kernel tables."""
+    if not paths:
+        raise InputError("give at least one kernel table")
+    return pd.concat([read_kernel_table(p) for p in paths], ignore_index=True)
+
+
+def _require_pyarrow(path: str | Path) -> None:
+    try:
+        import pyarrow  # noqa: F401  (pandas needs it for parquet; optional extra "parquet")
+    except ImportError:
+        raise InputError(f"'{path}' is parquet, which needs pyarrow: pip install 'servopt[parquet]'") from None
+
+
+def _read_parquet(path: str | Path) -> pd.DataFrame:
+    _require_pyarrow(path)
+    try:
+        return pd.read_parquet(path)
+    except OSError as err:
+        raise InputError(f"parquet file '{path}' cannot be read: {err}") from None
+
+
+def write_table(table: pd.DataFrame, path: str | Path) -> Path:
+    """Write a table as CSV, or parquet when the name ends in .parquet."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        _require_pyarrow(path)
+        table.to_parquet(path, index=False)
+    else:
+        table.to_csv(path, index=False)
+    return path

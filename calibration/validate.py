@@ -1,0 +1,270 @@
+"""Predict every row of a measured table and score the predictions.
+
+One validator per table kind, behind :class:`Validator`: :class:`KernelValidator` (kernel tables:
+latency of each GEMM, attention or all-reduce configuration), :class:`MemoryValidator` (vLLM
+start-up memory logs: KV-cache tokens) and :class:`E2EValidator` (closed-loop serving runs with fixed
+ISL/OSL: mean TTFT and TPOT, through the serving simulator). Each returns one row per input row
+with the measured and predicted values and, for a row it cannot predict, the reason; nothing is
+dropped. :func:`summarize` gives the median and p90 absolute % error per slice.
+
+Example:
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"op": ["gemm", "all_gather"], "dtype": "bf16", "framework": "vllm", "system": "h100_sxm",
+    ...                      "m": 1, "n": 4096, "k": 4096, "latency_ms": 0.013})
+    >>> out = KernelValidator().predict(rows)
+    >>> out["reason"].tolist()
+    ['', "op 'all_gather' is not modelled"]
+    >>> bool(0.005 < out.loc[0, "pred_latency_ms"] < 0.05)
+    True
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..costmodels.architectures import resolve_model
+from ..costmodels.errors import InputError
+from ..costmodels.hardware import GPUSpec, get_gpu
+from ..costmodels.memory import plan_memory
+from ..costmodels.profile import PerformanceProfile
+from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
+from .registry import load_profile
+from .tables import KERNEL_COLUMNS, normalize_kernel_frame
+
+ProfileFor = Callable[[GPUSpec], PerformanceProfile]
+
+
+def _read_csv(path: str | Path, kind: str) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise InputError(f"{kind} table '{path}' does not exist") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"{kind} table '{path}' is not a readable CSV: {str(err).splitlines()[0]}") from None
+    if frame.empty:
+        raise InputError(f"{kind} table '{path}' has no rows")
+    return frame
+
+
+def _require(frame: pd.DataFrame, columns: list[str], kind: str, name: str) -> None:
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise InputError(f"{kind} table '{name}' lacks the column(s) {', '.join(missing)}")
+
+
+class Validator(ABC):
+    """Predict the rows of one kind of measured table."""
+
+    kind: str
+    metrics: list[str]  # measured column -> pred_<name>, scored as abs % error
+    slice_columns: list[str]
+
+    def __init__(self, profile_for: ProfileFor | None = None):
+        self.profile_for = profile_for or load_profile
+        self._profiles: dict[str, PerformanceProfile] = {}
+
+    def profile(self, gpu: GPUSpec) -> PerformanceProfile:
+        if gpu.name not in self._profiles:
+            self._profiles[gpu.name] = self.profile_for(gpu)
+        return self._profiles[gpu.name]
+
+    def read(self, path: str | Path) -> pd.DataFrame:
+        return _read_csv(path, self.kind)
+
+    @abstractmethod
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        """One row per input row: id, slice columns, measured_*, pred_*, calibrated, reason."""
+
+    def score(self, predictions: pd.DataFrame) -> pd.DataFrame:
+        """Long table of absolute % errors: one row per (input row, metric) that was predicted."""
+        parts = []
+        for metric in self.metrics:
+            ok = predictions[f"pred_{metric}"].notna() & predictions[f"measured_{metric}"].notna()
+            part = predictions.loc[ok, ["id", "gpu", "framework", "calibrated"]].assign(
+                slice=slice_label(predictions.loc[ok], self.slice_columns), table=self.kind, metric=metric,
+                abs_pct_error=abs_pct_error(predictions.loc[ok, f"pred_{metric}"], predictions.loc[ok, f"measured_{metric}"]),
+            )
+            parts.append(part)
+        return pd.concat(parts, ignore_index=True)
+
+
+class KernelValidator(Validator):
+    """Kernel tables (servopt's, aiconfigurator's or Vidur's layout): latency per configuration."""
+
+    kind = "kernel"
+    metrics = ["latency_ms"]
+    slice_columns = ["gpu", "framework", "op", "dtype", "kv_cache_dtype"]
+
+    def read(self, path: str | Path) -> pd.DataFrame:
+        return normalize_kernel_frame(_read_csv(path, self.kind), str(path))
+
+    def _fitter(self, op: str, dtype: str, num_gpus: float) -> FamilyFit | None:
+        if op == "gemm":
+            return GemmFit(dtype)
+        if op in ("context_attention", "generation_attention"):
+            return AttentionFit("prefill" if op == "context_attention" else "decode")
+        if op == "all_reduce":
+            return AllReduceFit([int(num_gpus)])
+        if op in ("elementwise", "memcpy"):
+            return ElementwiseFit()
+        return None
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        table = table if "gpu" in table else normalize_kernel_frame(table)
+        table = table.reindex(columns=list(dict.fromkeys([*KERNEL_COLUMNS, *table.columns]))).reset_index(drop=True)
+        out = pd.DataFrame({"id": table.index, "gpu": table["gpu"], "framework": table["framework"], "op": table["op"],
+                            "dtype": table["dtype"], "kv_cache_dtype": table["kv_cache_dtype"], "measured_latency_ms": table["latency_ms"],
+                            "pred_latency_ms": np.nan, "calibrated": False, "reason": ""})
+        for (gpu_name, op, dtype, gpus), rows in table.groupby(["gpu", "op", "dtype", table["num_gpus"].fillna(0)], dropna=False):
+            fitter = self._fitter(op, dtype, gpus)
+            if fitter is None:
+                out.loc[rows.index, "reason"] = f"op '{op}' is not modelled"
+                continue
+            try:
+                gpu = get_gpu(gpu_name)
+            except InputError:
+                out.loc[rows.index, "reason"] = f"unknown GPU '{gpu_name}'"
+                continue
+            profile = self.profile(gpu)
+            if op == "gemm" and not gpu.has_dtype(dtype):
+                out.loc[rows.index, "reason"] = f"{gpu.name} has no native {dtype} math"
+                continue
+            out.loc[rows.index, "pred_latency_ms"] = fitter.predict_ms(profile, gpu, rows)
+            out.loc[rows.index, "calibrated"] = profile.calibrated
+        return out
+
+
+class MemoryValidator(Validator):
+    """vLLM start-up memory logs: the KV-cache tokens vLLM reported against :func:`plan_memory`."""
+
+    kind = "memory"
+    metrics = ["kv_cache_tokens"]
+    slice_columns = ["gpu", "framework", "model", "precision"]
+    required = ["model", "gpu", "tp", "pp", "max_model_len", "gpu_memory_utilization", "kv_cache_tokens"]
+
+    def read(self, path: str | Path) -> pd.DataFrame:
+        frame = _read_csv(path, self.kind)
+        _require(frame, self.required, self.kind, str(path))
+        return frame
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        records = []
+        for i, row in enumerate(table.to_dict("records")):
+            record = {"id": row.get("log_file", i), "gpu": row["gpu"], "framework": "vllm", "model": row["model"],
+                      "precision": row.get("quantization") if isinstance(row.get("quantization"), str) else "bf16",
+                      "measured_kv_cache_tokens": row["kv_cache_tokens"], "pred_kv_cache_tokens": np.nan,
+                      "calibrated": True, "reason": ""}
+            if str(row.get("status", "ok")) != "ok":
+                record["reason"] = f"run status '{row.get('status')}' (no KV figure logged)"
+            else:
+                try:
+                    gpu = get_gpu(str(row["gpu"]))
+                    record["gpu"] = gpu.name
+                    kv_dtype = str(row.get("kv_cache_dtype") or "auto")
+                    plan = plan_memory(
+                        resolve_model(row["model"]).spec, gpu, tp=int(row["tp"]), pp=int(row["pp"]),
+                        kv_cache_dtype="fp8" if kv_dtype.startswith("fp8") else "auto",
+                        gpu_memory_utilization=float(row["gpu_memory_utilization"]),
+                        max_model_len=int(row["max_model_len"]),
+                        # The logs come from vLLM's defaults on an 80 GB GPU (8192 tokens, 1024 sequences).
+                        max_num_batched_tokens=8192, max_num_seqs=1024,
+                    )
+                    record["pred_kv_cache_tokens"] = plan.kv_capacity_tokens
+                except InputError as err:
+                    record["reason"] = str(err)
+            records.append(record)
+        return pd.DataFrame(records)
+
+
+class E2EValidator(Validator):
+    """Closed-loop serving runs (aiconfigurator's silicon layout): mean TTFT and TPOT by simulation."""
+
+    kind = "e2e"
+    metrics = ["ttft_ms", "tpot_ms"]
+    slice_columns = ["gpu", "framework", "model", "precision"]
+    required = ["backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
+
+    def __init__(self, profile_for: ProfileFor | None = None, requests_per_client: int = 8, min_requests: int = 64):
+        super().__init__(profile_for)
+        self.requests_per_client = requests_per_client
+        self.min_requests = min_requests
+
+    def read(self, path: str | Path) -> pd.DataFrame:
+        frame = _read_csv(path, self.kind)
+        _require(frame, self.required, self.kind, str(path))
+        return frame
+
+    def _reason(self, row: dict) -> str:
+        if str(row["backend"]).lower() != "vllm":
+            return f"framework '{row['backend']}' is not modelled (servopt predicts vLLM)"
+        if str(row.get("mode", "agg")) != "agg":
+            return "disaggregated run (per-worker layout not recorded in enough detail)"
+        if pd.isna(row.get("silicon_concurrency")):
+            return "no client concurrency recorded"
+        if int(row.get("pp_size") or 1) != 1 or not pd.isna(row.get("attention_dp_size")):
+            return "pipeline or attention-DP runs are not in this table's closed-loop format"
+        return ""
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        from ..costmodels.deployment import Deployment
+        from ..costmodels.serving.traffic import Traffic
+
+        try:
+            from ..costmodels.serving import simulate
+        except ImportError:
+            simulate = None
+        records = []
+        for i, row in enumerate(table.to_dict("records")):
+            precision = row.get("precision") if isinstance(row.get("precision"), str) else "bf16"
+            record = {"id": row.get("id", i), "gpu": row["system"], "framework": str(row["backend"]).lower(),
+                      "model": row["model_path"], "precision": precision,
+                      "measured_ttft_ms": row["silicon_ttft_ms"], "measured_tpot_ms": row["silicon_tpot_ms"],
+                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False, "reason": self._reason(row)}
+            if not record["reason"] and simulate is None:
+                record["reason"] = "the serving simulator (servopt.costmodels.serving.simulate) is not in this build"
+            if not record["reason"]:
+                try:
+                    gpu = get_gpu(row["system"])
+                    record["gpu"] = gpu.name
+                    profile = self.profile(gpu)
+                    concurrency = int(row["silicon_concurrency"])
+                    deployment = Deployment(gpu=gpu.name, tp=int(row["tp_size"]),
+                                            quantization="fp8" if precision == "fp8" else None)
+                    traffic = Traffic.model_validate({
+                        "arrival": {"kind": "closed_loop", "concurrency": concurrency},
+                        "input_tokens": {"kind": "fixed", "value": int(row["isl"])},
+                        "output_tokens": {"kind": "fixed", "value": int(row["osl"])},
+                    })
+                    result = simulate(resolve_model(row["model_path"]).spec, deployment, traffic, gpu, profile,
+                                      num_requests=max(self.min_requests, self.requests_per_client * concurrency), seed=0)
+                    summary = result.summary.to_dict()
+                    record["pred_ttft_ms"] = summary["ttft_s"]["mean"] * 1e3
+                    record["pred_tpot_ms"] = summary["tpot_s"]["mean"] * 1e3
+                    record["calibrated"] = profile.calibrated
+                except InputError as err:
+                    record["reason"] = str(err)
+            records.append(record)
+        return pd.DataFrame(records)
+
+
+VALIDATORS: dict[str, type[Validator]] = {"kernel": KernelValidator, "memory": MemoryValidator, "e2e": E2EValidator}
+
+
+def summarize(scores: pd.DataFrame) -> pd.DataFrame:
+    """Median and p90 absolute % error per table, metric and slice."""
+    by = ["table", "metric", "gpu", "framework", "slice", "calibrated"]
+    return (scores.groupby(by, dropna=False)["abs_pct_error"]
+            .agg(rows="size", median_abs_pct="median", p90_abs_pct=lambda e: float(np.percentile(e, 90)))
+            .reset_index())
+
+
+def slice_label(scores: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """The slice columns beyond GPU and framework joined into one label (model/precision or op/dtype)."""
+    rest = [c for c in columns if c not in ("gpu", "framework")]
+    values = scores[rest].astype("string").fillna("-").to_numpy()
+    return pd.Series(["/".join(row) for row in values], index=scores.index, dtype="object")

@@ -1,0 +1,321 @@
+"""Scoring one candidate, cheapest first.
+
+1. Constraints that need no simulation (TP, node, quantization, batch limits, accuracy, memory).
+2. Replicas from the capacity formula (seed 7.4) with the candidate's ``headroom``, then confirmed
+   with the analytic ``estimate``: a fleet it calls saturated grows by a quarter (at most three
+   times). Searching the replica count blindly would spend most trials on fleets that are
+   saturated or idle; deriving it leaves the search one knob (headroom) that trades cost for
+   queueing delay.
+3. The estimate screens: a candidate is simulated only when its estimate meets the SLOs within
+   ``screen_margin`` and is not that much slower than a simulated configuration that costs no more.
+4. The discrete-event simulation, at ``search_requests`` requests.
+
+Every outcome is a record (plain JSON) with the reason; nothing raises for an infeasible point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..costmodels.capacity import ReplicaCapacity, replica_capacity
+from ..costmodels.deployment import Deployment
+from ..costmodels.errors import InputError
+from ..costmodels.roofline import Batch, StepCostModel
+from ..search_spaces import Candidate, Violation, instances, memory_headroom_gib
+from ..search_spaces._constraints import speculation_label
+from ._engine import ServingEngine, Summary
+from ._problem import Problem
+
+# Objective value for a latency that was never predicted (a configuration rejected before any
+# estimate). Constrained NSGA-II and TPE rank infeasible trials by their violations only, so the
+# value never steers the search; reports show these trials as "not evaluated".
+UNEVALUATED_S = 1e6
+SATURATION_RETRIES = 3
+SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s", "tpot"), "slo_e2e": ("p99_e2e_s", "e2e")}
+# The constraints handed to Optuna: each is the total violation of a group of rules (Optuna
+# stores one row per named constraint, so fewer names keep a trial's storage writes down); the
+# record of each trial keeps every rule's own amount and reason.
+CONSTRAINT_GROUPS = {
+    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus", "simulator"),
+    "memory": ("memory",),
+    "accuracy": ("accuracy",),
+    "saturated": ("saturated",),
+    "slo": tuple(SLO_CONSTRAINTS),
+}
+# ngram's mean accepted length is unknown without the text; the simulator models it, and the
+# capacity seed stays conservative by counting one token per verify step.
+_TOKENS_PER_VERIFY = 1.0
+
+
+def p99(summary: Summary, metric: str) -> float:
+    """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a simulator summary, in seconds."""
+    return float(summary[f"{metric}_s"]["p99"])
+
+
+@dataclass
+class TrialOutcome:
+    """Objective values, each rule's violation amount (> 0: broken), and the JSON record."""
+
+    values: tuple[float, float]
+    constraints: dict[str, float]
+    record: dict[str, Any]
+
+    def grouped_constraints(self) -> dict[str, float]:
+        """One value per :data:`CONSTRAINT_GROUPS` entry: the sum of its broken rules' amounts, or
+        its tightest slack (<= 0) when none is broken."""
+        out = {}
+        for group, names in CONSTRAINT_GROUPS.items():
+            amounts = [self.constraints.get(name, 0.0) for name in names]
+            broken = [a for a in amounts if a > 0]
+            out[group] = sum(broken) if broken else max(amounts)
+        return out
+
+
+@dataclass
+class ScreenFront:
+    """(cost, estimated latency) of the simulated feasible configurations, for screening."""
+
+    points: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, cost: float, latency_s: float) -> None:
+        self.points.append((cost, latency_s))
+
+    def dominated(self, cost: float, latency_s: float, margin: float) -> bool:
+        return any(c <= cost and l * (1 + margin) <= latency_s for c, l in self.points)
+
+
+class Evaluator:
+    """Scores candidates of one problem (see the module docstring for the order of checks)."""
+
+    def __init__(self, problem: Problem, engine: ServingEngine | None = None):
+        self.problem = problem
+        self.engine = engine or ServingEngine(problem)
+        self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS]
+        self._summaries: dict[tuple, Summary] = {}
+        self._cost_models: dict[tuple, StepCostModel] = {}
+
+    # --- caches shared across trials (and seeded from stored trials on resume) -----------------
+    @staticmethod
+    def _key(kind: str, model: str, deployment: Deployment | dict, extra: Any = None) -> tuple:
+        dump = deployment if isinstance(deployment, dict) else deployment.model_dump(mode="json")
+        return kind, model, json.dumps(dump, sort_keys=True), extra
+
+    def remember(self, record: dict[str, Any]) -> None:
+        """Seed the caches with a stored trial's summaries, so a resumed job never repeats them."""
+        if record.get("estimate") is not None:
+            self._summaries[self._key("estimate", record["model"], record["deployment"])] = record["estimate"]
+        if record.get("simulation") is not None:
+            requests_seed = (record["simulated_requests"], self.problem.workload.seed)
+            key = self._key("simulate", record["model"], record["deployment"], requests_seed)
+            self._summaries[key] = record["simulation"]
+
+    def _estimate(self, model: str, deployment: Deployment) -> Summary:
+        key = self._key("estimate", model, deployment)
+        if key not in self._summaries:
+            self._summaries[key] = self.engine.estimate(model, deployment)
+        return self._summaries[key]
+
+    def simulate(self, model: str, deployment: Deployment, num_requests: int, seed: int) -> Summary:
+        key = self._key("simulate", model, deployment, (num_requests, seed))
+        if key not in self._summaries:
+            self._summaries[key] = self.engine.simulate(model, deployment, num_requests, seed)
+        return self._summaries[key]
+
+    def _cost_model(self, model: str, d: Deployment, tp: int) -> StepCostModel:
+        key = (model, d.gpu, d.quantization, d.kv_cache_dtype, tp, d.pp)
+        if key not in self._cost_models:
+            p = self.problem
+            self._cost_models[key] = StepCostModel(
+                p.ctx.models[model].spec, p.gpu(d.gpu), p.profile(d.gpu), d.quantization, d.kv_cache_dtype, tp, d.pp,
+                internode_bytes_per_s=d.internode_gbps * 1e9,
+            )
+        return self._cost_models[key]
+
+    # --- capacity --------------------------------------------------------------------------------
+    def capacity(self, model: str, deployment: Deployment) -> tuple[float, list[ReplicaCapacity]]:
+        """Fractional replicas the traffic needs (seed 7.4), and each instance kind's capacity."""
+        stats = self.problem.stats
+        drafts = deployment.speculative.num_speculative_tokens if deployment.speculative else 0
+        dis = deployment.disaggregation
+        needed, capacities = 0.0, []
+        for inst in instances(deployment):
+            cost = self._cost_model(model, deployment, inst.tp)
+            plan = self.problem.ctx.memory_plan(
+                model, deployment.gpu, deployment.quantization, deployment.kv_cache_dtype, inst.tp, deployment.pp,
+                inst.max_num_seqs, inst.max_num_batched_tokens, deployment.gpu_memory_utilization,
+                speculation_label(deployment, self.problem.ctx),
+            )
+            if inst.role == "prefill":
+                cap = _prefill_capacity(cost, stats.mean_input_tokens, inst.max_num_batched_tokens)
+                count = dis.prefill_instances
+            else:
+                output = stats.mean_output_tokens
+                cap = replica_capacity(
+                    cost, plan, mean_input_tokens=stats.mean_input_tokens, mean_output_tokens=output,
+                    max_num_seqs=inst.max_num_seqs, max_num_batched_tokens=inst.max_num_batched_tokens,
+                    num_speculative_tokens=drafts, tokens_per_decode_step=_TOKENS_PER_VERIFY,
+                )
+                if inst.role == "decode":
+                    # A decode instance holds a request only while it generates.
+                    decode_s = cost.decode_step_time_s(max(int(cap.concurrency), 1),
+                                                       math.ceil(stats.mean_input_tokens + output / 2), drafts)
+                    cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
+                count = dis.decode_instances if dis else 1
+            capacities.append(cap)
+            if stats.rate_per_s is not None:
+                needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * count))
+            else:
+                needed = max(needed, stats.in_flight_requests / (cap.concurrency * count))
+        return needed, capacities
+
+    def _replicas(self, candidate: Candidate, needed: float) -> int:
+        if "replicas" in candidate.values:
+            return int(candidate["replicas"])
+        serving = max(math.ceil(needed * (1 + float(candidate.get("headroom", 0.0))) - 1e-9), 1)
+        return max(math.ceil(serving * (1 + self.problem.workload.redundancy) - 1e-9), 1)
+
+    # --- scoring ---------------------------------------------------------------------------------
+    def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, float]:
+        gpu = self.problem.gpu(deployment.gpu)
+        per_hour = deployment.num_gpus * gpu.price_per_gpu_hour
+        tokens_per_s = self.problem.stats.output_tokens_per_s()
+        if summary is not None and summary.get("output_tokens_per_s"):
+            tokens_per_s = float(summary["output_tokens_per_s"])
+        per_mtoken = per_hour / (tokens_per_s * 3600 / 1e6) if tokens_per_s > 0 else math.inf
+        return {"cost_usd_per_hour": per_hour, "cost_usd_per_mtoken": per_mtoken}
+
+    def _prediction_violations(self, summary: Summary) -> dict[str, float]:
+        slo = self.problem.workload.slo
+        out = {"saturated": 1.0 if summary.get("saturated") else 0.0}
+        for name, (attr, metric) in SLO_CONSTRAINTS.items():
+            target = getattr(slo, attr)
+            out[name] = 0.0 if target is None else p99(summary, metric) / target - 1
+        return out
+
+    def _objectives(self, costs: dict[str, float], summary: Summary | None) -> tuple[float, float]:
+        objective = self.problem.workload.objective
+        cost = costs[f"cost_{objective.cost}"]
+        latency = UNEVALUATED_S if summary is None else p99(summary, objective.latency)
+        return min(cost, UNEVALUATED_S), min(latency, UNEVALUATED_S)
+
+    def evaluate(self, candidate: Candidate, screen: ScreenFront | None = None) -> TrialOutcome:
+        """Score one candidate; infeasible ones come back with their reason, never an exception."""
+        start = time.perf_counter()
+        space, w = self.problem.space, self.problem.workload
+        model = space.model_key(candidate)
+        record: dict[str, Any] = {
+            "knobs": dict(candidate.values), "model": model, "serve_id": self.problem.ctx.models[model].serve_id,
+            "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
+        }
+        deployment = space.deployment(candidate, 1)
+        violations = {v.constraint: v for v in space.violations(candidate)}
+        if not violations:
+            try:
+                needed, capacities = self.capacity(model, deployment)
+            except InputError as err:  # a request longer than the KV cache holds
+                violations["memory"] = Violation("memory", 1.0, str(err))
+            else:
+                replicas = self._replicas(candidate, needed)
+                deployment = space.deployment(candidate, replicas)
+                record["capacity"] = {
+                    "replicas_needed": needed,
+                    "instances": [{"concurrency": c.concurrency, "occupancy_s": c.occupancy_s,
+                                   "kv_limited": c.kv_limited} for c in capacities],
+                }
+                violations.update({v.constraint: v for v in space.violations(candidate, replicas)})
+        record["deployment"] = deployment.model_dump(mode="json")
+        summary = None
+        amounts = {name: 0.0 for name in self.constraint_names}
+        amounts.update({name: v.amount for name, v in violations.items()})
+        reasons = [v.reason for v in violations.values()]
+        if not violations:
+            try:
+                deployment, summary = self._estimate_fleet(candidate, model, deployment)
+            except InputError as err:  # a configuration the simulator cannot model
+                violations["simulator"] = Violation("simulator", 1.0, f"simulator: {err}")
+                amounts["simulator"] = 1.0
+                reasons.append(violations["simulator"].reason)
+        if not violations:
+            record["deployment"] = deployment.model_dump(mode="json")
+            record["estimate"] = summary
+            record["fidelity"] = "estimate"
+            estimated = self._prediction_violations(summary)
+            costs = self.cost(deployment, summary)
+            est_cost, est_latency = self._objectives(costs, summary)
+            slo_ok = all(amount <= w.fidelity.screen_margin for name, amount in estimated.items() if name != "saturated")
+            dominated = screen is not None and screen.dominated(est_cost, est_latency, w.fidelity.screen_margin)
+            record["estimate_objectives"] = [est_cost, est_latency]
+            if not summary.get("saturated") and slo_ok and not dominated:
+                try:
+                    simulated = self.simulate(model, deployment, w.fidelity.search_requests, w.seed)
+                except InputError as err:  # keep the estimate, and say why it was not simulated
+                    amounts["simulator"] = 1.0
+                    reasons.append(f"simulator: {err}")
+                else:
+                    summary = record["simulation"] = simulated
+                    record["simulated_requests"] = w.fidelity.search_requests
+                    record["fidelity"] = "simulate"
+                    estimated = self._prediction_violations(summary)
+            elif dominated:
+                record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
+            amounts.update(estimated)
+            reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"])
+            record["memory_headroom_gib"] = memory_headroom_gib(deployment, model, self.problem.ctx)
+        costs = self.cost(deployment, summary)
+        values = self._objectives(costs, summary)
+        profile = self.problem.profile(deployment.gpu)
+        record.update({
+            **costs,
+            "replicas": deployment.replicas,
+            "num_gpus": deployment.num_gpus,
+            "accuracy_drop_pct": self.problem.ctx.accuracy_drop_pct(model, deployment.quantization, deployment.kv_cache_dtype),
+            "violations": {k: v for k, v in amounts.items() if v > 0},
+            "feasible": all(v <= 0 for v in amounts.values()),
+            "reason": "; ".join(reasons),
+            "profile": profile.source,
+            "profile_calibrated": profile.calibrated,
+            "eval_s": time.perf_counter() - start,
+        })
+        if screen is not None and record["feasible"] and record["fidelity"] == "simulate":
+            screen.add(*record["estimate_objectives"])
+        return TrialOutcome(values, amounts, record)
+
+    def _estimate_fleet(self, candidate: Candidate, model: str, deployment: Deployment) -> tuple[Deployment, Summary]:
+        """Estimate; when the derived fleet saturates, grow it by a quarter (at most three times)."""
+        summary = self._estimate(model, deployment)
+        retries = 0
+        while (summary.get("saturated") and "replicas" not in candidate.values and retries < SATURATION_RETRIES):
+            replicas = max(math.ceil(deployment.replicas * 1.25), deployment.replicas + 1)
+            bigger = self.problem.space.deployment(candidate, replicas)
+            if bigger.num_gpus > self.problem.ctx.max_gpus:
+                break
+            deployment, summary = bigger, self._estimate(model, bigger)
+            retries += 1
+        return self.problem.space.validated(deployment), summary
+
+
+def _prefill_capacity(cost: StepCostModel, mean_input_tokens: float, max_num_batched_tokens: int) -> ReplicaCapacity:
+    """A prefill instance: as many prompts per step as the token budget holds, one step each."""
+    prompt = max(math.ceil(mean_input_tokens), 1)
+    per_step = max(max_num_batched_tokens // prompt, 1)
+    if per_step > 1:
+        step_s = cost.step(Batch(prefill_tokens=[prompt] * per_step)).time_s
+    else:
+        step_s = cost.prefill_time_s(prompt, max_num_batched_tokens)
+    return ReplicaCapacity(concurrency=float(per_step), occupancy_s=step_s, kv_limited=False)
+
+
+def _prediction_reasons(summary: Summary, violations: dict[str, float], slo, fidelity: str) -> list[str]:
+    source = "simulated" if fidelity == "simulate" else "estimated"
+    reasons = []
+    if summary.get("saturated"):
+        why = summary.get("saturation_reason") or summary.get("reason") or "queue grows without bound"
+        reasons.append(f"saturated ({source}): {why}")
+    for name, (attr, metric) in SLO_CONSTRAINTS.items():
+        if violations.get(name, 0) > 0:
+            reasons.append(f"{source} P99 {metric.upper()} {p99(summary, metric):.3g} s > SLO {getattr(slo, attr):g} s")
+    return reasons

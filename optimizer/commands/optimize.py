@@ -1,0 +1,84 @@
+"""``servopt optimize [WORKLOAD]``: search deployments, re-check the front, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import optuna
+
+from ...results import explain_empty, trials_frame, write_results
+from ..defaults import DEFAULT_NAME, default_workload
+from ..job import Job
+from ..workload import load_workload
+from .common import positive_float, positive_int
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "optimize",
+        help="search deployments for a workload: Pareto front of cost vs P99 latency",
+        description="Search deployments with Optuna (cost vs P99 latency under SLO, accuracy and memory "
+        "constraints), re-check the front with a longer simulation, and write trials.csv, pareto.csv, "
+        "report.md and report.html. Rerunning the same job resumes it.",
+    )
+    parser.add_argument("workload", nargs="?", default=None,
+                        help="workload YAML file (default: the built-in Llama-3.1-8B chat job)")
+    parser.add_argument("--out", default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
+    parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the workload file's name)")
+    parser.add_argument("--storage", default=None, metavar="URL",
+                        help="SQLAlchemy URL of a shared study database (default: SQLite in the job folder)")
+    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="worker processes on this machine")
+    parser.add_argument("--trials", type=positive_int, default=None, help="override budget.trials")
+    parser.add_argument("--time", type=positive_float, default=None, metavar="SECONDS", help="override budget.time_s")
+    parser.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def make_job(args: argparse.Namespace) -> Job:
+    if args.workload is None:
+        workload, name = default_workload(), DEFAULT_NAME
+    else:
+        workload, name = load_workload(args.workload), Path(args.workload).stem
+    if args.trials is not None or args.time is not None:
+        budget = workload.budget.model_copy(update={
+            "trials": args.trials if args.trials is not None else workload.budget.trials,
+            "time_s": args.time if args.time is not None else workload.budget.time_s,
+        })
+        workload = workload.model_copy(update={"budget": budget})
+    study = args.study or name
+    out = Path(args.out) if args.out else Path("servopt-runs") / study
+    return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name)
+
+
+def run(args: argparse.Namespace) -> int:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar reports trials
+    job = make_job(args)
+    outcome = job.run(progress=not args.no_progress)
+    data = job.collect()
+    paths = write_results(job.out_dir, data)
+    front = [t for t in data["trials"] if t["number"] in set(outcome.front)]
+    result = {
+        "study": job.study_name, "out_dir": str(job.out_dir), "trials": outcome.trials,
+        "new_trials": outcome.new_trials, "simulated": outcome.simulations, "rechecked": outcome.rechecked,
+        "elapsed_s": round(outcome.elapsed_s, 2), "front": outcome.front,
+        "files": {name: str(path) for name, path in paths.items()},
+    }
+    empty = not front
+    if empty:
+        result["empty_front"] = explain_empty(data, trials_frame(data))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"study '{job.study_name}': {outcome.trials} trials ({outcome.new_trials} new, {outcome.simulations} "
+              f"simulated), front of {len(outcome.front)} re-checked in {outcome.elapsed_s:.1f} s")
+        if empty:
+            print("\n".join(result["empty_front"]))
+        print(f"report: {paths['report.md']} and {paths['report.html']}")
+        if not empty:
+            print(f"export: servopt export {job.out_dir} --pick cheapest")
+    # An empty front means the workload's targets cannot be met as written: a bad-input outcome.
+    return 2 if empty else 0

@@ -1,0 +1,24 @@
+"""``servopt report DIR``: regenerate an optimize job's tables and reports from its study."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ...results import write_results
+from ..job import Job
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="regenerate trials.csv, pareto.csv and the reports of a job folder")
+    parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
+    parser.add_argument("--json", action="store_true", help="print the written paths as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    job = Job.load(args.dir)
+    paths = write_results(job.out_dir, job.collect())
+    files = {name: str(path) for name, path in paths.items()}
+    print(json.dumps(files, indent=2) if args.json else "\n".join(files.values()))
+    return 0

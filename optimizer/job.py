@@ -1,0 +1,266 @@
+"""An optimize job: a workload, an output folder, a study in a storage, and N workers.
+
+The folder holds ``job.json`` (the workload as validated, the storage URL and study name), the
+SQLite study (unless ``--storage`` names another database), and the results. Running the same job
+again resumes it: finished trials are read back and the budget counts them.
+
+Example:
+    >>> from servopt.optimizer.job import Job
+    >>> from servopt.optimizer.defaults import default_workload
+    >>> job = Job(default_workload(), "/tmp/servopt-doc-job")
+    >>> job.storage_url.endswith("/tmp/servopt-doc-job/study.db"), job.study_name
+    (True, 'default')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from joblib import Parallel, delayed
+from optuna.trial import TrialState
+
+from ..costmodels.errors import InputError
+from ._evaluate import Evaluator
+from ._problem import Problem, build_problem
+from ._progress import Progress, poll_progress
+from .study import (
+    DIRECTIONS,
+    RECORD_ATTR,
+    completed_records,
+    final_front,
+    make_sampler,
+    open_storage,
+    recheck,
+    recheck_candidates,
+    run_worker,
+    save_recheck,
+    stored_rechecks,
+)
+from .workload import Workload, parse_workload
+
+JOB_FILE = "job.json"
+WORKLOAD_HASH_ATTR = "workload_sha256"
+
+
+# Keys a rerun may change without starting another study: how long to search and where it is stored.
+RESUMABLE_KEYS = {"budget", "storage"}
+
+
+def workload_identity(workload: Workload) -> dict[str, Any]:
+    """The workload without :data:`RESUMABLE_KEYS`: what must match for a study to be resumed."""
+    return {k: v for k, v in workload.model_dump(mode="json").items() if k not in RESUMABLE_KEYS}
+
+
+def workload_hash(workload: Workload) -> str:
+    return hashlib.sha256(json.dumps(workload_identity(workload), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class JobOutcome:
+    """What a run did: trials in the study, trials this run added, the final front's trial numbers."""
+
+    trials: int
+    new_trials: int
+    front: list[int]
+    elapsed_s: float
+    simulations: int
+    stale_failed: int = 0
+    rechecked: int = 0
+
+
+@dataclass
+class Job:
+    """One optimize job. ``storage`` defaults to SQLite in ``out_dir``; ``study`` to the workload name."""
+
+    workload: Workload
+    out_dir: str | Path
+    study: str | None = None
+    storage: str | None = None
+    jobs: int = 1
+    hardware: str | None = None
+    name: str = "default"
+    _problem: Problem | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+
+    @property
+    def study_name(self) -> str:
+        return self.study or self.name
+
+    @property
+    def storage_url(self) -> str:
+        explicit = self.storage or self.workload.storage
+        return explicit or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
+
+    @property
+    def problem(self) -> Problem:
+        if self._problem is None:
+            self._problem = build_problem(self.workload, self.hardware)
+        return self._problem
+
+    # --- the study --------------------------------------------------------------------------
+    def open_study(self, create: bool = True) -> optuna.Study:
+        storage = open_storage(self.storage_url)
+        expected = workload_hash(self.workload)
+        w = self.workload
+        sampler = make_sampler(w.sampler, w.seed, w.budget.trials)
+        if create:
+            study = optuna.create_study(study_name=self.study_name, storage=storage, directions=list(DIRECTIONS),
+                                        sampler=sampler, load_if_exists=True)
+        else:
+            try:
+                study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler)
+            except KeyError:
+                raise InputError(f"no study '{self.study_name}' in {self.storage_url}") from None
+        stored = study.user_attrs.get(WORKLOAD_HASH_ATTR)
+        if stored is None:
+            study.set_user_attr(WORKLOAD_HASH_ATTR, expected)
+            study.set_user_attr("workload", w.model_dump(mode="json"))
+        elif stored != expected:
+            raise InputError(
+                f"study '{self.study_name}' in {self.storage_url} was started with a different workload; "
+                "use another --study name or --out folder, or the same workload file"
+            )
+        return study
+
+    def write_job_file(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        data = {
+            "study": self.study_name,
+            "storage": self.storage_url,
+            "hardware": self.hardware,
+            "name": self.name,
+            "workload": self.workload.model_dump(mode="json"),
+        }
+        path = self.out_dir / JOB_FILE
+        if path.exists():
+            old = json.loads(path.read_text())
+            old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
+            if (old.get("study"), old.get("storage")) != (data["study"], data["storage"]) or \
+                    old_identity != workload_identity(self.workload):
+                raise InputError(
+                    f"{self.out_dir} holds another job (study '{old.get('study')}'); use another --out folder"
+                )
+        path.write_text(json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, out_dir: str | Path) -> Job:
+        """The job a folder holds (for ``servopt report`` and ``servopt export``)."""
+        path = Path(out_dir) / JOB_FILE
+        try:
+            data = json.loads(path.read_text())
+        except OSError:
+            raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first") from None
+        except json.JSONDecodeError as err:
+            raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+        workload = parse_workload(data["workload"], str(path))
+        return cls(workload, out_dir, study=data["study"], storage=data["storage"], hardware=data.get("hardware"),
+                   name=data.get("name", "default"))
+
+    # --- running ----------------------------------------------------------------------------
+    def run(self, progress: bool = True) -> JobOutcome:
+        """Search (resuming what the study holds), re-check the front, and return the outcome."""
+        start = time.perf_counter()
+        problem = self.problem  # resolve names before anything is written
+        self.write_job_file()
+        study = self.open_study()
+        before = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        budget = self.workload.budget
+        bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
+        if self.jobs <= 1:
+            result = run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s, callbacks=[bar.callback])
+            stale = result.stale_failed
+        else:
+            config = self.config()
+            with poll_progress(bar, lambda: self.open_study(create=False)):
+                results = Parallel(n_jobs=self.jobs, backend="loky")(
+                    delayed(_worker)(config, index) for index in range(self.jobs)
+                )
+            stale = sum(r for r in results)
+        bar.close()
+        rechecked = self.recheck_front(study)
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        simulations = sum(1 for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate")
+        return JobOutcome(
+            trials=len(trials), new_trials=len(trials) - before, front=final_front(study),
+            elapsed_s=time.perf_counter() - start, simulations=simulations, stale_failed=stale, rechecked=rechecked,
+        )
+
+    def config(self) -> dict[str, Any]:
+        """What a worker process needs to rebuild this job."""
+        return {"workload": self.workload.model_dump(mode="json"), "out_dir": str(self.out_dir),
+                "study": self.study_name, "storage": self.storage_url, "hardware": self.hardware, "name": self.name}
+
+    def recheck_front(self, study: optuna.Study) -> int:
+        """Re-simulate the front (and the runners-up) with more requests; returns how many ran."""
+        done = stored_rechecks(study)
+        requests = self.workload.fidelity.final_requests
+        todo = [t for t in recheck_candidates(study)
+                if t.number not in done or done[t.number].get("requests") != requests]
+        if not todo:
+            return 0
+        records = [(t.number, t.user_attrs[RECORD_ATTR]) for t in todo]
+        if self.jobs <= 1:
+            evaluator = Evaluator(self.problem)
+            results = [recheck(self.problem, record, evaluator) for _, record in records]
+        else:
+            results = Parallel(n_jobs=self.jobs, backend="loky")(
+                delayed(_recheck)(self.config(), record) for _, record in records
+            )
+        for (number, _), result in zip(records, results, strict=True):
+            save_recheck(study, number, result)
+        return len(records)
+
+    # --- reading back -----------------------------------------------------------------------
+    def collect(self) -> dict[str, Any]:
+        """Everything the results package needs, as plain data: trials, re-checks and the front."""
+        study = self.open_study(create=False)
+        trials = [
+            {"number": t.number, "values": list(t.values), "record": t.user_attrs[RECORD_ATTR],
+             "duration_s": t.duration.total_seconds() if t.duration else None}
+            for t in completed_records(study)
+        ]
+        problem = self.problem
+        gpus = {
+            name: {"profile": problem.profile(name).source, "calibrated": problem.profile(name).calibrated,
+                   "price_per_gpu_hour": gpu.price_per_gpu_hour, "gpus_per_node": problem.ctx.node_size(name)}
+            for name, gpu in problem.ctx.gpus.items()
+        }
+        return {
+            "job": {"study": self.study_name, "storage": self.storage_url, "out_dir": str(self.out_dir),
+                    "name": self.name},
+            "workload": self.workload.model_dump(mode="json"),
+            "space": problem.space.describe(),
+            "gpus": gpus,
+            "trials": trials,
+            "rechecks": stored_rechecks(study),
+            "front": final_front(study),
+        }
+
+
+def _job_from_config(config: dict[str, Any]) -> Job:
+    workload = parse_workload(config["workload"], "job")
+    return Job(workload, config["out_dir"], study=config["study"], storage=config["storage"],
+               hardware=config["hardware"], name=config["name"])
+
+
+def _worker(config: dict[str, Any], index: int) -> int:
+    """One of ``--jobs N`` processes: its own sampler seed, the shared study."""
+    job = _job_from_config(config)
+    w = job.workload
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = job.open_study(create=False)
+    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials)
+    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s).stale_failed
+
+
+def _recheck(config: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    job = _job_from_config(config)
+    return recheck(job.problem, record)

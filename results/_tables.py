@@ -1,0 +1,155 @@
+"""Trial and front tables from a job's collected data (``Job.collect()``), as pandas frames."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+KNOB_COLUMNS = [
+    "model", "gpu", "mode", "tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
+    "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+    "speculation", "num_speculative_tokens", "headroom",
+]
+METRICS = ("ttft", "tpot", "itl", "e2e")
+# KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
+KV_LIMITED_UTILIZATION = 0.9
+INT_COLUMNS = ("tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
+               "max_num_batched_tokens", "num_speculative_tokens")
+
+
+def _p99(summary: dict | None, metric: str) -> float:
+    if not summary or f"{metric}_s" not in summary:
+        return math.nan
+    return float(summary[f"{metric}_s"]["p99"])
+
+
+def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]:
+    """Flat columns of one simulator summary (NaN when there is none)."""
+    s = summary or {}
+    out = {f"{prefix}p99_{m}_s": _p99(summary, m) for m in METRICS}
+    out.update({
+        f"{prefix}requests_per_s": s.get("requests_per_s", math.nan),
+        f"{prefix}output_tokens_per_s": s.get("output_tokens_per_s", math.nan),
+        f"{prefix}saturated": s.get("saturated") if summary else None,
+        f"{prefix}kv_utilization": s.get("kv_utilization", math.nan),
+        f"{prefix}mean_batch_size": s.get("mean_batch_size", math.nan),
+        f"{prefix}compute_bound_share": s.get("compute_bound_share", math.nan),
+        f"{prefix}queueing_share_p99_ttft": s.get("queueing_share_p99_ttft", math.nan),
+    })
+    return out
+
+
+def speculation_text(knobs: dict[str, Any]) -> str:
+    label = knobs.get("speculation", "off")
+    return "off" if label == "off" else f"{label} g={knobs.get('num_speculative_tokens')}"
+
+
+def pd_split_text(deployment: dict[str, Any]) -> str:
+    dis = deployment.get("disaggregation")
+    if not dis:
+        return "aggregated"
+    return f"{dis['prefill_instances']}P(tp{dis['prefill_tp']}):{dis['decode_instances']}D(tp{dis['decode_tp']})"
+
+
+def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
+    """One row per finished trial: knobs, deployment, predictions at the fidelity reached, and why
+    it is (in)feasible."""
+    rows = []
+    for trial in data["trials"]:
+        r = trial["record"]
+        knobs = r["knobs"]
+        summary = r.get("simulation") or r.get("estimate")
+        row = {
+            "trial": trial["number"],
+            "feasible": r["feasible"],
+            "fidelity": r["fidelity"],
+            "reason": r["reason"],
+            **{k: knobs.get(k) for k in KNOB_COLUMNS},
+            "model": r["model"],
+            "replicas": r["replicas"],
+            "num_gpus": r["num_gpus"],
+            "cost_usd_per_hour": r["cost_usd_per_hour"],
+            "cost_usd_per_mtoken": r["cost_usd_per_mtoken"],
+            **prediction_columns(summary),
+            "accuracy_drop_pct": r["accuracy_drop_pct"],
+            "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
+            "replicas_needed": (r.get("capacity") or {}).get("replicas_needed", math.nan),
+            "objective_cost": trial["values"][0],
+            "objective_latency_s": trial["values"][1] if r["fidelity"] != "precheck" else math.nan,
+            "profile_calibrated": r["profile_calibrated"],
+            "eval_s": r["eval_s"],
+        }
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in INT_COLUMNS:  # knobs absent on some trials (conditional) stay integers, not floats
+        if col in frame:
+            frame[col] = frame[col].astype("Int64")
+    return frame.sort_values("trial").reset_index(drop=True) if len(frame) else frame
+
+
+def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
+    """One line on what limits a configuration: the bound, queueing, and the KV cache."""
+    if not summary:
+        return record.get("reason") or "not simulated"
+    parts = []
+    share = summary.get("compute_bound_share")
+    if share is not None:
+        parts.append(f"compute-bound ({share:.0%} of steps)" if share >= 0.5
+                     else f"memory-bound ({1 - share:.0%} of steps)")
+    queueing = summary.get("queueing_share_p99_ttft")
+    if queueing is not None:
+        parts.append(f"queueing {queueing:.0%} of P99 TTFT")
+    kv = summary.get("kv_utilization")
+    batch = summary.get("mean_batch_size")
+    if kv is not None and kv >= KV_LIMITED_UTILIZATION:
+        parts.append(f"KV-limited (KV cache {kv:.0%} full)")
+    elif batch is not None:
+        cap = record["knobs"].get("max_num_seqs")
+        limit = " (max_num_seqs-limited)" if cap and batch >= 0.9 * cap else ""
+        parts.append(f"mean batch {batch:.0f}{limit}" + (f", KV {kv:.0%} full" if kv is not None else ""))
+    return "; ".join(parts)
+
+
+def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
+    """The final front: re-checked predictions of each point, cheapest first."""
+    by_number = {t["number"]: t for t in data["trials"]}
+    rows = []
+    for number in data["front"]:
+        r = by_number[number]["record"]
+        check = data["rechecks"][number]
+        summary = check["simulation"]
+        knobs = r["knobs"]
+        d = r["deployment"]
+        rows.append({
+            "trial": number,
+            "model": r["serve_id"],
+            "gpu": d["gpu"],
+            "num_gpus": r["num_gpus"],
+            "replicas": r["replicas"],
+            "quantization": d["quantization"],
+            "kv_cache_dtype": d["kv_cache_dtype"],
+            "tp": d["tp"] if not d.get("disaggregation") else None,
+            "pp": d["pp"],
+            "max_num_seqs": d["max_num_seqs"],
+            "max_num_batched_tokens": d["max_num_batched_tokens"],
+            "enable_chunked_prefill": d["enable_chunked_prefill"],
+            "pd_split": pd_split_text(d),
+            "speculation": speculation_text(knobs),
+            "cost_usd_per_hour": check["cost_usd_per_hour"],
+            "cost_usd_per_mtoken": check["cost_usd_per_mtoken"],
+            **prediction_columns(summary),
+            "accuracy_drop_pct": r["accuracy_drop_pct"],
+            "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
+            "why": why(r, summary),
+            "simulated_requests": check["requests"],
+            "profile_calibrated": r["profile_calibrated"],
+            "deployment": json.dumps(d, sort_keys=True),
+        })
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame["tp"] = frame["tp"].astype("Int64")
+        frame = frame.sort_values(["cost_usd_per_hour", "p99_e2e_s"]).reset_index(drop=True)
+    return frame

@@ -1,0 +1,107 @@
+"""What the knobs and constraints need to know about a job: its models, GPUs, limits and budget.
+
+The optimizer builds one :class:`SpaceContext` from a workload file; the search space reads it and
+never parses files itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..costmodels.architectures import ModelSpec
+from ..costmodels.hardware import GPUSpec
+from ..costmodels.memory import MemoryPlan, kv_bytes_per_token_per_layer_per_gpu, plan_memory, weight_bytes
+from ..costmodels.quantization import AccuracyTable
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One model the search may serve.
+
+    ``serve_id`` is what ``vllm serve`` loads; ``checkpoint_quantization`` is set when that id is a
+    pre-quantized checkpoint (it then fixes the weight scheme); ``accuracy_drop_pct`` is its
+    quality cost against the main model (0 for the main model).
+    """
+
+    key: str
+    spec: ModelSpec
+    serve_id: str
+    checkpoint_quantization: str | None = None
+    accuracy_drop_pct: float = 0.0
+
+
+@dataclass(frozen=True)
+class SpeculationChoice:
+    """A speculative decoding method the search may use; ``draft`` is its draft spec, if any."""
+
+    label: str
+    method: str
+    draft_model: str | None = None
+    acceptance_rate: float | None = None
+    draft: ModelSpec | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class SpaceContext:
+    """Everything a knob or constraint reads. Memory plans are cached per configuration."""
+
+    models: dict[str, ModelChoice]
+    gpus: dict[str, GPUSpec]
+    accuracy: AccuracyTable
+    max_drop_pct: float
+    max_model_len: dict[str, int]
+    speculation: dict[str, SpeculationChoice] = field(default_factory=dict)
+    gpus_per_node: int | None = None
+    max_gpus: int = 64
+
+    def node_size(self, gpu: str) -> int:
+        return self.gpus_per_node or self.gpus[gpu].gpus_per_node
+
+    def accuracy_drop_pct(self, model: str, quantization: str, kv_cache_dtype: str) -> float:
+        choice = self.models[model]
+        return choice.accuracy_drop_pct + self.accuracy.drop_pct(quantization, choice.spec.num_params, kv_cache_dtype)
+
+    def memory_plan(self, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int, pp: int,
+                    max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
+                    speculation: str = "off") -> MemoryPlan:
+        """The memory plan of one instance (a draft model's weights and KV share its pool)."""
+        return _memory_plan(self, model, gpu, quantization, kv_cache_dtype, tp, pp, max_num_seqs,
+                            max_num_batched_tokens, gpu_memory_utilization, speculation)
+
+
+@lru_cache(maxsize=4096)
+def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int,
+                 pp: int, max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
+                 speculation: str) -> MemoryPlan:
+    spec = ctx.models[model].spec
+    extra_weights = extra_kv = 0.0
+    draft = ctx.speculation[speculation].draft if speculation != "off" else None
+    if draft is not None:
+        # The draft runs at the target's TP (vLLM's default draft_tensor_parallel_size), unquantized.
+        draft_tp = tp if draft.num_attention_heads % tp == 0 else 1
+        extra_weights = weight_bytes(draft, "bf16", draft_tp).per_gpu_bytes
+        extra_kv = kv_bytes_per_token_per_layer_per_gpu(draft, kv_cache_dtype, draft_tp) * draft.num_layers
+    return plan_memory(
+        spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,
+        gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs, max_model_len=ctx.max_model_len[model],
+        extra_weights_bytes_per_gpu=extra_weights, extra_kv_bytes_per_token_per_gpu=extra_kv,
+    )
+
+
+def example_context(model: str = "llama-3.1-8b", gpus: tuple[str, ...] = ("h100", "a100-80gb")) -> SpaceContext:
+    """A small context for examples and tests: one model, catalog GPUs, ngram speculation."""
+    from ..costmodels.architectures import resolve_model
+    from ..costmodels.hardware import get_gpu
+    from ..costmodels.quantization import builtin_accuracy_table
+
+    resolved = resolve_model(model)
+    return SpaceContext(
+        models={model: ModelChoice(model, resolved.spec, resolved.spec.name, resolved.quantization)},
+        gpus={name: get_gpu(name) for name in gpus},
+        accuracy=builtin_accuracy_table(),
+        max_drop_pct=3.0,
+        max_model_len={model: 4096},
+        speculation={"ngram": SpeculationChoice("ngram", "ngram")},
+    )

@@ -1,0 +1,186 @@
+"""The search space: the knobs with their (possibly narrowed) domains, and how a point becomes a
+:class:`~servopt.costmodels.deployment.Deployment`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
+from ..costmodels.errors import InputError
+from ._constraints import CONSTRAINTS, Constraint, Violation
+from ._context import SpaceContext
+from ._domains import Domain, Value, narrow
+from ._knobs import DISAGGREGATED, KNOBS, SPECULATION_OFF, HeadroomKnob, Knob, ReplicasKnob
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the space: the value of every active knob (pinned ones included)."""
+
+    values: Mapping[str, Value]
+
+    def __getitem__(self, name: str) -> Value:
+        return self.values[name]
+
+    def get(self, name: str, default: Value | None = None) -> Value | None:
+        return self.values.get(name, default)
+
+    @property
+    def key(self) -> tuple:
+        """Hashable identity, for caching repeated points."""
+        return tuple(sorted(self.values.items()))
+
+
+class SearchSpace:
+    """Knobs and their domains for one job.
+
+    Example:
+        >>> from servopt.search_spaces import SearchSpace, example_context
+        >>> space = SearchSpace(example_context(), {"tp": [1, 2], "quantization": "fp8", "mode": "aggregated"})
+        >>> space.domain("quantization").pinned, space.domain("tp").values()
+        ('fp8', [1, 2])
+        >>> candidate = space.fixed({"gpu": "h100", "tp": 2, "kv_cache_dtype": "auto", "max_num_seqs": 64,
+        ...     "max_num_batched_tokens": 4096, "enable_chunked_prefill": True, "speculation": "off", "headroom": 0.0})
+        >>> space.deployment(candidate, replicas=3).num_gpus
+        6
+    """
+
+    def __init__(self, ctx: SpaceContext, settings: Mapping[str, Any] | None = None,
+                 constraints: tuple[Constraint, ...] = CONSTRAINTS):
+        self.ctx = ctx
+        self.constraints = constraints
+        settings = dict(settings or {})
+        knobs: list[Knob] = list(KNOBS)
+        if "replicas" in settings:
+            # Replicas searched directly: the derived count and its headroom no longer apply.
+            knobs = [ReplicasKnob() if isinstance(k, HeadroomKnob) else k for k in knobs]
+        by_name = {k.name: k for k in knobs}
+        unknown = sorted(set(settings) - set(by_name))
+        if unknown:
+            raise InputError(f"space.{unknown[0]}: unknown knob; knobs: {', '.join(by_name)}")
+        self.knobs = tuple(knobs)
+        self._domains: dict[str, Domain] = {}
+        for knob in knobs:
+            domain = knob.default_domain(ctx)
+            if knob.name in settings:
+                domain = narrow(domain, settings[knob.name], f"space.{knob.name}", knob.coerce)
+            self._domains[knob.name] = domain
+
+    # --- reading -------------------------------------------------------------------------------
+    def domain(self, name: str) -> Domain:
+        return self._domains[name]
+
+    @property
+    def replicas_searched(self) -> bool:
+        return any(isinstance(k, ReplicasKnob) for k in self.knobs)
+
+    def describe(self) -> dict[str, str]:
+        """Knob -> its domain in words (pinned knobs show their value)."""
+        return {k.name: self._domains[k.name].describe() for k in self.knobs}
+
+    # --- sampling ------------------------------------------------------------------------------
+    def sample(self, trial: optuna.Trial) -> Candidate:
+        """Suggest every active knob through ``trial`` (define-by-run, so conditions hold)."""
+        values: dict[str, Value] = {}
+        for knob in self.knobs:
+            if knob.active(values):
+                values[knob.name] = self._domains[knob.name].suggest(trial, knob.name)
+        return Candidate(values)
+
+    def fixed(self, values: Mapping[str, Value]) -> Candidate:
+        """A candidate from given values; knobs left out take their pinned value."""
+        out: dict[str, Value] = {}
+        for knob in self.knobs:
+            if not knob.active(out):
+                continue
+            if knob.name in values:
+                out[knob.name] = values[knob.name]
+            elif self._domains[knob.name].pinned is not None:
+                out[knob.name] = self._domains[knob.name].pinned
+            else:
+                raise InputError(f"no value for knob '{knob.name}' ({self._domains[knob.name].describe()})")
+        return Candidate(out)
+
+    def enumerate(self) -> Iterator[Candidate]:
+        """Every point of the space (conditional knobs only where active); for small spaces."""
+
+        def walk(index: int, values: dict[str, Value]) -> Iterator[Candidate]:
+            if index == len(self.knobs):
+                yield Candidate(dict(values))
+                return
+            knob = self.knobs[index]
+            if not knob.active(values):
+                yield from walk(index + 1, values)
+                return
+            for value in self._domains[knob.name].values():
+                values[knob.name] = value
+                yield from walk(index + 1, values)
+                del values[knob.name]
+
+        return walk(0, {})
+
+    # --- turning a point into a deployment ------------------------------------------------------
+    def model_key(self, candidate: Candidate) -> str:
+        return str(candidate.get("model", next(iter(self.ctx.models))))
+
+    def deployment(self, candidate: Candidate, replicas: int = 1) -> Deployment:
+        """The deployment a candidate describes, with ``replicas`` copies."""
+        c = candidate
+        model = self.model_key(c)
+        fields: dict[str, Any] = {
+            "gpu": c["gpu"],
+            "tp": c.get("tp", 1),
+            "pp": c.get("pp", 1),
+            "replicas": c.get("replicas", replicas),
+            "quantization": c["quantization"],
+            "kv_cache_dtype": c["kv_cache_dtype"],
+            "max_num_seqs": c["max_num_seqs"],
+            "max_num_batched_tokens": c["max_num_batched_tokens"],
+            "enable_chunked_prefill": c["enable_chunked_prefill"],
+            "max_model_len": self.ctx.max_model_len[model],
+        }
+        if c.get("mode") == DISAGGREGATED:
+            fields["tp"] = c["prefill_tp"]
+            fields["disaggregation"] = DisaggregationConfig(
+                prefill_instances=c["prefill_instances"], prefill_tp=c["prefill_tp"],
+                decode_instances=c["decode_instances"], decode_tp=c["decode_tp"],
+            )
+        label = c.get("speculation", SPECULATION_OFF)
+        if label != SPECULATION_OFF:
+            choice = self.ctx.speculation[str(label)]
+            fields["speculative"] = SpeculativeConfig(
+                method=choice.method, num_speculative_tokens=c["num_speculative_tokens"],
+                acceptance_rate=choice.acceptance_rate, draft_model=choice.draft_model,
+            )
+        # vLLM's own rule (max_num_batched_tokens >= max_num_seqs) is a searched constraint here:
+        # build without validation and let BatchLimits report it (validated() checks the rest).
+        return Deployment.model_construct(**fields)
+
+    @staticmethod
+    def validated(deployment: Deployment) -> Deployment:
+        """The same deployment through pydantic validation, for a configuration that passed the
+        constraints."""
+        return Deployment.model_validate(deployment.model_dump())
+
+    # --- constraints ---------------------------------------------------------------------------
+    def violations(self, candidate: Candidate, replicas: int | None = None) -> list[Violation]:
+        """Broken constraints; those that need the replica count run only when it is given."""
+        deployment = self.deployment(candidate, replicas or 1)
+        model = self.model_key(candidate)
+        found = []
+        for constraint in self.constraints:
+            if constraint.needs_replicas and replicas is None:
+                continue
+            violation = constraint.check(deployment, model, self.ctx)
+            if violation is not None:
+                found.append(violation)
+        return found
+
+    @property
+    def constraint_names(self) -> list[str]:
+        return [c.name for c in self.constraints]
+

@@ -1,0 +1,122 @@
+"""The study: a tiny job runs end to end, resumes after kill -9, and two processes share a study."""
+
+import json
+import signal
+import sqlite3
+import time
+
+import pytest
+from _optimizer_fixtures import TINY, run_cli_process, serving, write_workload  # noqa: F401
+
+from servopt.costmodels.errors import InputError
+from servopt.optimizer.job import Job
+from servopt.optimizer.study import pareto_mask
+from servopt.optimizer.workload import parse_workload
+
+
+def tiny_job(tmp_path, **changes):
+    data = {**TINY, **changes}
+    return Job(parse_workload(data, "test"), tmp_path / "out", name="tiny")
+
+
+def test_tiny_job_records_every_trial_with_a_reason(tmp_path, serving):  # noqa: F811
+    job = tiny_job(tmp_path, space={**TINY["space"], "quantization": ["bf16", "gptq"]})
+    outcome = job.run(progress=False)
+    data = job.collect()
+    assert outcome.trials == 12 == len(data["trials"])
+    for trial in data["trials"]:
+        record = trial["record"]
+        assert record["fidelity"] in ("precheck", "estimate", "simulate")
+        assert record["feasible"] == (not record["violations"])
+        if not record["feasible"]:
+            assert record["reason"]
+    gptq = [t for t in data["trials"] if t["record"]["knobs"]["quantization"] == "gptq"]
+    assert gptq and all("accuracy" in t["record"]["violations"] for t in gptq)
+    assert outcome.front and set(outcome.front) <= set(data["rechecks"])
+    assert all(data["rechecks"][n]["requests"] == 400 for n in outcome.front)
+
+
+def test_rerun_resumes_without_repeating(tmp_path, serving):  # noqa: F811
+    job = tiny_job(tmp_path)
+    job.run(progress=False)
+    first = {t["number"]: t["values"] for t in job.collect()["trials"]}
+    more = tiny_job(tmp_path, budget={"trials": 20})
+    outcome = more.run(progress=False)
+    second = {t["number"]: t["values"] for t in more.collect()["trials"]}
+    assert outcome.new_trials == 8 and len(second) == 20
+    assert all(second[n] == v for n, v in first.items())
+
+
+def test_other_workload_in_the_same_folder_is_refused(tmp_path, serving):  # noqa: F811
+    tiny_job(tmp_path).run(progress=False)
+    with pytest.raises(InputError, match="another job"):
+        tiny_job(tmp_path, slo={"p99_ttft_s": 5.0}).run(progress=False)
+
+
+def test_pareto_mask():
+    import numpy as np
+
+    points = np.array([[1, 5], [2, 3], [3, 3], [2, 6], [4, 1]])
+    assert pareto_mask(points).tolist() == [True, True, False, False, True]
+
+
+def _complete_trials(db):
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute(
+            "select t.number, group_concat(v.value) from trials t join trial_values v on v.trial_id = t.trial_id "
+            "where t.state = 'COMPLETE' group by t.number").fetchall())
+
+
+def test_kill_9_then_rerun_keeps_every_finished_trial(tmp_path):
+    workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 40}})
+    out = tmp_path / "out"
+    proc = run_cli_process(["optimize", str(workload), "--out", str(out), "--no-progress"], tmp_path, wait=False)
+    db = out / "study.db"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if db.exists() and len(_complete_trials(db)) >= 8:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = _complete_trials(db)
+    assert 8 <= len(before) < 40
+    rerun = run_cli_process(["optimize", str(workload), "--out", str(out), "--no-progress", "--json"], tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    after = _complete_trials(db)
+    assert len(after) >= 40
+    assert all(after[n] == v for n, v in before.items())
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from trials where state = 'RUNNING'").fetchone()[0] == 0
+    assert json.loads(rerun.stdout)["trials"] == len(after)
+
+
+def test_two_processes_share_one_study(tmp_path):
+    workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 30}})
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    procs = [run_cli_process(["optimize", str(workload), "--study", "shared", "--storage", storage,
+                              "--out", str(tmp_path / f"out{i}"), "--no-progress", "--json"], tmp_path, wait=False)
+             for i in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), results
+    with sqlite3.connect(tmp_path / "shared.db") as conn:
+        numbers = [n for (n,) in conn.execute("select number from trials")]
+        states = dict(conn.execute("select state, count(*) from trials group by state").fetchall())
+        workers = {w for (w,) in conn.execute(
+            "select value_json from trial_user_attributes where key = 'worker'")}
+    assert sorted(numbers) == list(range(len(numbers)))  # no lost or duplicated trial numbers
+    assert states.get("COMPLETE", 0) >= 30 and set(states) == {"COMPLETE"}
+    assert len(workers) == 2  # both processes ran trials
+
+
+def test_simulator_errors_are_recorded_not_raised(tmp_path, serving, monkeypatch):  # noqa: F811
+    def refuse(*args, **kwargs):
+        raise InputError("this deployment cannot be simulated")
+
+    monkeypatch.setattr(serving, "simulate", refuse)
+    job = tiny_job(tmp_path, budget={"trials": 5})
+    outcome = job.run(progress=False)
+    records = [t["record"] for t in job.collect()["trials"]]
+    assert outcome.trials == 5 and not outcome.front
+    assert any("simulator: this deployment cannot be simulated" in r["reason"] for r in records)
+    assert all(not r["feasible"] for r in records if r["fidelity"] == "estimate")

@@ -1,0 +1,65 @@
+"""Reports: the files a job writes, and `servopt report DIR` regenerating them."""
+
+import re
+
+import pandas as pd
+import pytest
+from _optimizer_fixtures import TINY, serving, write_workload  # noqa: F401
+
+from servopt.optimizer.cli import main
+
+
+@pytest.fixture
+def job_dir(tmp_path, serving):  # noqa: F811
+    workload = write_workload(tmp_path / "chat.yaml", {**TINY, "budget": {"trials": 16}})
+    assert main(["optimize", str(workload), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    return tmp_path / "out"
+
+
+def test_files_and_columns(job_dir):
+    trials = pd.read_csv(job_dir / "trials.csv")
+    assert len(trials) == 16
+    for col in ("trial", "feasible", "fidelity", "reason", "gpu", "tp", "quantization", "kv_cache_dtype",
+                "max_num_seqs", "max_num_batched_tokens", "cost_usd_per_hour", "p99_ttft_s", "p99_e2e_s",
+                "accuracy_drop_pct"):
+        assert col in trials
+    pareto = pd.read_csv(job_dir / "pareto.csv")
+    assert len(pareto) >= 1
+    for col in ("gpu", "num_gpus", "quantization", "kv_cache_dtype", "tp", "max_num_seqs", "max_num_batched_tokens",
+                "pd_split", "speculation", "cost_usd_per_hour", "cost_usd_per_mtoken", "p99_ttft_s", "p99_tpot_s",
+                "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct", "memory_headroom_gib", "why"):
+        assert col in pareto
+    assert pareto["cost_usd_per_hour"].is_monotonic_increasing
+    assert pareto["p99_e2e_s"].is_monotonic_decreasing  # a front: paying more buys latency
+
+
+def test_html_is_self_contained(job_dir):
+    html = (job_dir / "report.html").read_text()
+    assert "<svg" in html and "Pareto front" in html
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+
+
+def test_report_flags_uncalibrated_gpus(job_dir):
+    from servopt.calibration.registry import shipped_profile
+
+    md = (job_dir / "report.md").read_text()
+    for gpu in ("h100", "a100-80gb"):
+        line = next(line for line in md.splitlines() if line.startswith(f"- {gpu} ("))
+        assert ("UNCALIBRATED" in line) == (shipped_profile(gpu) is None or not shipped_profile(gpu).calibrated)
+
+
+def test_report_states_profiles(job_dir):
+    md = (job_dir / "report.md").read_text()
+    assert "## Calibration profiles" in md and "- h100" in md and "- a100-80gb" in md
+
+
+def test_report_command_regenerates(job_dir, capsys):
+    for name in ("report.md", "report.html", "pareto.csv", "trials.csv", "front.json"):
+        (job_dir / name).unlink()
+    assert main(["report", str(job_dir)]) == 0
+    assert (job_dir / "report.html").exists() and (job_dir / "front.json").exists()
+
+
+def test_report_of_a_folder_without_a_job(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not an optimize job folder" in capsys.readouterr().err

@@ -1,0 +1,57 @@
+"""servopt validate on excerpts of the real measured tables (tests/data, with attribution)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from servopt.optimizer.cli import main
+
+
+def run_json(argv, capsys):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_kernel_excerpts_are_predicted_within_the_targets(data_dir, capsys):
+    result = run_json(["validate", "--kernels", str(data_dir / "aic_gemm_h100_excerpt.csv"),
+                       "--kernels", str(data_dir / "aic_context_attention_h100_excerpt.csv"),
+                       "--kernels", str(data_dir / "aic_generation_attention_h100_excerpt.csv")], capsys)
+    medians = {row["slice"].split("/")[0]: row["median_abs_pct"] for row in result["summary"]}
+    assert medians["gemm"] < 8 and medians["context_attention"] < 12 and medians["generation_attention"] < 12
+    assert all(row["calibrated"] for row in result["summary"]) and result["not_predicted"] == []
+
+
+def test_memory_profiles_kv_tokens_within_3_percent(data_dir, capsys):
+    result = run_json(["validate", "--memory", str(data_dir / "vllm_memory_profiles_dev.csv")], capsys)
+    errors = [row["median_abs_pct"] for row in result["summary"]]
+    assert len(errors) == 9 and max(errors) < 3
+
+
+def test_e2e_rows_are_each_predicted_or_explained(data_dir, tmp_path, capsys):
+    out = tmp_path / "pred.csv"
+    assert main(["validate", "--e2e", str(data_dir / "silicon_dense_h100_excerpt.csv"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    predictions = pd.read_csv(out, keep_default_na=False)
+    source = pd.read_csv(data_dir / "silicon_dense_h100_excerpt.csv")
+    assert predictions["id"].tolist() == source["id"].tolist()  # one row per input row, in order
+    reasons = dict(zip(predictions["id"], predictions["reason"]))
+    assert "not modelled" in reasons[source.loc[source.backend == "trtllm", "id"].iloc[0]]
+    assert "disaggregated" in reasons[source.loc[source["mode"] == "disagg", "id"].iloc[0]]
+    agg = predictions[predictions["id"].str.contains("_vllm_agg_")]
+    predicted = agg[agg["reason"] == ""]
+    # keep_default_na=False leaves the unpredicted rows' blanks as strings: compare numbers only.
+    assert ((pd.to_numeric(predicted["pred_tpot_ms"]) > 0) & (pd.to_numeric(predicted["pred_ttft_ms"]) > 0)).all()
+    assert (agg["reason"] != "").sum() + len(predicted) == len(agg)
+    assert f"{len(source)} rows" in printed
+
+
+@pytest.mark.parametrize("content, message", [
+    ("a,b\n1,2\n", "lacks the column"),
+    ("", "not a readable CSV"),
+])
+def test_bad_tables_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    assert main(["validate", "--memory", str(path)]) == 2
+    assert message in capsys.readouterr().err
