@@ -10,9 +10,11 @@ engine has simulated exactly the steps that started before it. A finish can crea
 (a closed-loop client's next request, a P/D hand-off); plans that reach past it are then re-cut.
 
 Pipeline parallelism follows vLLM's virtual engines: ``pp`` micro-batches are in flight, each lane's
-step is a full pass through all stages, lanes are independent and each owns ``1/pp`` of the KV
-blocks, and a new request joins the lane with the fewest unfinished requests (vLLM V0's
-``min_cost_scheduler``; V1 keeps the same ``pp`` in-flight batches over a shared pool).
+step is a full pass through all stages, each lane owns ``1/pp`` of the KV blocks, and a new request
+joins the lane with the fewest unfinished requests (vLLM V0's ``min_cost_scheduler``; V1 keeps the
+same ``pp`` in-flight batches over a shared pool). Lanes share the stages: when one lane's step is
+heavier (a prefill chunk), the others wait for it stage by stage
+(:class:`~servopt.costmodels.serving.engine.PipelineStages`).
 """
 
 from __future__ import annotations

@@ -31,6 +31,27 @@ RECORD_FIELDS = (
 )
 
 
+class PipelineStages:
+    """The stages that the ``pp`` lanes of one replica share.
+
+    Every stage runs each lane's micro-batch in turn, so a lane's step lasts its own full pass or, when
+    the lanes' work is uneven, one stage's share of all lanes' passes:
+    ``period_i = max(pass_i, sum_j pass_j / pp)``. A lane heavy with a prefill chunk therefore slows
+    the decodes of the others. Each lane's latest full-pass time stands for its current work.
+    """
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        self.pass_s = [0.0] * lanes
+        self.engines: list[Engine] = []
+
+    def others_s(self, lane: int) -> float:
+        return sum(t for i, t in enumerate(self.pass_s) if i != lane and self.engines[i].scheduler.busy)
+
+    def period_s(self, lane: int, pass_s: float) -> float:
+        return max(pass_s, (pass_s + self.others_s(lane)) / self.lanes)
+
+
 @dataclass
 class Plan:
     """The next piece of work of one engine: one step, or a run of identical decode steps."""
@@ -43,6 +64,7 @@ class Plan:
     steps: int = 1
     first_s: float = 0.0  # duration of the first step
     slope_s: float = 0.0  # growth of the duration per step (runs)
+    pass_s: float = 0.0  # the last step's own full pass (pipeline lanes share stages)
 
 
 def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> int:
@@ -66,10 +88,16 @@ def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> in
 class Engine:
     """A vLLM engine core in simulated time."""
 
-    def __init__(self, index: int, scheduler: Scheduler, predictor: StepTimePredictor):
+    def __init__(self, index: int, scheduler: Scheduler, predictor: StepTimePredictor,
+                 stages: PipelineStages | None = None):
         self.index = index
         self.scheduler = scheduler
         self.predictor = predictor
+        self.stages = stages
+        self.lane = 0
+        if stages is not None:
+            self.lane = len(stages.engines)
+            stages.engines.append(self)
         self.clock = 0.0
         self.outstanding = 0
         self.plan: Plan | None = None
@@ -125,8 +153,9 @@ class Engine:
                 f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
                 "traffic.max_context, or give the engine more memory"
             )
-        duration = self.predictor.step_s(step.composition)
-        return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration)
+        full_pass = self.predictor.step_s(step.composition)
+        duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
+        return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration, pass_s=full_pass)
 
     def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
         growth = self.scheduler.growth
@@ -137,14 +166,24 @@ class Engine:
         if line.window_limit < math.inf and run.windowed_growing:
             steps = min(steps, int((line.window_limit - run.context_windowed) / (run.windowed_growing * growth)) + 1)
         steps = max(steps, 1)
-        first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
-        slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
+        # Full-pass time of step j is pass_first + pass_slope (j - 1).
+        pass_first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
+        pass_slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
+        first, slope = pass_first, pass_slope
+        if self.stages is not None:
+            others, lanes = self.stages.others_s(self.lane), self.stages.lanes
+            if others > (lanes - 1) * pass_first:
+                # The shared stages set the period (their share of every lane's work) until this
+                # lane's own pass outgrows it.
+                if pass_slope > 0:
+                    steps = min(steps, int((others / (lanes - 1) - pass_first) / pass_slope) + 1)
+                first, slope = (pass_first + others) / lanes, pass_slope / lanes
         if run.horizon_matters and horizon_s < math.inf:
             steps = min(steps, steps_starting_before(horizon_s - self.clock, first, slope))
         total = steps * first + slope * steps * (steps - 1) / 2
         last = first + slope * (steps - 1)
         return Plan(self.clock, self.clock + total, self.clock + total - last, run=run, steps=steps,
-                    first_s=first, slope_s=slope)
+                    first_s=first, slope_s=slope, pass_s=pass_first + pass_slope * (steps - 1))
 
     def commit(self, plan: Plan) -> list[int]:
         """Carry the plan out; returns the requests that left the engine (finished or handed off)."""
@@ -169,6 +208,8 @@ class Engine:
                 run.num_seqs, run.context + mid, run.context_windowed + mid * run.windowed_growing / run.num_seqs,
                 0, 0, 0.0, 0.0, 0.0, 0.0,
             ))
+        if self.stages is not None:
+            self.stages.pass_s[self.lane] = plan.pass_s
         self.clock = plan.end_s
         self.outstanding -= len(finished)
         self._last_end_s, self._last_finished = plan.end_s, len(finished)

@@ -47,7 +47,7 @@ from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
 from ..vllm_defaults import default_batch_limits
 from .cluster import ClosedLoop, Cluster, Pool
-from .engine import Engine
+from .engine import Engine, PipelineStages
 from .metrics import ServingSummary, summarize
 from .predictor import StepTimePredictor
 from .requests import RequestTable, draw_requests
@@ -177,10 +177,11 @@ def _build_engines(compiled: DeploymentModel, table: RequestTable, rng: np.rando
         groups = []
         for _ in range(role.instances):
             lanes = []
+            stages = PipelineStages(d.pp) if d.pp > 1 else None
             for _ in range(d.pp):
                 sched = Scheduler(table, role.limits, counter, predictor.query_per_seq, predictor.tokens_per_step,
                                   predictor.window, compiled.speculation if role.name != "prefill" else None, rng)
-                lanes.append(Engine(index, sched, predictor))
+                lanes.append(Engine(index, sched, predictor, stages))
                 index += 1
             groups.append(lanes)
         pools.append(Pool(groups, make_router(d.router)))
