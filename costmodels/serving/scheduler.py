@@ -124,6 +124,7 @@ class Scheduler:
     shared_blocks: int = 0
     finish_heap: list = field(default_factory=list)
     gaps_s: list = field(default_factory=list)  # (time, gap) of token gaps across a preemption or hand-off
+    _decode_cache: tuple | None = field(default=None, repr=False)
 
     # --- state helpers ---------------------------------------------------------------------------
     @property
@@ -134,22 +135,34 @@ class Scheduler:
         t = self.table
         return t.base_context[rid] + self.growth * (self.tick - t.base_tick[rid])
 
-    def _decoding(self) -> list[int]:
-        state = self.table.state
-        return [r for r in self.running if state[r] == DECODE]
+    def _decode_arrays(self) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, base contexts, base ticks, shared-prefix blocks) of the decoding requests, cached until
+        one joins or leaves: exact block counts need them often under KV pressure."""
+        if self._decode_cache is None:
+            t = self.table
+            rids = [r for r in self.running if t.state[r] == DECODE]
+            n = len(rids)
+            self._decode_cache = (
+                rids,
+                np.fromiter((t.base_context[r] for r in rids), float, n),
+                np.fromiter((t.base_tick[r] for r in rids), float, n),
+                np.fromiter((self.blocks.table[t.cached[r]] for r in rids), np.int64, n),
+            )
+        return self._decode_cache
 
-    def _decode_contexts(self, rids: list[int]) -> np.ndarray:
-        t = self.table
-        base = np.fromiter((t.base_context[r] for r in rids), float, len(rids))
-        ticks = np.fromiter((t.base_tick[r] for r in rids), float, len(rids))
+    def _decoding(self) -> list[int]:
+        return self._decode_arrays()[0]
+
+    def _decode_contexts(self) -> np.ndarray:
+        """Current contexts of the decoding requests (in :meth:`_decoding` order)."""
+        _, base, ticks, _ = self._decode_arrays()
         return base + self.growth * (self.tick - ticks)
 
-    def _own_decode_blocks(self, contexts: np.ndarray, rids: list[int], extra: float) -> np.ndarray:
+    def _own_decode_blocks(self, contexts: np.ndarray, extra: float) -> np.ndarray:
         """Blocks each decode holds at ``contexts + extra`` tokens (lookahead slots included), less its
         shared-prefix blocks (held once for all)."""
         tokens = np.ceil(contexts + extra - 1e-9).astype(np.int64) + self.query_per_seq - 1
-        shared = np.fromiter((self.blocks.table[self.table.cached[r]] for r in rids), np.int64, len(rids))
-        return self.blocks.array[np.minimum(tokens, len(self.blocks.table) - 1)] - shared
+        return self.blocks.array[np.minimum(tokens, len(self.blocks.table) - 1)] - self._decode_arrays()[3]
 
     def _used_upper(self, extra_tokens_per_decode: float = 0.0) -> float:
         b = self.blocks
@@ -158,8 +171,7 @@ class Scheduler:
         return decode + self.prefill_blocks + self.shared_blocks
 
     def _used_exact(self) -> int:
-        rids = self._decoding()
-        decode = int(self._own_decode_blocks(self._decode_contexts(rids), rids, 0.0).sum()) if rids else 0
+        decode = int(self._own_decode_blocks(self._decode_contexts(), 0.0).sum()) if self.num_decode else 0
         return decode + self.prefill_blocks + self.shared_blocks
 
     def _own_blocks(self, rid: int, tokens: int) -> int:
@@ -170,7 +182,7 @@ class Scheduler:
         reaches it) over the decoding sequences."""
         if self.window is None or not self.num_decode:
             return self.decode_context, self.num_decode, sys.maxsize
-        ctx = self._decode_contexts(self._decoding())
+        ctx = self._decode_contexts()
         below = ctx < self.window
         steps = np.ceil((self.window - ctx[below]) / self.growth)
         return float(np.minimum(ctx, self.window).sum()), int(below.sum()), int(steps.min()) if below.any() else sys.maxsize
@@ -228,13 +240,12 @@ class Scheduler:
 
     def _exact_room(self, chunks: list[tuple[int, int]]) -> float:
         """Free blocks after this step's decodes and running chunks, counted exactly."""
-        rids = self._decoding()
         counts = self.blocks.table
         need = sum(counts[self.table.computed[r] + n] - counts[self.table.computed[r]] if r in self.running
                    else self._own_blocks(r, self.table.computed[r] + n) for r, n in chunks)
-        if rids:
-            ctx = self._decode_contexts(rids)
-            grow = self._own_decode_blocks(ctx, rids, 1.0) - self._own_decode_blocks(ctx, rids, 0.0)
+        if self.num_decode:
+            ctx = self._decode_contexts()
+            grow = self._own_decode_blocks(ctx, 1.0) - self._own_decode_blocks(ctx, 0.0)
             need += int(grow.sum())
         return self.limits.num_blocks - self._used_exact() - need
 
@@ -242,9 +253,9 @@ class Scheduler:
         """Exact block check of the running requests; preempt the newest until the rest fit."""
         t, counts = self.table, self.blocks.table
         rids = self._decoding()
-        ctx = self._decode_contexts(rids) if rids else np.zeros(0)
-        held = self._own_decode_blocks(ctx, rids, 0.0) if rids else np.zeros(0, dtype=np.int64)
-        grow = self._own_decode_blocks(ctx, rids, 1.0) - held if rids else held
+        ctx = self._decode_contexts()
+        held = self._own_decode_blocks(ctx, 0.0)
+        grow = self._own_decode_blocks(ctx, 1.0) - held
         per = {r: (int(h), int(g), float(c)) for r, h, g, c in zip(rids, held, grow, ctx)}
         chunk_of = dict(chunks)
         need = int(grow.sum()) + sum(counts[t.computed[r] + n] - counts[t.computed[r]] for r, n in chunks)
@@ -295,7 +306,7 @@ class Scheduler:
                 kv_w += min(done + n, window + n)
         if window:
             windowed = self.windowed_sum()[0] if not victims else float(
-                np.minimum(self._decode_contexts([r for r in self._decoding() if r not in victims]), window).sum())
+                np.minimum(self._decode_contexts()[[r not in victims for r in self._decoding()]], window).sum())
             windowed += min(handoff_context, window * handoff_decodes) if handoff_decodes else 0.0
         else:
             pairs_w, kv_w = pairs, kv
@@ -348,11 +359,10 @@ class Scheduler:
                             / b.block_size + self.num_decode) - self.decode_shared_blocks
         if upper <= avail:
             return steps
-        rids = self._decoding()
-        ctx = self._decode_contexts(rids)
+        ctx = self._decode_contexts()
 
         def fits(k: int) -> bool:  # step k (1-based) allocates for context + (k - 1) growth + q tokens
-            return int(self._own_decode_blocks(ctx, rids, self.growth * (k - 1) + 1).sum()) <= avail
+            return int(self._own_decode_blocks(ctx, self.growth * (k - 1) + 1).sum()) <= avail
 
         if not fits(1):
             return 0
@@ -412,6 +422,7 @@ class Scheduler:
             self.num_decode -= 1
             self.decode_context -= self.context(rid)
             self.decode_shared_blocks -= self.blocks.table[t.cached[rid]]
+            self._decode_cache = None
             t.generated[rid] = t.output[rid]
             self._finish(rid, end_s)
             finished.append(rid)
@@ -447,6 +458,7 @@ class Scheduler:
         self.num_decode += 1
         self.decode_context += t.computed[rid]
         self.decode_shared_blocks += counts[t.cached[rid]]
+        self._decode_cache = None
         return False
 
     def _finish(self, rid: int, end_s: float) -> None:
@@ -465,6 +477,7 @@ class Scheduler:
             self.num_decode -= 1
             self.decode_context -= self.context(rid)
             self.decode_shared_blocks -= self.blocks.table[t.cached[rid]]
+            self._decode_cache = None
             t.finish_tick[rid] = -1
             t.last_emit_s[rid] = now_s
         else:
