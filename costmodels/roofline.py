@@ -532,7 +532,7 @@ class ScalarStepTime:
         self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
-        self._grow(4096)
+        self._grow(len(cost._table_s) - 1)
 
     def _grow(self, top: int) -> None:
         size = max(top + 1, 2 * len(self._tokens))

@@ -232,7 +232,9 @@ class EngineModel:
         return StepComposition(b, ctx, ctx, int(round(chunk)), max(1, int(round(prompts))), pairs, pairs, kv, kv)
 
     def mixed_step(self, batch: float, chunk: float) -> float:
-        return self._interp(lambda b: self.predictor.step_s(self._composition(b, chunk)), batch)
+        def f(b: int) -> float:  # the chunk never overfills the step's token budget
+            return self.predictor.step_s(self._composition(b, max(min(chunk, self.budget - b * self.q), 1.0)))
+        return self._interp(f, batch)
 
     def prefill_time(self, prompt_tokens: float, batch: float) -> float:
         """A prompt's own prefill: its chunks, each a step next to ``batch`` decodes."""
@@ -375,13 +377,17 @@ def _stats(mean: float, quantiles: list[float]) -> LatencyStats:
 
 
 def _e2e(ttft: LatencyStats, tpot: LatencyStats, m: TrafficMoments) -> LatencyStats:
-    """TTFT plus the decode time, with the deviations of the two added in quadrature."""
-    mean = ttft.mean + (m.output_mean - 1) * tpot.mean
+    """TTFT plus the decode time; the deviations of TTFT, TPOT and output length add in quadrature."""
+    decode_mean = (m.output_mean - 1) * tpot.mean
+    mean = ttft.mean + decode_mean
     values = []
-    for q, t_q in zip(QUANTILES, (ttft.p50, ttft.p90, ttft.p99)):
-        decode = (m.output_q[q] - 1) * tpot.mean
-        spread = math.hypot(t_q - ttft.mean, decode - (m.output_mean - 1) * tpot.mean)
-        values.append(max(mean + spread if q > 0.5 else ttft.p50 + (m.output_q[0.5] - 1) * tpot.p50, 0.0))
+    for q, t_q, p_q in zip(QUANTILES, (ttft.p50, ttft.p90, ttft.p99), (tpot.p50, tpot.p90, tpot.p99)):
+        if q == 0.5:
+            values.append(ttft.p50 + (m.output_q[0.5] - 1) * tpot.p50)
+            continue
+        spread = math.sqrt((t_q - ttft.mean) ** 2 + ((m.output_mean - 1) * (p_q - tpot.mean)) ** 2
+                           + ((m.output_q[q] - m.output_mean) * tpot.mean) ** 2)
+        values.append(mean + spread)
     return _stats(mean, values)
 
 
@@ -398,20 +404,30 @@ def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: Engi
     queue_scale = queue_mean / rho if rho > 0 else 0.0
     residual = fp.mean_step_s / 2
     batch = fp.batch
+    # Prompt tokens from other requests that join the same step.
+    others = min(fp.rate_per_s * front.prefill_tokens * fp.mean_step_s, max(fp.prefill_room, 1.0))
 
-    def own_prefill(prompt: float) -> float:
-        return front.prefill_time(max(prompt - m.cached_mean, 1.0), batch)
+    def own_prefill(prompt: float, shared: float = 0.0) -> float:
+        own = max(prompt - m.cached_mean, 1.0)
+        chunks = max(math.ceil(own / max(fp.prefill_room, 1.0)), 1)
+        first = front.prefill_time(min(own + shared, max(fp.prefill_room, own)), batch)
+        return first if chunks == 1 else front.prefill_time(own, batch)
 
     ttft_q, queue_q = [], []
     for q in QUANTILES:
         waits = _tail_quantile(rho, queue_scale, q) + _tail_quantile(*fp.slot_wait_tail, q)
         queue_q.append(waits)
-        ttft_q.append(residual + own_prefill(m.input_q[q]) + waits)
+        # In the tail a request lands in a long (mixed) step and shares its own step with other prompts.
+        landing = residual if q == 0.5 or fp.mixed_share < 1 - q else fp.mixed_step_s
+        ttft_q.append(landing + own_prefill(m.input_q[q], others if q > 0.5 else 0.0) + waits)
     ttft = _stats(residual + own_prefill(m.input_mean) + queue_mean + fp.slot_wait_mean_s, ttft_q)
     # TPOT and ITL from the decode engine's step mixture.
     steps = max(dec.decode_tokens / dec.tau, 1.0)
     share = dp.mixed_share
-    sd_batch = dp.decode_step_slope_s * math.sqrt(max(dp.batch, 0.0))
+    # The decoding batch fluctuates like a Poisson count, amplified by its own feedback: a larger batch
+    # slows every step, which keeps requests longer (elasticity B T'(B) / T).
+    elasticity = min(dp.batch * dp.decode_step_slope_s / max(dp.mean_step_s, 1e-12), 0.9)
+    sd_batch = dp.decode_step_slope_s * math.sqrt(max(dp.batch, 0.0)) / (1 - elasticity)
     sd_mix = (dp.mixed_step_s - dp.decode_step_s) * math.sqrt(share * (1 - share) / steps)
     spread = math.hypot(sd_batch, sd_mix)
     gap = handoff_s + dp.slot_wait_mean_s
@@ -504,8 +520,8 @@ class _Analysis:
         return (m.rate_per_s is None and m.think_time_s == 0 and m.input_cv2 + m.output_cv2 < 1e-12
                 and self.dec is self.front)
 
-    def lockstep_state(self) -> tuple[_Latencies, float, float] | None:
-        """(latencies, throughput, batch) of lockstep clients, or None when they do not all fit."""
+    def lockstep_state(self) -> tuple[_Latencies, _Solution] | None:
+        """Latencies and steady state of lockstep clients, or None when they do not all fit."""
         engine, m = self.front, self.m
         n = math.ceil(m.concurrency / self.shares[0])
         if n > min(engine.seats, engine.capacity_tokens / engine.context):
@@ -527,7 +543,11 @@ class _Analysis:
         ttft_stats, tpot_stats = _stats(ttft, [ttft] * 3), _stats(tpot, [tpot] * 3)
         e2e = ttft + (m.output_mean - 1) * tpot
         lat = _Latencies(ttft_stats, tpot_stats, _stats(itl_mean, itl_q), _stats(e2e, [e2e] * 3), 0.0)
-        return lat, m.concurrency / e2e, float(n)
+        rate = m.concurrency / e2e
+        room = engine.budget - decoders * engine.q
+        point = EnginePoint(rate / self.shares[0], t_decode, t_mixed, itl_mean, interfered / steps, float(n), 0.0,
+                            room, 0.0, 0.0, (0.0, 0.0), min(group * prompt, room))
+        return lat, _Solution(rate, point, point)
 
     def mean_e2e(self, sol: _Solution) -> float:
         """Mean end-to-end latency (the closed-loop fixed point needs only this)."""
@@ -581,7 +601,9 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
     lockstep = analysis.lockstep_state() if analysis.lockstep else None
     if lockstep is not None:
         notes.append("identical requests from closed-loop clients: they run in lockstep groups")
-    if m.rate_per_s is None:
+    if lockstep is not None:
+        lat, solution = lockstep
+    elif m.rate_per_s is None:
         solution, extra_wait = analysis.closed_loop()
         if extra_wait > 0:
             notes.append(f"{m.concurrency} clients exceed what the deployment sustains; each request also waits "
@@ -596,12 +618,8 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
             reason = (f"offered load {rate:.3g} req/s exceeds the estimated capacity of {cap.rate:.3g} req/s "
                       f"({solution}); the queue grows without bound")
             solution = cap
-    lat = analysis.latencies(solution)
-    if lockstep is not None:
-        lat, rate, _ = lockstep
-        solution = analysis.solve(rate)
-        if isinstance(solution, str):
-            raise ValueError(solution)
+    if lockstep is None:
+        lat = analysis.latencies(solution)
     ttft, e2e = lat.ttft, lat.e2e
     if saturated:
         ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
@@ -618,7 +636,7 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
             attainment *= _attainment(stats[metric], target)
         slo_met = all(stats[metric].p99 <= target for metric, target in slo.targets().items())
     dec, dp = analysis.dec, solution.decode
-    batch = lockstep[2] if lockstep is not None else dp.batch
+    batch = dp.batch
     kv_util = batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
     prefilling = solution.rate / analysis.shares[0] * analysis.front.prefill_time(analysis.front.prefill_tokens, dp.batch)
     summary = ServingSummary(
