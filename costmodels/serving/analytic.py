@@ -338,6 +338,7 @@ class EngineModel:
         batch, share, chunk = point.batch, point.mixed_share, point.chunk
         b = max(int(round(batch)), 0)
         rows = [StepComposition(b, b * self.context, b * self.context, 0, 0, 0.0, 0.0, 0.0, 0.0)]
+        chunk = min(chunk, self.budget - b * self.q)
         if chunk > 0:
             rows.append(self._composition(b, chunk))
         columns = {name: np.asarray([getattr(r, name) for r in rows], dtype=float)
