@@ -6,8 +6,8 @@ lanes, or prefill and decode instances), draws the requests of a
 (:mod:`.scheduler`) with step times from the roofline cost model (:mod:`.predictor`), and summarises
 the measured requests (:mod:`.metrics`).
 
-Without ``num_requests`` the run grows (at least doubling, up to :data:`MAX_REQUESTS`, jumping to the
-size that the 1/sqrt(n) narrowing predicts) until the batch-means 95% interval of both P99 TTFT and
+Without ``num_requests`` the run grows (2x to 4x at a time, towards the size that the 1/sqrt(n)
+narrowing predicts, up to :data:`MAX_REQUESTS`) until the batch-means 95% interval of both P99 TTFT and
 P99 TPOT is within :data:`P99_TOLERANCE` of the estimate. Generated
 traffic excludes a warm-up (the first 10% of requests; with closed-loop clients at least twice the
 concurrency) and a cool-down (the last 5%, at least the concurrency) that see an emptier system than
@@ -251,6 +251,7 @@ def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
         worst = max(widths, default=0.0)
         if worst <= P99_TOLERANCE or s.saturated or n >= MAX_REQUESTS:
             return result
-        # The interval narrows as 1/sqrt(n): jump to the size that should meet the tolerance.
+        # The interval narrows as 1/sqrt(n): jump towards the size that should meet the tolerance (at
+        # most 4x: a start-up transient can inflate the first interval).
         scale = (worst / P99_TOLERANCE) ** 2 * 1.2 if math.isfinite(worst) else 4.0
-        n = min(MAX_REQUESTS, max(2 * n, int(n * scale)))
+        n = min(MAX_REQUESTS, int(n * min(max(scale, 2.0), 4.0)))
