@@ -130,7 +130,7 @@ class EnginePoint:
     chunk: float  # prefill tokens of a mixed step
 
 
-def _root(f, low: float, high: float, tolerance: float = 1e-4) -> float:
+def _root(f, low: float, high: float, tolerance: float = 1e-3) -> float:
     """Root of an increasing-then-crossing ``f`` with f(low) > 0 >= f(high) (Illinois regula falsi)."""
     f_low, f_high = f(low), f(high)
     side = 0
@@ -201,6 +201,8 @@ class EngineModel:
         self.decode_tokens = 0.0 if mode == "prefill" else max(m.output_mean - 1, 0.0)
         self.context = m.input_mean + (1 if mode == "prefill" else m.output_mean / 2)
         self._last_step_s = 0.0
+        self._decode_cache: dict[int, float] = {}
+        self._mixed_cache: dict[tuple[int, int], float] = {}
 
     # --- step times -----------------------------------------------------------------------------
     def _interp(self, f, batch: float) -> float:
@@ -212,8 +214,10 @@ class EngineModel:
     def decode_step(self, batch: float) -> float:
         """A decode-only step (a step runs at least one sequence, so below one it is one's step)."""
         def f(b: int) -> float:
-            ctx = b * self.context
-            return self.predictor.decode_s(b, ctx, ctx)
+            if b not in self._decode_cache:
+                ctx = b * self.context
+                self._decode_cache[b] = self.predictor.decode_s(b, ctx, ctx)
+            return self._decode_cache[b]
         return self._interp(f, max(batch, 1.0))
 
     def _composition(self, b: int, chunk: float) -> StepComposition:
@@ -233,7 +237,10 @@ class EngineModel:
 
     def mixed_step(self, batch: float, chunk: float) -> float:
         def f(b: int) -> float:  # the chunk never overfills the step's token budget
-            return self.predictor.step_s(self._composition(b, max(min(chunk, self.budget - b * self.q), 1.0)))
+            tokens = int(round(max(min(chunk, self.budget - b * self.q), 1.0)))
+            if (b, tokens) not in self._mixed_cache:
+                self._mixed_cache[b, tokens] = self.predictor.step_s(self._composition(b, tokens))
+            return self._mixed_cache[b, tokens]
         return self._interp(f, batch)
 
     def prefill_time(self, prompt_tokens: float, batch: float) -> float:
