@@ -9,6 +9,7 @@ The public face; each concept lives in its own module:
 - :mod:`.profile`: the efficiencies a calibration profile supplies
 - :mod:`.roofline`: step time of a batch
 - :mod:`.deployment`: the deployment spec
+- :mod:`.speculation`: speculative decoding (acceptance, drafter cost and memory)
 - :mod:`.serving`: traffic and the serving simulator
 
 Example:

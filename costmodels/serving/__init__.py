@@ -8,6 +8,14 @@ Public face:
 - :class:`Traffic` and :class:`SLO` describe the workload; :class:`SimulationResult` and
   :class:`ServingSummary` the answer.
 
+Modules (entities, scheduler and execution-time predictor kept apart, as in Vidur):
+:mod:`.traffic` (arrival and length distributions, traces), :mod:`.requests` (drawn requests and their
+progress), :mod:`.scheduler` (vLLM V1 step rule, KV blocks, preemption), :mod:`.predictor` (step
+times from the roofline model and the drafter), :mod:`.engine` (one engine's clock and closed-form
+decode runs; pipeline stages), :mod:`.router` and :mod:`.cluster` (replicas, P/D hand-offs,
+closed-loop clients), :mod:`.metrics` (distributions, confidence intervals, saturation),
+:mod:`.simulator` (``simulate``) and :mod:`.analytic` (``estimate``).
+
 Example:
     >>> from servopt.costmodels.serving import simulate, estimate, SimulationResult, Traffic, SLO
     >>> SLO(p99_ttft_s=1.0).targets()
