@@ -18,7 +18,7 @@ Every section but ``model`` and ``traffic`` is optional::
     seed: 0
     storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
     space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
-    speculation: [{method: ngram}]
+    speculation: [{method: ngram, acceptance_rate: 0.6}]   # default: off
     checkpoints: {awq: hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4}
 
 Example:
@@ -202,7 +202,9 @@ class Workload(BaseModel):
     space: dict[str, Any] = Field(
         default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
     )
-    speculation: list[SpeculationOption] = Field(default_factory=lambda: [SpeculationOption(method="ngram")])
+    # Off unless listed: acceptance depends on the task (n-gram needs repetition), and a guessed
+    # rate would put speculative configurations on the front that real traffic may not reward.
+    speculation: list[SpeculationOption] = Field(default_factory=list)
     checkpoints: Checkpoints = Field(default_factory=Checkpoints)
     max_model_len: int | None = Field(default=None, ge=16, description="default: from the traffic's lengths")
     fidelity: Fidelity = Field(default_factory=Fidelity)
