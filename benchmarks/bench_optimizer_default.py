@@ -10,7 +10,7 @@ import json
 import tempfile
 import time
 
-from bench_optimizer_setup import run, use_simulator
+from bench_optimizer_setup import run
 
 
 def main() -> None:
@@ -24,7 +24,6 @@ def main() -> None:
     if proc.returncode not in (0, 2):
         raise SystemExit(proc.stderr)
     result = json.loads(proc.stdout)
-    print(use_simulator())
     print(f"default job, --jobs {args.jobs}: {wall:.1f} s wall (process start to exit; {result['elapsed_s']:.1f} s in "
           f"the job), {result['trials']} trials, {result['simulated']} simulated, {result['rechecked']} re-checked, "
           f"front of {len(result['front'])}; limit 60 s: {'PASS' if wall <= 60 else 'FAIL'}, goal 30 s: "

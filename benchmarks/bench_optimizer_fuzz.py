@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from bench_optimizer_setup import ROOT, run, use_simulator
+from bench_optimizer_setup import ROOT, run
 
 sys.path.insert(0, str(ROOT / "tests"))
 from test_workload import FUZZ, with_changes  # noqa: E402  (the same cases the tests check)
@@ -19,7 +19,6 @@ IMPOSSIBLE = ("impossible SLO", with_changes(slo={"p99_ttft_s": 1e-6}), "slo.p99
 
 
 def main() -> None:
-    print(use_simulator())
     passed = 0
     cases = [*FUZZ, IMPOSSIBLE]
     with tempfile.TemporaryDirectory() as tmp:

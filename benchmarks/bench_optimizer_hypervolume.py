@@ -17,7 +17,6 @@ import tempfile
 import numpy as np
 import optuna
 import yaml
-from bench_optimizer_setup import use_simulator
 
 from servopt.optimizer._evaluate import Evaluator
 from servopt.optimizer._problem import build_problem
@@ -61,7 +60,6 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--share", type=float, default=0.10, help="study budget as a share of the points")
     args = parser.parse_args()
-    print(use_simulator())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     data = yaml.safe_load(default_workload_text())
     data["space"] = SPACE

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import yaml
-from bench_optimizer_setup import cli, run, use_simulator
+from bench_optimizer_setup import cli, run
 
 from servopt.optimizer.defaults import default_workload_text
 
@@ -45,7 +45,6 @@ def main() -> None:
         kept = sum(after.get(n) == v for n, v in before.items())
         with sqlite3.connect(db) as conn:
             states = dict(conn.execute("select state, count(*) from trials group by state").fetchall())
-    print(use_simulator())
     print(f"kill -9 after {len(before)} finished trials; rerun exit {rerun.returncode}: {len(after)} finished "
           f"(budget 80), {kept}/{len(before)} earlier trials kept with identical values, states {states}: "
           f"{'PASS' if kept == len(before) and len(after) >= 80 and rerun.returncode in (0, 2) else 'FAIL'}")

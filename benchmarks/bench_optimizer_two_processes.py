@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from bench_optimizer_setup import cli, use_simulator
+from bench_optimizer_setup import cli
 
 from servopt.optimizer.defaults import default_workload_text
 
@@ -36,7 +36,6 @@ def main() -> None:
     codes = [p.returncode for p in procs]
     reports = [json.loads(out) for out, _ in outputs if out.strip()]
     ok = numbers == list(range(len(numbers))) and set(states) == {"COMPLETE"} and states["COMPLETE"] >= 100
-    print(use_simulator())
     print(f"two processes, budget 100: exit codes {codes}; {len(numbers)} trials, numbers 0..{numbers[-1]} with no "
           f"gap or repeat: {numbers == list(range(len(numbers)))}; states {states}; trials per process "
           f"{[c for _, c in per_worker]}; each saw {[r['trials'] for r in reports]} at its end: "

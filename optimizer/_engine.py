@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..costmodels import serving
 from ..costmodels.deployment import Deployment
 
 Summary = dict[str, Any]
@@ -26,13 +27,9 @@ class ServingEngine:
                 p.profile(deployment.gpu))
 
     def estimate(self, model: str, deployment: Deployment) -> Summary:
-        from ..costmodels import serving
-
         return serving.estimate(*self._args(model, deployment), slo=self.problem.workload.slo).summary.to_dict()
 
     def simulate(self, model: str, deployment: Deployment, num_requests: int, seed: int) -> Summary:
-        from ..costmodels import serving
-
         result = serving.simulate(*self._args(model, deployment), num_requests=num_requests, seed=seed,
                                   slo=self.problem.workload.slo)
         return result.summary.to_dict()

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-TESTS = Path(__file__).parent
-
 TINY = {
     "model": "llama-3.1-8b",
     "traffic": {"arrival": {"kind": "poisson", "rate_per_s": 8},
@@ -26,15 +24,10 @@ TINY = {
 
 
 @pytest.fixture
-def serving(monkeypatch):
-    """The simulator's entry points (the temporary stub until branch sim lands)."""
-    import _serving_stub
-
+def serving():
+    """The simulator's module, for tests that replace one of its entry points."""
     import servopt.costmodels.serving as module
 
-    if not hasattr(module, "simulate"):
-        monkeypatch.setattr(module, "simulate", _serving_stub.simulate, raising=False)
-        monkeypatch.setattr(module, "estimate", _serving_stub.estimate, raising=False)
     return module
 
 
@@ -44,11 +37,9 @@ def write_workload(path: Path, data: dict | str) -> Path:
 
 
 def run_cli_process(args: list[str], cwd: Path, wait: bool = True):
-    """``servopt ARGS`` in a fresh Python process (with the simulator stub while it is needed)."""
-    code = ("import sys; sys.path.insert(0, %r); import _serving_stub; _serving_stub.install(); "
-            "from servopt.optimizer.cli import main; sys.exit(main(sys.argv[1:]))" % str(TESTS))
+    """``servopt ARGS`` in a fresh Python process."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-c", code, *args]
+    cmd = [sys.executable, "-m", "servopt.optimizer", *args]
     if not wait:
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
