@@ -19,10 +19,13 @@ from servopt.optimizer.defaults import default_workload_text
 
 
 def complete(db: Path) -> dict[int, str]:
-    with sqlite3.connect(db) as conn:
-        return dict(conn.execute(
-            "select t.number, group_concat(v.value) from trials t join trial_values v on v.trial_id = t.trial_id "
-            "where t.state = 'COMPLETE' group by t.number").fetchall())
+    try:
+        with sqlite3.connect(db) as conn:
+            return dict(conn.execute(
+                "select t.number, group_concat(v.value) from trials t join trial_values v on v.trial_id = t.trial_id "
+                "where t.state = 'COMPLETE' group by t.number").fetchall())
+    except sqlite3.OperationalError:  # the job has created the file but not yet Optuna's tables
+        return {}
 
 
 def main() -> None:

@@ -508,17 +508,22 @@ class _Analysis:
     def capacity(self, start: float, floor: float | None = None) -> _Solution:
         """The highest stable rate below ``start`` (bisection in log rate; ``floor`` is stable)."""
         low, high = (floor, start) if floor else (start, start)
-        while isinstance(self.solve(low), str):
+        # Keep the last stable solution itself: the fixed points are warm-started, so solving the
+        # same rate again from another starting point can land on the other side of the edge.
+        best = self.solve(low)
+        while isinstance(best, str):
             high, low = low, low / 4
             if low < 1e-6:
                 raise ValueError("no stable arrival rate")
+            best = self.solve(low)
         while high > low * 1.002:
             mid = math.sqrt(low * high)
-            if isinstance(self.solve(mid), str):
+            solution = self.solve(mid)
+            if isinstance(solution, str):
                 high = mid
             else:
-                low = mid
-        return self.solve(low)
+                low, best = mid, solution
+        return best
 
     @property
     def lockstep(self) -> bool:
