@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
+from ..costmodels.userfiles import read_json
 from .tables import normalize_kernel_frame
 
 # aiconfigurator op folder -> the tables in it that servopt fits (file stem -> op hint).
@@ -126,12 +126,7 @@ def _histogram(values: list, field: str, path: Path) -> dict:
 def read_vllm_bench(path: str | Path) -> BenchRun:
     """Read a ``vllm bench serve --save-result`` JSON (per-request lengths needed: input_lens, output_lens)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise InputError(f"vllm bench result '{path}' cannot be read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"vllm bench result '{path}' is not valid JSON (line {err.lineno}: {err.msg})") from None
+    data = read_json(path, "vllm bench result")
     for field in ("input_lens", "output_lens", "median_tpot_ms"):
         if field not in data:
             raise InputError(f"vllm bench result '{path}' lacks '{field}' (save it with --save-result --save-detailed)")

@@ -29,17 +29,12 @@ from pydantic import ValidationError
 from ..costmodels.errors import InputError, format_validation_error
 from ..costmodels.hardware import GPUSpec, builtin_catalog
 from ..costmodels.profile import PerformanceProfile
+from ..costmodels.userfiles import read_json
 
 
 def read_profile(path: str | Path) -> PerformanceProfile:
     """Read a profile JSON file (as written by ``servopt calibrate fit``)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise InputError(f"profile '{path}' cannot be read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"profile '{path}' is not valid JSON (line {err.lineno}: {err.msg})") from None
+    data = read_json(path, "profile")
     try:
         return PerformanceProfile.model_validate(data)
     except ValidationError as err:

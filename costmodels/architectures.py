@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import InputError, format_validation_error, unknown_name_error
+from .userfiles import read_json
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
 ModelDType = Literal["bfloat16", "float16", "float32"]
@@ -611,13 +612,7 @@ def load_hf_config(path: str | Path, **extra: Any) -> ModelSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except OSError as err:
-        raise InputError(f"model config '{path}' cannot be read: {err.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        detail = f"line {err.lineno}: {err.msg}" if isinstance(err, json.JSONDecodeError) else str(err)
-        raise InputError(f"model config '{path}' is not valid JSON ({detail})") from None
+    config = read_json(path, "model config")
     name = extra.pop("name", None) or (config.get("_name_or_path") if isinstance(config, dict) else None)
     return spec_from_hf_config(config, str(name or path.parent.name), source=str(path), **extra)
 

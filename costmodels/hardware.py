@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InputError, format_validation_error, unknown_name_error
+from .userfiles import read_yaml_mapping
 
 GIB = 1024**3
 
@@ -164,14 +165,8 @@ def load_catalog(path: str | Path | None = None) -> GPUCatalog:
     catalog = builtin_catalog()
     if path is None:
         return catalog
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise InputError(f"hardware file '{path}' cannot be read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise InputError(f"hardware file '{path}' is not valid YAML: {err}") from None
-    if not isinstance(raw, dict) or "gpus" not in raw:
+    raw = read_yaml_mapping(path, "hardware file")
+    if "gpus" not in raw:
         raise InputError(f"hardware file '{path}' must have a top-level 'gpus:' mapping")
     return catalog.with_overrides(raw["gpus"])
 

@@ -37,13 +37,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..costmodels.deployment import SpeculativeMethod
 from ..costmodels.errors import InputError, format_validation_error
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
+from ..costmodels.userfiles import read_yaml_mapping
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -239,26 +239,6 @@ class Workload(BaseModel):
         return {name: choice.price_per_gpu_hour for name, choice in self.gpus.items()}
 
 
-def read_yaml(path: str | Path, what: str) -> dict:
-    """Read a YAML mapping, turning every way it can be unreadable into one clear InputError."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(f"{what} '{path}' cannot be read: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"{what} '{path}' is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    if data is None:
-        raise InputError(f"{what} '{path}' is empty; see examples/ for the format")
-    if not isinstance(data, dict):
-        raise InputError(f"{what} '{path}' must be a YAML mapping of keys to values, not {type(data).__name__}")
-    return data
-
-
 def parse_workload(data: dict, source: str) -> Workload:
     """Validate a workload mapping; errors name each bad key."""
     try:
@@ -269,4 +249,4 @@ def parse_workload(data: dict, source: str) -> Workload:
 
 def load_workload(path: str | Path) -> Workload:
     """Read and validate a workload YAML file."""
-    return parse_workload(read_yaml(path, "workload file"), f"workload file {path}")
+    return parse_workload(read_yaml_mapping(path, "workload file"), f"workload file {path}")

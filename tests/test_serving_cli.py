@@ -86,3 +86,13 @@ def test_bad_files_get_one_line_naming_the_field_and_exit_code_2(files, capsys, 
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_shipped_deployment_examples_predict(capsys):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for deployment in sorted((examples / "deployments").glob("*.yaml")):
+        assert main(["predict", str(examples / "chat.yaml"), "--deployment", str(deployment),
+                     "--requests", "400", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["ttft_s"]["p99"] > 0

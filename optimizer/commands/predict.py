@@ -16,7 +16,8 @@ from ...costmodels.errors import InputError, format_validation_error
 from ...costmodels.hardware import load_catalog
 from ...costmodels.serving import estimate, simulate
 from ...costmodels.serving.traffic import Traffic
-from ..workload import load_workload, read_yaml
+from ...costmodels.userfiles import read_yaml_mapping
+from ..workload import load_workload
 from .common import add_hardware_args, positive_int
 
 
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_deployment(path: str | Path) -> Deployment:
     """Read and validate a deployment YAML file; errors name the field."""
-    data = read_yaml(path, "deployment file")
+    data = read_yaml_mapping(path, "deployment file")
     try:
         return Deployment.model_validate(data)
     except ValidationError as err:
