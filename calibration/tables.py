@@ -35,6 +35,7 @@ import pandas as pd
 
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import builtin_catalog
+from ..costmodels.userfiles import read_csv_table
 
 SHAPE_COLUMNS = [
     "m", "n", "k", "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
@@ -172,15 +173,10 @@ def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str 
 def read_kernel_table(path: str | Path | io.StringIO, name: str | None = None) -> pd.DataFrame:
     """Read one kernel table (CSV or parquet) into the tidy layout with a ``gpu`` column."""
     name = name or str(path)
-    try:
-        if str(path).endswith(".parquet"):
-            raw = _read_parquet(path)
-        else:
-            raw = pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(f"kernel table '{name}' does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise InputError(f"kernel table '{name}' is not a readable CSV: {str(err).splitlines()[0]}") from None
+    if str(path).endswith(".parquet"):
+        raw = _read_parquet(path)
+    else:
+        raw = read_csv_table(path, "kernel table", name)
     return normalize_kernel_frame(raw, name)
 
 

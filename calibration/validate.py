@@ -32,6 +32,7 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
+from ..costmodels.userfiles import read_csv_table
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
 from .registry import load_profile
 from .tables import KERNEL_COLUMNS, normalize_kernel_frame
@@ -40,15 +41,7 @@ ProfileFor = Callable[[GPUSpec], PerformanceProfile]
 
 
 def _read_csv(path: str | Path, kind: str) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(f"{kind} table '{path}' does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise InputError(f"{kind} table '{path}' is not a readable CSV: {str(err).splitlines()[0]}") from None
-    if frame.empty:
-        raise InputError(f"{kind} table '{path}' has no rows")
-    return frame
+    return read_csv_table(path, f"{kind} table")
 
 
 def _require(frame: pd.DataFrame, columns: list[str], kind: str, name: str) -> None:

@@ -1,4 +1,4 @@
-"""Reading the files users hand servopt (YAML specs, JSON configs and profiles).
+"""Reading the files users hand servopt (YAML specs, JSON configs and profiles, CSV tables).
 
 Every way a file can be unusable (missing, unreadable, not UTF-8, malformed, empty, the wrong
 shape) becomes one :class:`~servopt.costmodels.errors.InputError` naming the file and the problem.
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+import pandas as pd
 import yaml
 
 from .errors import InputError
@@ -59,3 +60,19 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise InputError(f"{what} '{path}' must be a YAML mapping of keys to values, not {type(data).__name__}")
     return data
+
+
+def read_csv_table(path: str | Path | TextIO, what: str, name: str | None = None) -> pd.DataFrame:
+    """Read a CSV table (a path or an open text buffer, called ``name``) that must have rows."""
+    label = name or path
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise InputError(f"{what} '{label}' does not exist") from None
+    except OSError as err:
+        raise InputError(f"{what} '{label}' cannot be read: {err.strerror}") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"{what} '{label}' is not a readable CSV: {str(err).splitlines()[0]}") from None
+    if frame.empty:
+        raise InputError(f"{what} '{label}' has no rows")
+    return frame
