@@ -1,0 +1,41 @@
+"""Benchmark-client protocol: finite closed-loop runs and the front-end latency."""
+
+import pytest
+from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, traffic
+
+from servopt.costmodels.errors import InputError
+from servopt.costmodels.roofline import StepCostModel
+from servopt.costmodels.serving import estimate, simulate
+
+FRONT_END_S = 0.004
+
+
+def closed(concurrency, input_tokens=1024, **extra):
+    return traffic({"kind": "closed_loop", "concurrency": concurrency, **extra}, input_tokens, 64)
+
+
+def test_a_finite_benchmark_run_measures_every_request_burst_and_drain_included():
+    # Four 4096-token prompts need two steps of the 8192-token budget.
+    result = simulate(LLAMA_8B, deployment(), closed(4, 4096, requests_per_client=5), GPU, PROFILE)
+    s = result.summary
+    assert s.num_requests == s.num_measured == 20 and s.warmup_excluded == 0
+    frame = result.requests
+    assert (frame.arrival_s.iloc[:4] == 0).all()  # every client opens at once
+    # The opening burst queues behind its own prompts: the first round waits longer than the rest.
+    ttft = frame.first_token_s - frame.arrival_s
+    assert ttft.iloc[:4].mean() > ttft.iloc[4:].mean()
+    with pytest.raises(InputError, match="requests_per_client"):
+        simulate(LLAMA_8B, deployment(), closed(4, requests_per_client=5), GPU, PROFILE, num_requests=7)
+
+
+def test_the_front_end_adds_to_ttft_and_delays_the_next_request_of_a_client():
+    profile = PROFILE.model_copy(update={"request_overhead_s": FRONT_END_S})
+    alone = simulate(LLAMA_8B, deployment(), closed(1), GPU, profile, num_requests=4).requests
+    prefill = StepCostModel(LLAMA_8B, GPU, profile).prefill_time_s(1024)
+    assert (alone.first_token_s - alone.arrival_s).to_numpy() == pytest.approx(FRONT_END_S + prefill, rel=1e-6)
+    # The next request is sent when the last one finishes and reaches the engine one front end later.
+    assert alone.arrival_s.iloc[1] == pytest.approx(alone.finish_s.iloc[0])
+    assert alone.scheduled_s.iloc[1] == pytest.approx(alone.finish_s.iloc[0] + FRONT_END_S)
+    estimated = estimate(LLAMA_8B, deployment(), closed(1), GPU, profile).summary
+    baseline = estimate(LLAMA_8B, deployment(), closed(1), GPU, PROFILE).summary
+    assert estimated.ttft_s.mean - baseline.ttft_s.mean == pytest.approx(FRONT_END_S, rel=1e-3)
