@@ -1,14 +1,16 @@
 """Predicted against measured serving runs (``shared/data/measured/e2e``): means and tails.
 
 Run: ``python benchmarks/bench_e2e_accuracy.py [--data DIR] [--only silicon|online|tails] [--seeds N]``
-(a few minutes on two cores). Every prediction is ``servopt.costmodels.serving.simulate`` with the
-profile ``calibration.registry.load_profile`` gives the GPU (shipped fit or spec defaults, as the
+(about half a minute on two cores). Every prediction is ``servopt.costmodels.serving.simulate`` with
+the profile ``calibration.registry.load_profile`` gives the GPU (shipped fit or spec defaults, as the
 output says), so the figures improve as calibration lands. Nothing here is fitted to these rows.
 
 1. ``silicon_dense_h100.csv``: closed-loop runs at fixed client concurrency and fixed ISL/OSL
-   (aiconfigurator's silicon samples). Median absolute % error of mean TTFT and mean TPOT per slice
-   (framework / model / precision). servopt models vLLM: the TensorRT-LLM and SGLang rows are shown
-   as what a vLLM deployment of the same shape would do, not as a validation.
+   (aiconfigurator's silicon samples), each simulated as it was measured
+   (``calibration/silicon.py``: the server flags of aiconfigurator's generator, aiperf's 50 requests
+   per client opening with all clients at once). Median absolute % error of mean TTFT and mean TPOT
+   per slice (framework / model / precision). servopt models vLLM: the TensorRT-LLM and SGLang rows
+   are shown as what a vLLM deployment of the same shape would do, not as a validation.
 2. ``trtllm_online_serving_8b.csv``: open-loop runs (500 requests at an offered QPS, Poisson
    assumed; QPS inf = all at once) of TensorRT-LLM 0.14: mean TTFT, mean ITL and throughput.
 3. ``vllm_bench_p99_dev.csv``: real ``vllm bench serve`` runs with tails. The A100 runs replay their
@@ -40,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from servopt.calibration.registry import load_profile
+from servopt.calibration.silicon import silicon_run
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.deployment import Deployment
 from servopt.costmodels.errors import InputError
@@ -109,13 +112,9 @@ def silicon(data: Path) -> pd.DataFrame:
                   "isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"], "conc": row["silicon_concurrency"],
                   "ttft_ms": row["silicon_ttft_ms"], "tpot_ms": row["silicon_tpot_ms"], "skip": skip}
         if not skip:
-            deployment = Deployment(gpu="h100", tp=int(row["tp_size"]), gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
-                                    quantization="fp8" if precision == "fp8" else None)
-            concurrency = int(row["silicon_concurrency"])
-            traffic = Traffic.model_validate({"arrival": {"kind": "closed_loop", "concurrency": concurrency},
-                                              "input_tokens": fixed(row["isl"]), "output_tokens": fixed(row["osl"])})
+            run = silicon_run(row, "h100")
             try:
-                summary, profile = predict(row["model_path"], deployment, traffic, max(40 * concurrency, 1000))
+                summary, profile = predict(run.model, run.deployment, run.traffic)
             except InputError as err:
                 record["skip"] = str(err)[:60]
             else:

@@ -1,8 +1,9 @@
-"""Benchmark-client protocol: finite closed-loop runs and the front-end latency."""
+"""Benchmark-client protocol: finite closed-loop runs, the front-end latency, silicon rows as measured."""
 
 import pytest
 from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, traffic
 
+from servopt.calibration.silicon import REQUESTS_PER_CLIENT, silicon_run
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.roofline import StepCostModel
 from servopt.costmodels.serving import estimate, simulate
@@ -39,3 +40,13 @@ def test_the_front_end_adds_to_ttft_and_delays_the_next_request_of_a_client():
     estimated = estimate(LLAMA_8B, deployment(), closed(1), GPU, profile).summary
     baseline = estimate(LLAMA_8B, deployment(), closed(1), GPU, PROFILE).summary
     assert estimated.ttft_s.mean - baseline.ttft_s.mean == pytest.approx(FRONT_END_S, rel=1e-3)
+
+
+def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count():
+    row = {"backend": "vllm", "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm", "isl": 4096, "osl": 512,
+           "tp_size": 4, "batch_size": 64, "silicon_concurrency": 64, "precision": float("nan")}
+    run = silicon_run(row, "h100")
+    d = run.deployment
+    assert (d.tp, d.max_num_seqs, d.max_num_batched_tokens, d.max_model_len) == (4, 64, 64 + 4096 + 1500, 4096 + 512 + 1500)
+    assert not d.enable_prefix_caching and d.quantization is None
+    assert run.traffic.arrival.benchmark_requests == 64 * REQUESTS_PER_CLIENT
