@@ -49,6 +49,8 @@ GENERATOR_MARGIN_TOKENS = 1500
 REQUESTS_PER_CLIENT = 50
 # vLLM's default before 0.20 (the rows ran vLLM 0.12).
 GPU_MEMORY_UTILIZATION = 0.9
+# The shipped serving overheads are fitted to the rows of this ISL; the others are held out.
+SERVING_FIT_ISL = 1024
 
 
 @dataclass(frozen=True)
