@@ -69,10 +69,6 @@ def pct_error(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured if measured and math.isfinite(predicted) else math.nan
 
 
-def fixed(value: int) -> dict:
-    return {"kind": "fixed", "value": int(value)}
-
-
 def write_trace(folder: Path, name: str, arrival_s, inputs, outputs) -> str:
     path = folder / f"{name}.csv"
     pd.DataFrame({"arrival_s": arrival_s, "input_tokens": inputs, "output_tokens": outputs}).to_csv(path, index=False)
@@ -151,8 +147,8 @@ def report_silicon(frame: pd.DataFrame) -> None:
                                               ttft=("ttft_err_pct", lambda e: e.abs().median()),
                                               tpot=("tpot_err_pct", lambda e: e.abs().median())).reset_index()
         print(by.to_string(index=False, float_format=lambda v: f"{v:7.1f}"))
-        print(f"\nvLLM rows, fit (ISL {SERVING_FIT_ISL}: the shipped serving overheads were fitted to them) and held out "
-              "(median / p90 abs % error, median signed %):")
+        print(f"\nvLLM rows, fit (ISL {SERVING_FIT_ISL}: the shipped serving overheads were fitted to them) and "
+              "held out (median / p90 abs % error, median signed %):")
         for name, part in (("fit", vllm[vllm.isl == SERVING_FIT_ISL]), ("held out", vllm[vllm.isl != SERVING_FIT_ISL])):
             print(f"  {name:9} {len(part):3} rows: " + "; ".join(
                 f"{m.upper()} {part[f'{m}_err_pct'].abs().median():5.1f} / "

@@ -13,8 +13,9 @@ separate them:
 
 and the two stages run twice, each with the other's latest result.
 
-Both minimise the sum of squared log errors (bounded least squares). The caller chooses the training rows and reports the
-others as held out (``scripts/fit_shipped_profiles.py``: fit on ISL 1024, hold out ISL 4096).
+Both minimise the sum of squared log errors (bounded least squares). The caller chooses the training
+rows and reports the others as held out (``scripts/fit_shipped_profiles.py``: fit on ISL 1024, hold
+out ISL 4096).
 
 Example (a cheap run: one tiny row, few evaluations):
     >>> import pandas as pd

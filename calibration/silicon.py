@@ -8,8 +8,8 @@ by aiconfigurator's generator, served, and benchmarked with aiperf. The aiconfig
 - **Server.** The generator's vLLM rule (``generator/rule_plugin/vllm.rule``, since 2025-12-04)
   gives an aggregated worker of per-worker batch ``b`` (the row's ``batch_size``) ``--max-num-seqs b``,
   ``--max-num-batched-tokens b + ISL + 1500``, ``--max-model-len ISL + OSL + 1500`` and
-  ``--no-enable-prefix-caching`` (the last two flags reach ``vllm serve`` since 2026-01-08, #238; the
-  dated vLLM rows of the same source were measured on 2026-01-23 and 25). Everything else is vLLM's
+  ``--no-enable-prefix-caching`` (the budget and context flags reach ``vllm serve`` since 2026-01-08,
+  #238; the dated vLLM rows of the same source were measured on 2026-01-23 and 25). Everything else is vLLM's
   default: ``gpu_memory_utilization`` 0.9 (up to vLLM 0.19), chunked prefill, no async scheduling
   before vLLM 0.14.
 - **Client.** The generator's benchmark script (``backend_templates/benchmark/bench_run.sh.j2``,
@@ -22,7 +22,7 @@ by aiconfigurator's generator, served, and benchmarked with aiperf. The aiconfig
 Why the generator's budget and not vLLM's own default of 8192 tokens: the physics rules the
 default out on these rows. With identical requests, closed-loop clients fall into lockstep groups
 (a group's prompts are admitted in one step, so its members finish together and return together;
-the simulation shows the groups persist under any client jitter, because the long mixed step
+in the simulation the groups survive up to 50 ms of client jitter, because the long mixed step
 re-collects whoever arrives during it). At ISL 1024 and 8 clients on TP2, a budget of 8192 lets seven
 prompts share a step: at least 238 ms of compute even at 100% of the H100's bf16 peak, against a
 measured mean TTFT of 154 ms. The generator's 2532 tokens admit two or three prompts per step.
@@ -45,7 +45,8 @@ from ..costmodels.serving.traffic import Traffic
 
 # aiconfigurator's generator: budget and context margin beyond the prompt (vllm.rule).
 GENERATOR_MARGIN_TOKENS = 1500
-# aiperf --num-requests C x 50 (bench_run.sh.j2 as introduced, #334; later parametrised, default 50).
+# aiperf --num-requests C x 50: bench_run.sh.j2 as introduced (#334) and parametrised (#584); the rows
+# predate both, and the template's default became 20 later.
 REQUESTS_PER_CLIENT = 50
 # vLLM's default before 0.20 (the rows ran vLLM 0.12).
 GPU_MEMORY_UTILIZATION = 0.9

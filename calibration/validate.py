@@ -219,7 +219,8 @@ class E2EValidator(Validator):
             record = {"id": row.get("id", i), "gpu": row["system"], "framework": str(row["backend"]).lower(),
                       "model": row["model_path"], "precision": precision,
                       "measured_ttft_ms": row["silicon_ttft_ms"], "measured_tpot_ms": row["silicon_tpot_ms"],
-                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False, "reason": self.unsupported_reason(row)}
+                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False,
+                      "reason": self.unsupported_reason(row)}
             if not record["reason"] and simulate is None:
                 record["reason"] = "the serving simulator (servopt.costmodels.serving.simulate) is not in this build"
             if not record["reason"]:

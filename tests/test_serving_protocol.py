@@ -50,7 +50,8 @@ def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count(
            "tp_size": 4, "batch_size": 64, "silicon_concurrency": 64, "precision": float("nan")}
     run = silicon_run(row, "h100")
     d = run.deployment
-    assert (d.tp, d.max_num_seqs, d.max_num_batched_tokens, d.max_model_len) == (4, 64, 64 + 4096 + 1500, 4096 + 512 + 1500)
+    assert (d.tp, d.max_num_seqs) == (4, 64)
+    assert (d.max_num_batched_tokens, d.max_model_len) == (64 + 4096 + 1500, 4096 + 512 + 1500)
     assert not d.enable_prefix_caching and d.quantization is None
     assert run.traffic.arrival.benchmark_requests == 64 * REQUESTS_PER_CLIENT
 
@@ -59,8 +60,9 @@ def test_the_serving_fit_recovers_known_overheads_from_simulated_measurements():
     truth = PROFILE.model_copy(update={"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6,
                                        "request_overhead_s": 6e-3})
     rows = pd.DataFrame([{"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
-                          "mode": "agg", "isl": isl, "osl": 128, "tp_size": 1, "batch_size": c, "silicon_concurrency": c,
-                          "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0} for isl, c in ((512, 2), (256, 32))])
+                          "mode": "agg", "isl": isl, "osl": 128, "tp_size": 1, "batch_size": c,
+                          "silicon_concurrency": c, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
+                         for isl, c in ((512, 2), (256, 32))])
     measured = E2EValidator(lambda gpu: truth).predict(rows)
     rows["silicon_ttft_ms"], rows["silicon_tpot_ms"] = measured["pred_ttft_ms"], measured["pred_tpot_ms"]
     fitted = fit_serving_overheads(rows, PROFILE).profile
