@@ -35,6 +35,7 @@ from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_csv_table
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
 from .registry import load_profile
+from .silicon import silicon_run
 from .tables import KERNEL_COLUMNS, normalize_kernel_frame
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
@@ -175,24 +176,21 @@ class MemoryValidator(Validator):
 
 
 class E2EValidator(Validator):
-    """Closed-loop serving runs (aiconfigurator's silicon layout): mean TTFT and TPOT by simulation."""
+    """Closed-loop serving runs (aiconfigurator's silicon layout): mean TTFT and TPOT by simulation,
+    each row run as it was measured (:func:`~servopt.calibration.silicon.silicon_run`)."""
 
     kind = "e2e"
     metrics = ["ttft_ms", "tpot_ms"]
     slice_columns = ["gpu", "framework", "model", "precision"]
     required = ["backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
 
-    def __init__(self, profile_for: ProfileFor | None = None, requests_per_client: int = 8, min_requests: int = 64):
-        super().__init__(profile_for)
-        self.requests_per_client = requests_per_client
-        self.min_requests = min_requests
-
     def read(self, path: str | Path) -> pd.DataFrame:
         frame = _read_csv(path, self.kind)
         _require(frame, self.required, self.kind, str(path))
         return frame
 
-    def _reason(self, row: dict) -> str:
+    def unsupported_reason(self, row: dict) -> str:
+        """Why a row cannot be simulated ('' when it can)."""
         if str(row["backend"]).lower() != "vllm":
             return f"framework '{row['backend']}' is not modelled (servopt predicts vLLM)"
         if str(row.get("mode", "agg")) != "agg":
@@ -204,9 +202,6 @@ class E2EValidator(Validator):
         return ""
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        from ..costmodels.deployment import Deployment
-        from ..costmodels.serving.traffic import Traffic
-
         try:
             from ..costmodels.serving import simulate
         except ImportError:
@@ -217,7 +212,8 @@ class E2EValidator(Validator):
             record = {"id": row.get("id", i), "gpu": row["system"], "framework": str(row["backend"]).lower(),
                       "model": row["model_path"], "precision": precision,
                       "measured_ttft_ms": row["silicon_ttft_ms"], "measured_tpot_ms": row["silicon_tpot_ms"],
-                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False, "reason": self._reason(row)}
+                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False,
+                      "reason": self.unsupported_reason(row)}
             if not record["reason"] and simulate is None:
                 record["reason"] = "the serving simulator (servopt.costmodels.serving.simulate) is not in this build"
             if not record["reason"]:
@@ -225,19 +221,10 @@ class E2EValidator(Validator):
                     gpu = get_gpu(row["system"])
                     record["gpu"] = gpu.name
                     profile = self.profile(gpu)
-                    concurrency = int(row["silicon_concurrency"])
-                    deployment = Deployment(gpu=gpu.name, tp=int(row["tp_size"]),
-                                            quantization="fp8" if precision == "fp8" else None)
-                    traffic = Traffic.model_validate({
-                        "arrival": {"kind": "closed_loop", "concurrency": concurrency},
-                        "input_tokens": {"kind": "fixed", "value": int(row["isl"])},
-                        "output_tokens": {"kind": "fixed", "value": int(row["osl"])},
-                    })
-                    result = simulate(resolve_model(row["model_path"]).spec, deployment, traffic, gpu, profile,
-                                      num_requests=max(self.min_requests, self.requests_per_client * concurrency), seed=0)
-                    summary = result.summary.to_dict()
-                    record["pred_ttft_ms"] = summary["ttft_s"]["mean"] * 1e3
-                    record["pred_tpot_ms"] = summary["tpot_s"]["mean"] * 1e3
+                    run = silicon_run(row, gpu.name)
+                    result = simulate(resolve_model(run.model).spec, run.deployment, run.traffic, gpu, profile, seed=0)
+                    record["pred_ttft_ms"] = result.summary.ttft_s.mean * 1e3
+                    record["pred_tpot_ms"] = result.summary.tpot_s.mean * 1e3
                     record["calibrated"] = profile.calibrated
                 except InputError as err:
                     record["reason"] = str(err)

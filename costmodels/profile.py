@@ -179,6 +179,11 @@ class PerformanceProfile(BaseModel):
     )
     step_overhead_s: float = Field(ge=0, description="per-step CPU time: scheduling, input prep, sampling")
     step_overhead_per_seq_s: float = Field(ge=0)
+    request_overhead_s: float = Field(
+        default=0.0, ge=0,
+        description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
+                    "tokenization on the way in, the first token's way back to the client",
+    )
     p2p_latency_s: float = Field(default=20e-6, ge=0)
     fit_report: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="median/p90 absolute % error per op family (train and held-out)"

@@ -71,6 +71,9 @@ def traffic_stats(traffic: Traffic) -> TrafficStats:
     arrival = traffic.arrival
     if arrival.kind == "trace":
         raise InputError("traffic.arrival: optimize needs a rate; trace replay is not supported for search yet")
+    if arrival.kind == "closed_loop" and arrival.requests_per_client is not None:
+        raise InputError("traffic.arrival.requests_per_client describes one finite benchmark run (servopt predict); "
+                         "optimize searches the steady state: leave it out")
     inputs, outputs = _quantiles(traffic.input_tokens), _quantiles(traffic.output_tokens)
     if traffic.max_context is not None:
         # Prompts are clipped first, then outputs to what the context leaves (as the simulator does).

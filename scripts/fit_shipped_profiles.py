@@ -3,10 +3,14 @@
 Inputs are the public microbenchmarks in ../shared/data/measured/kernel (aiconfigurator-core 0.12.0,
 Apache-2.0; Vidur, MIT); each GPU is fitted on its vLLM rows (other frameworks' rows only where vLLM
 has none), holding out 30% of the shapes so the profile's ``fit_report`` shows held-out errors.
-The per-step framework overhead is not a kernel: it keeps the value of the profile already shipped
-(fitted end to end by ``servopt calibrate import --vllm-bench``), else the default.
+The framework's CPU-side costs are not kernels: the per-step overheads and the per-request front-end
+latency are fitted end to end (``calibration/serving_fit.py``) on the vLLM 0.12 closed-loop rows of
+aiconfigurator's silicon sample (../shared/data/measured/e2e/silicon_dense_h100.csv, H100, Qwen3-32B)
+with ISL 1024; the ISL 4096 rows are held out, and both errors go into the H100 profile's
+``fit_report``. The same three values go into every shipped profile: they are vLLM's costs on the
+host, not the GPU's (held-out checks on other GPUs: ``benchmarks/bench_e2e_accuracy.py``).
 
-    python scripts/fit_shipped_profiles.py [--kernels DIR] [--out DIR] [--holdout-fraction 0.3]
+    python scripts/fit_shipped_profiles.py [--kernels DIR] [--e2e CSV] [--out DIR] [--holdout-fraction 0.3]
 """
 
 from __future__ import annotations
@@ -17,14 +21,23 @@ from pathlib import Path
 import pandas as pd
 
 from servopt.calibration.fit import fit_profile
-from servopt.calibration.registry import read_profile, write_profile
+from servopt.calibration.registry import write_profile
+from servopt.calibration.serving_fit import error_report, fit_serving_overheads
+from servopt.calibration.silicon import SERVING_FIT_ISL
 from servopt.calibration.tables import read_kernel_tables
+from servopt.calibration.validate import E2EValidator
 from servopt.costmodels.hardware import get_gpu
+from servopt.costmodels.profile import PerformanceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KERNELS = ROOT.parent / "shared" / "data" / "measured" / "kernel"
+DEFAULT_E2E = ROOT.parent / "shared" / "data" / "measured" / "e2e" / "silicon_dense_h100.csv"
 DEFAULT_OUT = ROOT / "calibration" / "profiles"
 GPUS = ["h100", "h200", "a100-80gb"]
+SERVING_GPU = "h100"  # the GPU of the end-to-end rows
+SERVING_SOURCE = ("the vLLM 0.12 closed-loop rows of aiconfigurator-core 0.12.0 systems/silicon_sample.csv "
+                  f"(ISL {SERVING_FIT_ISL}; Apache-2.0)")
+OVERHEADS = ("step_overhead_s", "step_overhead_per_seq_s", "request_overhead_s")
 ATTRIBUTION = (
     "kernel latencies from aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0; PyPI aiconfigurator-core, "
     "systems/data/<system>/{gemm,attention,comm}) and Vidur (Microsoft, MIT; data/profiling) as collected in "
@@ -32,27 +45,57 @@ ATTRIBUTION = (
 )
 
 
+def serving_rows(path: Path) -> pd.DataFrame:
+    """The silicon rows servopt can simulate (vLLM, aggregated, closed loop)."""
+    validator = E2EValidator()
+    rows = validator.read(path)
+    usable = [not validator.unsupported_reason(row) for row in rows.to_dict("records")]
+    return rows[usable].reset_index(drop=True)
+
+
+def fit_serving(profile: PerformanceProfile, rows: pd.DataFrame) -> PerformanceProfile:
+    """Fit the overheads on the ISL-1024 rows; the report covers them and the held-out rest."""
+    train = rows["isl"] == SERVING_FIT_ISL
+    fit = fit_serving_overheads(rows[train].reset_index(drop=True), profile)
+    held_out = error_report(E2EValidator(lambda gpu: fit.profile).predict(rows[~train].reset_index(drop=True)))
+    report = dict(profile.fit_report)
+    for split, table in (("train", fit.report), ("held_out", held_out)):
+        for entry in table.to_dict("records"):
+            report[f"e2e_{entry['metric'].removesuffix('_ms')}/{split}"] = {
+                "rows": float(entry["rows"]), "median_abs_pct": round(entry["median_abs_pct"], 2),
+                "p90_abs_pct": round(entry["p90_abs_pct"], 2)}
+    print(f"serving overheads fitted on {int(train.sum())} rows (ISL {SERVING_FIT_ISL}), "
+          f"{int((~train).sum())} held out:")
+    print(pd.concat([fit.report.assign(rows_used="train"), held_out.assign(rows_used="held out")]).round(2)
+          .to_string(index=False))
+    return fit.profile.model_copy(update={"fit_report": report})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, default=DEFAULT_KERNELS)
+    parser.add_argument("--e2e", type=Path, default=DEFAULT_E2E, help="closed-loop silicon rows (serving overheads)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--holdout-fraction", type=float, default=0.3)
     args = parser.parse_args()
     table = read_kernel_tables(sorted(args.kernels.glob("*.csv")))
     pd.set_option("display.width", 160)
+    profiles = {}
     for name in GPUS:
         gpu = get_gpu(name)
-        path = args.out / f"{name}.json"
-        previous = read_profile(path) if path.exists() else None
         outcome = fit_profile(table, gpu, "vllm", args.holdout_fraction, source=f"{gpu.display_name}: {ATTRIBUTION}")
-        profile = outcome.profile
-        if previous is not None:
-            profile = profile.model_copy(update={
-                "step_overhead_s": previous.step_overhead_s, "step_overhead_per_seq_s": previous.step_overhead_per_seq_s,
-            })
-        write_profile(profile, path)
-        print(f"{name}: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        profiles[name] = outcome.profile
+        print(f"{name}: kernels")
         print(outcome.report.round(2).to_string(index=False))
+    profiles[SERVING_GPU] = fit_serving(profiles[SERVING_GPU], serving_rows(args.e2e))
+    overheads = {key: getattr(profiles[SERVING_GPU], key) for key in OVERHEADS}
+    print("overheads: " + ", ".join(f"{key} = {value:.4g}" for key, value in overheads.items()))
+    for name, profile in profiles.items():
+        path = args.out / f"{name}.json"
+        origin = "fitted end to end on" if name == SERVING_GPU else f"from the {SERVING_GPU} fit to"
+        source = f"{profile.source}; serving overheads {origin} {SERVING_SOURCE}"
+        write_profile(profile.model_copy(update={**overheads, "source": source}), path)
+        print(f"{name}: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

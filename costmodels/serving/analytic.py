@@ -18,6 +18,8 @@ One engine (a replica's pipeline lane, or a P/D instance) is modelled in steady 
 - Closed-loop clients: the throughput ``X`` solves ``N = X x (E2E(X) + think)`` (secant), capped at
   the saturation throughput. P/D: a prefill pool (no decodes) and a decode pool (no prefill), the KV
   transfer added between first token and decode.
+- The profile's front-end latency (``request_overhead_s``) adds to TTFT and end-to-end latency and
+  to the closed-loop cycle.
 
 Example:
     >>> from servopt.costmodels.architectures import get_model
@@ -492,6 +494,8 @@ class _Analysis:
             self.front = self.dec = EngineModel(roles["replica"], m, "mixed", pp)
             self.shares = (roles["replica"].instances * pp,) * 2
         self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
+        # A closed-loop client's next request reaches the engine after its think time and the front end.
+        self.cycle_gap_s = m.think_time_s + compiled.request_overhead_s
 
     def solve(self, rate: float) -> _Solution | str:
         front = self.front.point(rate / self.shares[0])
@@ -556,7 +560,7 @@ class _Analysis:
         ttft_stats, tpot_stats = _stats(ttft, [ttft] * 3), _stats(tpot, [tpot] * 3)
         e2e = ttft + (m.output_mean - 1) * tpot
         lat = _Latencies(ttft_stats, tpot_stats, _stats(itl_mean, itl_q), _stats(e2e, [e2e] * 3), 0.0)
-        rate = m.concurrency / e2e
+        rate = m.concurrency / (e2e + self.cycle_gap_s)
         room = engine.budget - decoders * engine.q
         point = EnginePoint(rate / self.shares[0], t_decode, t_mixed, itl_mean, interfered / steps, float(n), 0.0,
                             room, 0.0, 0.0, (0.0, 0.0), min(group * prompt, room))
@@ -580,12 +584,12 @@ class _Analysis:
 
         def excess(rate: float) -> float:  # increasing in rate; inf where there is no steady state
             sol = self.solve(rate)
-            return math.inf if isinstance(sol, str) else rate * (self.mean_e2e(sol) + m.think_time_s) - n
+            return math.inf if isinstance(sol, str) else rate * (self.mean_e2e(sol) + self.cycle_gap_s) - n
 
         single = self.solve(1e-9)
         if isinstance(single, str):
             raise ValueError(single)
-        high = n / (self.mean_e2e(single) + m.think_time_s)  # latency only grows with load
+        high = n / (self.mean_e2e(single) + self.cycle_gap_s)  # latency only grows with load
         over = high
         while math.isinf(excess(high)):  # step down to a rate with a steady state
             over, high = high, high / 1.3
@@ -593,7 +597,7 @@ class _Analysis:
             cap = self.capacity(over, floor=high)
             if excess(cap.rate) < 0:
                 # More clients than the deployment sustains: it runs at capacity and the rest queue.
-                return cap, n / cap.rate - m.think_time_s - self.mean_e2e(cap)
+                return cap, n / cap.rate - self.cycle_gap_s - self.mean_e2e(cap)
             high = cap.rate
         low = high / 2
         while excess(low) > 0:
@@ -637,9 +641,10 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
     if saturated:
         ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
         e2e = ttft
-    elif extra_wait:
-        ttft = LatencyStats(*(v + extra_wait for v in (ttft.mean, ttft.p50, ttft.p90, ttft.p99)))
-        e2e = LatencyStats(*(v + extra_wait for v in (e2e.mean, e2e.p50, e2e.p90, e2e.p99)))
+    else:
+        delay = extra_wait + compiled.request_overhead_s
+        ttft = LatencyStats(*(v + delay for v in (ttft.mean, ttft.p50, ttft.p90, ttft.p99)))
+        e2e = LatencyStats(*(v + delay for v in (e2e.mean, e2e.p50, e2e.p90, e2e.p99)))
     served = solution.rate
     attainment, slo_met = None, None
     if slo is not None and slo.targets():

@@ -4,6 +4,12 @@ Engines are grouped in pools: one pool for a plain deployment (every replica, ea
 pipeline lanes), or a prefill pool and a decode pool under P/D disaggregation. A request enters the
 front pool at its arrival; a prefill instance hands it, after the KV transfer, to the decode pool.
 
+Every request reaches its engine ``request_overhead_s`` after the client sent it (the profile's
+front-end latency: HTTP, chat template, tokenization, and the first token's way back), so a
+closed-loop client's next request misses the step that starts right after its previous one
+finished, as it does on a real server. Arrival times in the request table stay the clients' send
+times, so TTFT and end-to-end latency include the front end.
+
 Time advances by always committing the engine plan that ends first; every plan stops before the next
 known arrival (unless that engine's queue is blocked anyway), so when an arrival is routed, every
 engine has simulated exactly the steps that started before it. A finish can create an earlier event
@@ -64,8 +70,9 @@ class Cluster:
     """All pools of a deployment, driven through one request stream."""
 
     def __init__(self, table: RequestTable, front: Pool, decode: Pool | None = None,
-                 transfer_s: Callable[[int], float] | None = None):
+                 transfer_s: Callable[[int], float] | None = None, request_overhead_s: float = 0.0):
         self.table = table
+        self.request_overhead_s = request_overhead_s
         self.front = front
         self.decode = decode
         self.transfer_s = transfer_s
@@ -75,14 +82,15 @@ class Cluster:
         """Simulate until every request has finished."""
         table = self.table
         n = table.size
+        front_end = self.request_overhead_s
         if closed_loop is not None:
             first = min(closed_loop.concurrency, n)
-            events = [(0.0, rid, ARRIVAL) for rid in range(first)]
+            events = [(front_end, rid, ARRIVAL) for rid in range(first)]
             for rid in range(first):
                 table.arrival_s[rid] = 0.0
             next_rid = first
         else:
-            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s)]
+            events = [(t + front_end, rid, ARRIVAL) for rid, t in enumerate(arrival_s)]
             next_rid = n
         heapq.heapify(events)
         engines = self.engines
@@ -123,7 +131,7 @@ class Cluster:
                 elif closed_loop is not None and next_rid < n:
                     start = end + closed_loop.think_time_s
                     table.arrival_s[next_rid] = start
-                    heapq.heappush(events, (start, next_rid, ARRIVAL))
+                    heapq.heappush(events, (start + front_end, next_rid, ARRIVAL))
                     next_rid += 1
             if single is None and events and events[0][0] < horizon:
                 cut = events[0][0]

@@ -11,7 +11,9 @@ narrowing predicts, up to :data:`MAX_REQUESTS`) until the batch-means 95% interv
 P99 TPOT is within :data:`P99_TOLERANCE` of the estimate. Generated
 traffic excludes a warm-up (the first 10% of requests; with closed-loop clients at least twice the
 concurrency) and a cool-down (the last 5%, at least the concurrency) that see an emptier system than
-the steady state. A trace is replayed as is, every request measured.
+the steady state. A trace is replayed as is, every request measured, and so is a finite benchmark
+run of closed-loop clients (``requests_per_client``), whose opening burst and closing drain are part
+of what such a benchmark reports.
 
 Example:
     >>> from servopt.costmodels.architectures import get_model
@@ -98,6 +100,7 @@ class DeploymentModel:
     speculation: Speculation | None
     max_model_len: int
     transfer_bytes_per_s: float
+    request_overhead_s: float = 0.0
 
     @property
     def disaggregated(self) -> bool:
@@ -165,7 +168,8 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
         link = gpu.interconnect_bytes_per_s if same_node else p.rdma_gbps * 1e9
         # Each TP rank sends its shard over its own link.
         transfer = link * min(p.prefill_tp, p.decode_tp)
-    return DeploymentModel(model, deployment, gpu, tuple(roles), speculation, max_model_len, transfer)
+    return DeploymentModel(model, deployment, gpu, tuple(roles), speculation, max_model_len, transfer,
+                           profile.request_overhead_s)
 
 
 def _build_engines(compiled: DeploymentModel, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
@@ -189,11 +193,17 @@ def _build_engines(compiled: DeploymentModel, table: RequestTable, rng: np.rando
     return pools
 
 
+def _measures_everything(traffic: Traffic) -> bool:
+    """A trace replay or a finite benchmark run: every request counts, as in the run it describes."""
+    arrival = traffic.arrival
+    return arrival.kind == "trace" or (arrival.kind == "closed_loop" and arrival.requests_per_client is not None)
+
+
 def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
-    """Requests in the steady state: all of a trace, else without warm-up and cool-down."""
+    """Requests in the steady state: all of a trace or benchmark run, else without warm-up and cool-down."""
     n = table.size
     keep = np.ones(n, dtype=bool)
-    if traffic.arrival.kind == "trace":
+    if _measures_everything(traffic):
         return keep
     concurrency = traffic.arrival.concurrency if traffic.arrival.kind == "closed_loop" else 0
     warmup = max(int(WARMUP_SHARE * n), 2 * concurrency)
@@ -215,7 +225,7 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     table = RequestTable(drawn)
     pools = _build_engines(compiled, table, rng)
     front, decode = pools[0], (pools[1] if len(pools) > 1 else None)
-    cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None)
+    cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None, compiled.request_overhead_s)
     closed = None
     if traffic.arrival.kind == "closed_loop":
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)
@@ -224,10 +234,11 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     notes = []
     if drawn.clipped:
         notes.append(f"{drawn.clipped} requests clipped to the context limit of {compiled.max_model_len} tokens")
-    if traffic.arrival.kind != "trace" and measured.all():
+    everything = _measures_everything(traffic)
+    if not everything and measured.all():
         notes.append("too few requests to exclude a warm-up: every request is measured")
     summary = summarize(table, cluster.engines, measured, slo=slo, open_loop=closed is None,
-                        steady_state=traffic.arrival.kind != "trace", notes=notes)
+                        steady_state=not everything, notes=notes)
     steps = sum(r[1] for e in cluster.engines for r in e.records)
     decode_steps = sum(r[1] for e in cluster.engines for r in e.records if r[7])
     return SimulationResult(summary, table.frame(), int(steps), int(decode_steps))
@@ -239,6 +250,12 @@ def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
     compiled = compile_deployment(model, deployment, gpu, profile)
     if num_requests is not None and num_requests < 1:
         raise InputError(f"num_requests must be at least 1, got {num_requests}")
+    benchmark = traffic.arrival.benchmark_requests if traffic.arrival.kind == "closed_loop" else None
+    if benchmark is not None:
+        if num_requests not in (None, benchmark):
+            raise InputError(f"the benchmark run sends {benchmark} requests (concurrency x requests_per_client); "
+                             f"leave num_requests out or set it to that, not {num_requests}")
+        num_requests = benchmark
     if num_requests is not None or traffic.arrival.kind == "trace":
         return _run_once(compiled, traffic, num_requests, seed, slo)
     n = INITIAL_REQUESTS

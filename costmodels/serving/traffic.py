@@ -69,12 +69,32 @@ class GammaArrival(BaseModel):
 
 class ClosedLoopArrival(BaseModel):
     """N clients that each send a request when their previous one finishes
-    (``vllm bench serve --max-concurrency``, aiperf)."""
+    (``vllm bench serve --max-concurrency``, aiperf ``--concurrency``).
+
+    By default the run is the steady state of an endless benchmark (warm-up and cool-down excluded).
+    ``requests_per_client`` describes a finite benchmark run instead, as those clients measure it:
+    all ``concurrency`` clients start at once on an idle server (aiperf waits for its warm-up
+    requests to finish before profiling; ``vllm bench serve --request-rate inf`` releases every
+    request at once behind the concurrency cap), ``concurrency x requests_per_client`` requests
+    are sent, and every one of them is measured, the opening burst and the closing drain included.
+
+    Example:
+        >>> ClosedLoopArrival(kind="closed_loop", concurrency=8, requests_per_client=50).requests_per_client
+        50
+    """
 
     model_config = _STRICT
     kind: Literal["closed_loop"]
     concurrency: int = Field(ge=1)
     think_time_s: float = Field(default=0.0, ge=0)
+    requests_per_client: int | None = Field(
+        default=None, ge=1, description="a finite benchmark run: this many requests per client, all measured"
+    )
+
+    @property
+    def benchmark_requests(self) -> int | None:
+        """Requests of a finite benchmark run (None for the steady state)."""
+        return None if self.requests_per_client is None else self.concurrency * self.requests_per_client
 
 
 class TraceArrival(BaseModel):

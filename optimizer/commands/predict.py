@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("workload", metavar="WORKLOAD.yaml", help="workload file (model, traffic, slo)")
     parser.add_argument("--deployment", required=True, metavar="DEPLOYMENT.yaml", help="deployment file")
     parser.add_argument("--requests", type=positive_int, default=None,
-                        help="requests to simulate (default: grow until P99 is stable; a trace: its length)")
+                        help="requests to simulate (default: grow until P99 is stable; a trace: its length; "
+                             "a benchmark run: concurrency x requests_per_client)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--analytic", action="store_true",
                         help="queueing-formula estimate instead of the simulation (what the search screens with)")

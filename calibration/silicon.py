@@ -1,0 +1,87 @@
+"""How aiconfigurator's closed-loop silicon rows were measured, translated into a servopt run.
+
+The rows of ``silicon_sample.csv`` (aiconfigurator-core 0.12.0; in the shared data as
+``measured/e2e/silicon_dense_h100.csv``) come from aiconfigurator's gap analysis: a deployment made
+by aiconfigurator's generator, served, and benchmarked with aiperf. The aiconfigurator repository
+(github.com/ai-dynamo/aiconfigurator) documents both sides:
+
+- **Server.** The generator's vLLM rule (``generator/rule_plugin/vllm.rule``, since 2025-12-04)
+  gives an aggregated worker of per-worker batch ``b`` (the row's ``batch_size``) ``--max-num-seqs b``,
+  ``--max-num-batched-tokens b + ISL + 1500``, ``--max-model-len ISL + OSL + 1500`` and
+  ``--no-enable-prefix-caching`` (the budget and context flags reach ``vllm serve`` since 2026-01-08,
+  #238; the dated vLLM rows of the same source were measured on 2026-01-23 and 25). Everything else is vLLM's
+  default: ``gpu_memory_utilization`` 0.9 (up to vLLM 0.19), chunked prefill, no async scheduling
+  before vLLM 0.14.
+- **Client.** The generator's benchmark script (``backend_templates/benchmark/bench_run.sh.j2``,
+  #334) runs ``aiperf profile --concurrency C --num-requests 50C --warmup-request-count 2C --streaming``
+  against the chat endpoint with fixed ISL and OSL (``ignore_eos``). aiperf waits for its warm-up
+  responses before profiling (aiperf ``docs/tutorials/warmup.md``), so the profiling phase opens with C
+  simultaneous requests on an idle server, and the reported means cover all 50C requests: the
+  opening burst, the steady state and the closing drain.
+
+Why the generator's budget and not vLLM's own default of 8192 tokens: the physics rules the
+default out on these rows. With identical requests, closed-loop clients fall into lockstep groups
+(a group's prompts are admitted in one step, so its members finish together and return together;
+in the simulation the groups survive up to 50 ms of client jitter, because the long mixed step
+re-collects whoever arrives during it). At ISL 1024 and 8 clients on TP2, a budget of 8192 lets seven
+prompts share a step: at least 238 ms of compute even at 100% of the H100's bf16 peak, against a
+measured mean TTFT of 154 ms. The generator's 2532 tokens admit two or three prompts per step.
+
+Example:
+    >>> run = silicon_run({"backend": "vllm", "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm", "isl": 1024,
+    ...                    "osl": 128, "tp_size": 2, "batch_size": 8, "silicon_concurrency": 8})
+    >>> run.deployment.max_num_batched_tokens, run.deployment.max_num_seqs, run.traffic.arrival.benchmark_requests
+    (2532, 8, 400)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..costmodels.deployment import Deployment
+from ..costmodels.serving.traffic import Traffic
+
+# aiconfigurator's generator: budget and context margin beyond the prompt (vllm.rule).
+GENERATOR_MARGIN_TOKENS = 1500
+# aiperf --num-requests C x 50: bench_run.sh.j2 as introduced (#334) and parametrised (#584); the rows
+# predate both, and the template's default became 20 later.
+REQUESTS_PER_CLIENT = 50
+# vLLM's default before 0.20 (the rows ran vLLM 0.12).
+GPU_MEMORY_UTILIZATION = 0.9
+# The shipped serving overheads are fitted to the rows of this ISL; the others are held out.
+SERVING_FIT_ISL = 1024
+
+
+@dataclass(frozen=True)
+class SiliconRun:
+    """A silicon row as a servopt simulation: the model, what the server ran, what the client sent."""
+
+    model: str
+    deployment: Deployment
+    traffic: Traffic
+
+
+def silicon_run(row: dict, gpu: str | None = None) -> SiliconRun:
+    """The deployment and benchmark traffic of one aggregated, closed-loop silicon row.
+
+    ``gpu`` overrides the row's ``system`` name (servopt's GPU name when the caller resolved it).
+    """
+    isl, osl = int(row["isl"]), int(row["osl"])
+    concurrency = int(row["silicon_concurrency"])
+    batch = int(row["batch_size"]) if not pd.isna(row.get("batch_size")) else concurrency
+    precision = row.get("precision") if isinstance(row.get("precision"), str) else "bf16"
+    deployment = Deployment(
+        gpu=gpu or str(row["system"]), tp=int(row["tp_size"]),
+        quantization="fp8" if precision == "fp8" else None,
+        max_num_seqs=batch, max_num_batched_tokens=batch + isl + GENERATOR_MARGIN_TOKENS,
+        max_model_len=isl + osl + GENERATOR_MARGIN_TOKENS, enable_prefix_caching=False,
+        gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
+    )
+    traffic = Traffic.model_validate({
+        "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": REQUESTS_PER_CLIENT},
+        "input_tokens": {"kind": "fixed", "value": isl},
+        "output_tokens": {"kind": "fixed", "value": osl},
+    })
+    return SiliconRun(str(row["model_path"]), deployment, traffic)
