@@ -61,10 +61,13 @@ def test_pareto_mask():
 
 
 def _complete_trials(db):
-    with sqlite3.connect(db) as conn:
-        return dict(conn.execute(
-            "select t.number, group_concat(v.value) from trials t join trial_values v on v.trial_id = t.trial_id "
-            "where t.state = 'COMPLETE' group by t.number").fetchall())
+    try:
+        with sqlite3.connect(db) as conn:
+            return dict(conn.execute(
+                "select t.number, group_concat(v.value) from trials t join trial_values v on v.trial_id = t.trial_id "
+                "where t.state = 'COMPLETE' group by t.number").fetchall())
+    except sqlite3.OperationalError:  # the file exists but Optuna has not created its tables yet
+        return {}
 
 
 def test_kill_9_then_rerun_keeps_every_finished_trial(tmp_path):
