@@ -34,6 +34,7 @@ from .study import (
     RECORD_ATTR,
     completed_records,
     final_front,
+    front_equivalents,
     make_sampler,
     open_storage,
     recheck,
@@ -242,6 +243,7 @@ class Job:
             "trials": trials,
             "rechecks": stored_rechecks(study),
             "front": final_front(study),
+            "front_equivalents": front_equivalents(study),
         }
 
 

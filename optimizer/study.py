@@ -249,12 +249,25 @@ def save_recheck(study: optuna.Study, number: int, result: dict[str, Any]) -> No
 
 
 def final_front(study: optuna.Study) -> list[int]:
-    """Trial numbers on the front of the re-checked, still feasible trials (by re-checked values)."""
+    """Trial numbers on the front of the re-checked, still feasible trials (by re-checked values).
+
+    Deployments whose knobs differ where it makes no difference to the traffic (chunked prefill
+    with prompts under the budget, a max_num_seqs never reached) predict identical values; the
+    front keeps the lowest-numbered of each group and :func:`front_equivalents` lists the rest.
+    """
+    return list(front_equivalents(study))
+
+
+def front_equivalents(study: optuna.Study) -> dict[int, list[int]]:
+    """Each front trial with the trials that re-checked to exactly the same objective values."""
     rechecks = {n: r for n, r in stored_rechecks(study).items() if r["feasible"]}
     if not rechecks:
-        return []
+        return {}
     numbers = sorted(rechecks)
     points = np.array([rechecks[n]["values"] for n in numbers], dtype=float)
     points[~np.isfinite(points)] = math.inf
-    mask = pareto_mask(points)
-    return [n for n, keep in zip(numbers, mask, strict=True) if keep]
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for number, point, keep in zip(numbers, points, pareto_mask(points), strict=True):
+        if keep:
+            groups.setdefault(tuple(point), []).append(number)
+    return {group[0]: group[1:] for group in groups.values()}

@@ -104,6 +104,11 @@ def _reason_lines(trials: pd.DataFrame, top: int = 8) -> list[str]:
     return [f"- {count} x {reason}" for reason, count in reasons.most_common(top)]
 
 
+def _why_cell(row: Any) -> str:
+    same = row.get("equivalent_trials", "")
+    return row["why"] + (f"; same predictions as trial(s) {same}" if isinstance(same, str) and same else "")
+
+
 def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame) -> str:
     requests = data["workload"]["fidelity"]["final_requests"]
     lines = [f"# servopt optimize: {data['job']['study']}", "", *_summary_lines(data, trials), ""]
@@ -112,7 +117,7 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
         lines.append("| " + " | ".join(label for _, label in FRONT_COLUMNS) + " | why |")
         lines.append("|" + "---|" * (len(FRONT_COLUMNS) + 1))
         for row in front.to_dict(orient="records"):
-            cells = [_fmt(row[col]) for col, _ in FRONT_COLUMNS] + [row["why"]]
+            cells = [_fmt(row[col]) for col, _ in FRONT_COLUMNS] + [_why_cell(row)]
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", f"Export one: `servopt export {data['job']['out_dir']} --pick cheapest` (or `fastest`, or a # above)."]
     else:
@@ -144,7 +149,7 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
         parts.append("<table><tr>" + "".join(f"<th>{esc(label)}</th>" for _, label in FRONT_COLUMNS) + "<th class='l'>why</th></tr>")
         for row in front.to_dict(orient="records"):
             parts.append("<tr>" + "".join(f"<td>{esc(_fmt(row[col]))}</td>" for col, _ in FRONT_COLUMNS)
-                         + f"<td class='l'>{esc(row['why'])}</td></tr>")
+                         + f"<td class='l'>{esc(_why_cell(row))}</td></tr>")
         parts.append("</table>")
         parts.append(f"<p>Export one: <code>servopt export {esc(data['job']['out_dir'])} --pick cheapest</code></p>")
     else:

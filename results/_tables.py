@@ -116,6 +116,8 @@ def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
 def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
     """The final front: re-checked predictions of each point, cheapest first."""
     by_number = {t["number"]: t for t in data["trials"]}
+    # JSON round trips turn the trial-number keys into strings.
+    equivalents = {int(k): v for k, v in data.get("front_equivalents", {}).items()}
     rows = []
     for number in data["front"]:
         r = by_number[number]["record"]
@@ -145,6 +147,7 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
             "why": why(r, summary),
             "simulated_requests": check["requests"],
+            "equivalent_trials": " ".join(str(n) for n in equivalents.get(number, [])),
             "profile_calibrated": r["profile_calibrated"],
             "deployment": json.dumps(d, sort_keys=True),
         })

@@ -123,3 +123,16 @@ def test_simulator_errors_are_recorded_not_raised(tmp_path, serving, monkeypatch
     assert outcome.trials == 5 and not outcome.front
     assert any("simulator: this deployment cannot be simulated" in r["reason"] for r in records)
     assert all(not r["feasible"] for r in records if r["fidelity"] == "estimate")
+
+
+def test_front_keeps_one_of_each_group_of_identical_predictions():
+    import optuna
+
+    from servopt.optimizer.study import final_front, front_equivalents, save_recheck
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    for number, values in [(3, [4.0, 9.0]), (5, [4.0, 9.0]), (7, [8.0, 2.0]), (9, [9.0, 3.0]), (11, [4.0, 9.0])]:
+        save_recheck(study, number, {"feasible": True, "values": values})
+    save_recheck(study, 13, {"feasible": False, "values": [1.0, 1.0]})
+    assert final_front(study) == [3, 7]
+    assert front_equivalents(study) == {3: [5, 11], 7: []}

@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 from ...calibration.fit import fit_profile
