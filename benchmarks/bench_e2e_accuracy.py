@@ -1,19 +1,22 @@
 """Predicted against measured serving runs (``shared/data/measured/e2e``): means and tails.
 
 Run: ``python benchmarks/bench_e2e_accuracy.py [--data DIR] [--only silicon|online|tails] [--seeds N]``
-(about half a minute on two cores). Every prediction is ``servopt.costmodels.serving.simulate`` with
+(under a minute on two cores). Every prediction is ``servopt.costmodels.serving.simulate`` with
 the profile ``calibration.registry.load_profile`` gives the GPU (shipped fit or spec defaults, as the
-output says). The shipped profiles' kernel efficiencies come from microbenchmarks; their three
-serving overheads (per step, per running sequence, per request) are fitted end to end on the vLLM
-silicon rows with ISL 1024 (``scripts/fit_shipped_profiles.py``), so section 1 prints those rows
-apart from the held-out ISL 4096 rows; sections 2 and 3 are not fitted to.
+output says). The shipped profiles' kernel efficiencies come from microbenchmarks; their two step
+overheads (per step, per running sequence) are fitted end to end to TPOT on the vLLM silicon rows
+with ISL 1024 (``scripts/fit_shipped_profiles.py``), so section 1 prints those rows apart from the
+held-out ISL 4096 rows; the per-request front-end latency is held, not fitted; sections 2 and 3 are
+not fitted to.
 
 1. ``silicon_dense_h100.csv``: closed-loop runs at fixed client concurrency and fixed ISL/OSL
    (aiconfigurator's silicon samples), each simulated as it was measured
-   (``calibration/silicon.py``: the server flags of aiconfigurator's generator, aiperf's 50 requests
+   (``calibration/silicon.py``: the server flags of aiconfigurator's generator, aiperf's 10 requests
    per client opening with all clients at once). Median absolute % error of mean TTFT and mean TPOT
    per slice (framework / model / precision). servopt models vLLM: the TensorRT-LLM and SGLang rows
-   are shown as what a vLLM deployment of the same shape would do, not as a validation.
+   are shown as what a vLLM deployment of the same shape would do, not as a validation. The vLLM
+   rows are run again with the generator script's later request counts (20 and 50 per client) and
+   with other front-end latencies, to show what each choice moves.
 2. ``trtllm_online_serving_8b.csv``: open-loop runs (500 requests at an offered QPS, Poisson
    assumed; QPS inf = all at once) of TensorRT-LLM 0.14: mean TTFT, mean ITL and throughput.
 3. ``vllm_bench_p99_dev.csv``: real ``vllm bench serve`` runs with tails. The A100 runs replay their
@@ -45,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from servopt.calibration.registry import load_profile
-from servopt.calibration.silicon import SERVING_FIT_ISL, silicon_run
+from servopt.calibration.silicon import REQUESTS_PER_CLIENT, SERVING_FIT_ISL, silicon_run
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.deployment import Deployment
 from servopt.costmodels.errors import InputError
@@ -60,6 +63,10 @@ NO_IB_GBPS = 2.0  # NCCL over TCP on the VM's 24 Gb/s Ethernet
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default up to 0.19
 # Every full block of a prompt hits the prefix cache (vLLM still computes the last token).
 WARM_PREFIX = 0.999
+# aiperf request counts per client of aiconfigurator's generator script (50 from #334, 20 from #584).
+ALTERNATIVE_REQUESTS_PER_CLIENT = (20, 50)
+# Front-end latencies to simulate the vLLM rows with: flat up to a TP8 decode step (8 ms), then a jump.
+FRONT_END_SCAN_MS = (1.0, 4.0, 12.0)
 # A session's QPS-inf run (every request at once) measures its throughput capacity; a run offered at
 # least this share of it has a growing backlog (it is saturated).
 CAPACITY_SHARE = 0.9
@@ -82,9 +89,10 @@ def poisson_arrivals(rate: float, n: int, seed: int) -> np.ndarray:
     return np.cumsum(gaps) - gaps[0]
 
 
-def predict(model: str, deployment: Deployment, traffic: Traffic, num_requests: int | None = None, seed: int = 0):
+def predict(model: str, deployment: Deployment, traffic: Traffic, num_requests: int | None = None, seed: int = 0,
+            profile_update: dict | None = None):
     gpu = get_gpu(deployment.gpu)
-    profile = load_profile(gpu)
+    profile = load_profile(gpu).model_copy(update=profile_update or {})
     resolved = resolve_model(model)
     if deployment.quantization is None and resolved.quantization:
         deployment = deployment.model_copy(update={"quantization": resolved.quantization})
@@ -98,8 +106,11 @@ def print_table(frame: pd.DataFrame, columns: list[str], floatfmt: str = "{:8.1f
 
 
 # --- 1. closed-loop silicon rows ---------------------------------------------------------------
-def silicon(data: Path) -> pd.DataFrame:
+def silicon(data: Path, requests_per_client: int = REQUESTS_PER_CLIENT, backend: str | None = None,
+            profile_update: dict | None = None) -> pd.DataFrame:
     table = pd.read_csv(data / "silicon_dense_h100.csv")
+    if backend is not None:
+        table = table[table.backend == backend]
     rows = []
     for row in table.to_dict("records"):
         skip = ""
@@ -112,9 +123,9 @@ def silicon(data: Path) -> pd.DataFrame:
                   "isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"], "conc": row["silicon_concurrency"],
                   "ttft_ms": row["silicon_ttft_ms"], "tpot_ms": row["silicon_tpot_ms"], "skip": skip}
         if not skip:
-            run = silicon_run(row, "h100")
+            run = silicon_run(row, "h100", requests_per_client)
             try:
-                summary, profile = predict(run.model, run.deployment, run.traffic)
+                summary, profile = predict(run.model, run.deployment, run.traffic, profile_update=profile_update)
             except InputError as err:
                 record["skip"] = str(err)[:60]
             else:
@@ -127,7 +138,7 @@ def silicon(data: Path) -> pd.DataFrame:
     return frame
 
 
-def report_silicon(frame: pd.DataFrame) -> None:
+def report_silicon(frame: pd.DataFrame, data: Path) -> None:
     print("== 1. Closed-loop silicon rows (silicon_dense_h100.csv): mean TTFT and TPOT ==")
     done = frame[frame.skip == ""]
     print(f"{len(done)} rows simulated, {len(frame) - len(done)} skipped "
@@ -147,13 +158,29 @@ def report_silicon(frame: pd.DataFrame) -> None:
                                               ttft=("ttft_err_pct", lambda e: e.abs().median()),
                                               tpot=("tpot_err_pct", lambda e: e.abs().median())).reset_index()
         print(by.to_string(index=False, float_format=lambda v: f"{v:7.1f}"))
-        print(f"\nvLLM rows, fit (ISL {SERVING_FIT_ISL}: the shipped serving overheads were fitted to them) and "
+        print(f"\nvLLM rows, fit (ISL {SERVING_FIT_ISL}: the shipped step overheads were fitted to their TPOT) and "
               "held out (median / p90 abs % error, median signed %):")
         for name, part in (("fit", vllm[vllm.isl == SERVING_FIT_ISL]), ("held out", vllm[vllm.isl != SERVING_FIT_ISL])):
             print(f"  {name:9} {len(part):3} rows: " + "; ".join(
                 f"{m.upper()} {part[f'{m}_err_pct'].abs().median():5.1f} / "
                 f"{np.percentile(part[f'{m}_err_pct'].abs(), 90):5.1f} ({part[f'{m}_err_pct'].median():+5.1f})"
                 for m in ("ttft", "tpot")))
+        print(f"\nvLLM rows by aiperf requests per client (median abs % error; {REQUESTS_PER_CLIENT} is the protocol "
+              "simulated above, the others are the generator script's later counts):")
+        counts = [REQUESTS_PER_CLIENT, *ALTERNATIVE_REQUESTS_PER_CLIENT]
+        errors = [vllm] + [silicon(data, count, "vllm") for count in ALTERNATIVE_REQUESTS_PER_CLIENT]
+        for count, part in zip(counts, errors):
+            big = part.conc >= 64
+            print(f"  {count:3} per client: TTFT {part.ttft_err_pct.abs().median():5.1f} (concurrency >= 64: "
+                  f"{part[big].ttft_err_pct.abs().median():5.1f}, signed {part[big].ttft_err_pct.median():+6.1f}); "
+                  f"TPOT {part.tpot_err_pct.abs().median():4.1f}")
+        print("\nvLLM rows by the profile's front-end latency (median abs % error of TTFT; the shipped value "
+              f"is {load_profile(get_gpu('h100')).request_overhead_s * 1e3:.1f} ms, held, not fitted):")
+        for latency_ms in FRONT_END_SCAN_MS:
+            part = silicon(data, backend="vllm", profile_update={"request_overhead_s": latency_ms / 1e3})
+            print(f"  {latency_ms:4.1f} ms: TTFT {part.ttft_err_pct.abs().median():5.1f} (ISL {SERVING_FIT_ISL}: "
+                  f"{part[part.isl == SERVING_FIT_ISL].ttft_err_pct.abs().median():5.1f}, TP8: "
+                  f"{part[part.tp == 8].ttft_err_pct.abs().median():5.1f})")
         print("\nvLLM rows by TP (median abs % error):")
         by = vllm.groupby(["tp"]).agg(rows=("ttft_ms", "size"), ttft=("ttft_err_pct", lambda e: e.abs().median()),
                                       tpot=("tpot_err_pct", lambda e: e.abs().median())).reset_index()
@@ -335,7 +362,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.only in (None, "silicon"):
-            report_silicon(silicon(args.data))
+            report_silicon(silicon(args.data), args.data)
         if args.only in (None, "online"):
             report_online(online(args.data, folder))
         if args.only in (None, "tails"):

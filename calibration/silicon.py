@@ -12,12 +12,23 @@ by aiconfigurator's generator, served, and benchmarked with aiperf. The aiconfig
   #238; the dated vLLM rows of the same source were measured on 2026-01-23 and 25). Everything else is vLLM's
   default: ``gpu_memory_utilization`` 0.9 (up to vLLM 0.19), chunked prefill, no async scheduling
   before vLLM 0.14.
-- **Client.** The generator's benchmark script (``backend_templates/benchmark/bench_run.sh.j2``,
-  #334) runs ``aiperf profile --concurrency C --num-requests 50C --warmup-request-count 2C --streaming``
-  against the chat endpoint with fixed ISL and OSL (``ignore_eos``). aiperf waits for its warm-up
-  responses before profiling (aiperf ``docs/tutorials/warmup.md``), so the profiling phase opens with C
-  simultaneous requests on an idle server, and the reported means cover all 50C requests: the
-  opening burst, the steady state and the closing drain.
+- **Client.** The aiperf request count is not recorded with the rows, so it is taken from the
+  pipeline that deployed and benchmarked generated configurations at the time: aiconfigurator's
+  ``aiconfigurator eval`` (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``, from #57,
+  2025-10-14, until #504 removed it on 2026-03-03) runs ``aiperf profile --concurrency C
+  --request-count 10C --warmup-request-count 2C --num-dataset-entries 12C --streaming`` against the chat
+  endpoint with fixed ISL and OSL (``ignore_eos``, ``min_tokens`` = ``max_tokens`` = OSL), the recipe
+  of Dynamo's own ``benchmarks/llm/perf.sh``. vLLM 0.12.0 is the engine of Dynamo 0.8.x
+  (``generator/config/backend_version_matrix.yaml``), current until 2026-03, and the generator serves
+  it behind Dynamo's HTTP front end (``python -m dynamo.frontend`` and ``python -m dynamo.vllm``,
+  ``backend_templates/vllm/run.sh.j2``), so the front end that tokenizes is Dynamo's, not vLLM's
+  API server. The generator's own benchmark script (``backend_templates/benchmark/bench_run.sh.j2``,
+  #334 on 2026-02-11) sends 50C requests, 20C since #584 (2026-03-17); with 50 the simulated
+  opening burst weighs a fifth as much and TTFT no longer grows with concurrency as measured
+  (``benchmarks/bench_e2e_accuracy.py`` prints all three). aiperf waits for its warm-up responses before
+  profiling (aiperf ``docs/tutorials/warmup.md``), so the profiling phase opens with C simultaneous
+  requests on an idle server, and the reported means cover all 10C requests: the opening burst,
+  the steady state and the closing drain.
 
 Why the generator's budget and not vLLM's own default of 8192 tokens: the physics rules the
 default out on these rows. With identical requests, closed-loop clients fall into lockstep groups
@@ -31,7 +42,7 @@ Example:
     >>> run = silicon_run({"backend": "vllm", "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm", "isl": 1024,
     ...                    "osl": 128, "tp_size": 2, "batch_size": 8, "silicon_concurrency": 8})
     >>> run.deployment.max_num_batched_tokens, run.deployment.max_num_seqs, run.traffic.arrival.benchmark_requests
-    (2532, 8, 400)
+    (2532, 8, 80)
 """
 
 from __future__ import annotations
@@ -45,9 +56,8 @@ from ..costmodels.serving.traffic import Traffic
 
 # aiconfigurator's generator: budget and context margin beyond the prompt (vllm.rule).
 GENERATOR_MARGIN_TOKENS = 1500
-# aiperf --num-requests C x 50: bench_run.sh.j2 as introduced (#334) and parametrised (#584); the rows
-# predate both, and the template's default became 20 later.
-REQUESTS_PER_CLIENT = 50
+# aiperf --request-count C x 10: aiconfigurator's eval pipeline and Dynamo's perf.sh (module docstring).
+REQUESTS_PER_CLIENT = 10
 # vLLM's default before 0.20 (the rows ran vLLM 0.12).
 GPU_MEMORY_UTILIZATION = 0.9
 # The shipped serving overheads are fitted to the rows of this ISL; the others are held out.
@@ -63,10 +73,12 @@ class SiliconRun:
     traffic: Traffic
 
 
-def silicon_run(row: dict, gpu: str | None = None) -> SiliconRun:
+def silicon_run(row: dict, gpu: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT) -> SiliconRun:
     """The deployment and benchmark traffic of one aggregated, closed-loop silicon row.
 
-    ``gpu`` overrides the row's ``system`` name (servopt's GPU name when the caller resolved it).
+    ``gpu`` overrides the row's ``system`` name (servopt's GPU name when the caller resolved it);
+    ``requests_per_client`` is aiperf's request count over its concurrency (the benchmark prints how
+    the errors move with the generator script's 20 and 50).
     """
     isl, osl = int(row["isl"]), int(row["osl"])
     concurrency = int(row["silicon_concurrency"])
@@ -80,7 +92,7 @@ def silicon_run(row: dict, gpu: str | None = None) -> SiliconRun:
         gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
     )
     traffic = Traffic.model_validate({
-        "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": REQUESTS_PER_CLIENT},
+        "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": requests_per_client},
         "input_tokens": {"kind": "fixed", "value": isl},
         "output_tokens": {"kind": "fixed", "value": osl},
     })

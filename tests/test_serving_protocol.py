@@ -56,7 +56,7 @@ def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count(
     assert run.traffic.arrival.benchmark_requests == 64 * REQUESTS_PER_CLIENT
 
 
-def test_the_serving_fit_recovers_known_overheads_from_simulated_measurements():
+def test_the_serving_fit_recovers_known_step_overheads_and_keeps_the_front_end():
     truth = PROFILE.model_copy(update={"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6,
                                        "request_overhead_s": 6e-3})
     rows = pd.DataFrame([{"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
@@ -65,7 +65,23 @@ def test_the_serving_fit_recovers_known_overheads_from_simulated_measurements():
                          for isl, c in ((512, 2), (256, 32))])
     measured = E2EValidator(lambda gpu: truth).predict(rows)
     rows["silicon_ttft_ms"], rows["silicon_tpot_ms"] = measured["pred_ttft_ms"], measured["pred_tpot_ms"]
-    fitted = fit_serving_overheads(rows, PROFILE).profile
+    fitted = fit_serving_overheads(rows, PROFILE.model_copy(update={"request_overhead_s": 6e-3})).profile
     assert fitted.step_overhead_s == pytest.approx(1.2e-3, rel=0.02)
     assert fitted.step_overhead_per_seq_s == pytest.approx(40e-6, rel=0.02)
-    assert fitted.request_overhead_s == pytest.approx(6e-3, rel=0.02)
+    assert fitted.request_overhead_s == 6e-3
+
+
+def test_fewer_requests_per_client_weigh_the_opening_burst_more():
+    # The first round queues behind every client's prompt; the benchmark's mean TTFT carries that
+    # excess divided by the rounds each client runs (what aiperf's request count decides).
+    row = {"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm", "isl": 2048,
+           "osl": 32, "tp_size": 1, "batch_size": 32, "silicon_concurrency": 32}
+    ttft = {}
+    for rounds in (2, 8):
+        run = silicon_run(row, "h100", requests_per_client=rounds)
+        assert run.traffic.arrival.benchmark_requests == 32 * rounds
+        requests = simulate(LLAMA_8B, run.deployment, run.traffic, GPU, PROFILE).requests
+        ttft[rounds] = (requests.first_token_s - requests.arrival_s).to_numpy()
+    burst, rest = ttft[8][:32].mean(), ttft[8][32:].mean()
+    assert burst > 2 * rest
+    assert ttft[2].mean() > ttft[8].mean()
