@@ -30,13 +30,21 @@ def main() -> None:
     args = parser.parse_args()
     table = read_kernel_tables(sorted((args.shared / "kernel").glob("*.csv")))
     pd.set_option("display.width", 160)
-    reports = []
+    reports, gemm = [], []
     for name in ("h100", "h200", "a100-80gb"):
-        reports.append(fit_profile(table, get_gpu(name), "vllm", 0.3).report.assign(gpu=name))
+        outcome = fit_profile(table, get_gpu(name), "vllm", 0.3)
+        reports.append(outcome.report.assign(gpu=name))
+        rows = outcome.predictions
+        gemm.append(rows[rows["family"].str.startswith("gemm")].assign(gpu=name))
     report = pd.concat(reports)
     print("Kernel fits (vLLM rows; held_out = shapes the fit never saw), absolute % error")
     print(report.pivot_table(index=["gpu", "family"], columns="split", values=["median_abs_pct", "p90_abs_pct"])
           .round(1).to_string())
+    print()
+    print("GEMM per GPU, every dtype together: median absolute % error on held-out shapes")
+    held = pd.concat(gemm)
+    held = held[held["split"] == "held_out"]
+    print(held.groupby("gpu")["abs_pct_error"].agg(rows="size", median="median").round(2).to_string())
     print()
     sys.stdout.flush()
     subprocess.run([sys.executable, "-m", "servopt.optimizer", "validate",
