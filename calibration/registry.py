@@ -24,9 +24,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from pydantic import ValidationError
 
-from ..costmodels.errors import InputError, format_validation_error
+from ..costmodels.errors import validate_spec
 from ..costmodels.hardware import GPUSpec, builtin_catalog
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_json
@@ -34,11 +33,7 @@ from ..costmodels.userfiles import read_json
 
 def read_profile(path: str | Path) -> PerformanceProfile:
     """Read a profile JSON file (as written by ``servopt calibrate fit``)."""
-    data = read_json(path, "profile")
-    try:
-        return PerformanceProfile.model_validate(data)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, f"profile {path}")) from None
+    return validate_spec(PerformanceProfile, read_json(path, "profile"), f"profile {path}")
 
 
 def shipped_profile(gpu_name: str) -> PerformanceProfile | None:

@@ -28,9 +28,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .errors import InputError, format_validation_error, unknown_name_error
+from .errors import InputError, unknown_name_error, validate_spec
 from .userfiles import read_json
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
@@ -567,10 +567,7 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **
     if isinstance(quant, dict):
         fields["native_quantization"] = quantization_from_hf_config(quant)
     fields.update(extra)
-    try:
-        return ModelSpec.model_validate(fields)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, source)) from None
+    return validate_spec(ModelSpec, fields, source)
 
 
 def quantization_from_hf_config(quant: dict) -> str | None:

@@ -8,6 +8,11 @@ The CLI prints that message and exits with code 2; library callers can catch it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
 class InputError(ValueError):
@@ -37,3 +42,11 @@ def format_validation_error(err: Exception, source: str = "") -> str:
         prefix = f"{source}: " if source else ""
         lines.append(f"{prefix}{loc}: {msg}")
     return "; ".join(lines)
+
+
+def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:
+    """Validate user data against a pydantic spec; every problem becomes one InputError naming its field."""
+    try:
+        return spec.model_validate(data)
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, source)) from None

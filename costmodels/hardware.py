@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import InputError, format_validation_error, unknown_name_error
+from .errors import InputError, unknown_name_error, validate_spec
 from .userfiles import read_yaml_mapping
 
 GIB = 1024**3
@@ -141,10 +141,7 @@ class GPUCatalog:
                 name = str(raw_name).lower()
                 base = None
             data = {**(base.model_dump() if base else {}), **fields, "name": name}
-            try:
-                gpus[name] = GPUSpec.model_validate(data)
-            except ValidationError as err:
-                raise InputError(format_validation_error(err, f"hardware file: gpus.{raw_name}")) from None
+            gpus[name] = validate_spec(GPUSpec, data, f"hardware file: gpus.{raw_name}")
         return GPUCatalog(gpus)
 
 

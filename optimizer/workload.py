@@ -37,10 +37,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..costmodels.deployment import SpeculativeMethod
-from ..costmodels.errors import InputError, format_validation_error
+from ..costmodels.errors import validate_spec
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_yaml_mapping
@@ -241,10 +241,7 @@ class Workload(BaseModel):
 
 def parse_workload(data: dict, source: str) -> Workload:
     """Validate a workload mapping; errors name each bad key."""
-    try:
-        return Workload.model_validate(data)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, source)) from None
+    return validate_spec(Workload, data, source)
 
 
 def load_workload(path: str | Path) -> Workload:

@@ -7,12 +7,11 @@ import json
 import math
 from pathlib import Path
 
-from pydantic import ValidationError
 
 from ...calibration.registry import load_profile
 from ...costmodels.architectures import resolve_model
 from ...costmodels.deployment import Deployment
-from ...costmodels.errors import InputError, format_validation_error
+from ...costmodels.errors import validate_spec
 from ...costmodels.hardware import load_catalog
 from ...costmodels.serving import estimate, simulate
 from ...costmodels.serving.traffic import Traffic
@@ -43,11 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_deployment(path: str | Path) -> Deployment:
     """Read and validate a deployment YAML file; errors name the field."""
-    data = read_yaml_mapping(path, "deployment file")
-    try:
-        return Deployment.model_validate(data)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, f"deployment file {path}")) from None
+    return validate_spec(Deployment, read_yaml_mapping(path, "deployment file"), f"deployment file {path}")
 
 
 def _resolve_trace(traffic: Traffic, workload_path: Path) -> Traffic:
