@@ -76,12 +76,30 @@ def sample_tokens_per_verify(rng: np.random.Generator, acceptance_rate: float, n
 
 
 @dataclass(frozen=True)
+class DraftMemory:
+    """What a drafter holds on each GPU of the target: its weights and its KV per token of context."""
+
+    weights_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+
+
+@dataclass(frozen=True)
 class DraftHead:
     """What a method drafts with: a cost model run once per drafted token, and its memory."""
 
     cost: StepCostModel | None
     weights_bytes_per_gpu: float
     kv_bytes_per_token_per_gpu: float
+
+
+@dataclass(frozen=True)
+class _Drafter:
+    """The model a drafter runs, the weight scheme it runs in, its TP, and its weight bytes per GPU."""
+
+    spec: ModelSpec
+    scheme: str
+    tp: int
+    weights_bytes_per_gpu: float
 
 
 class SpeculationMethod:
@@ -91,9 +109,24 @@ class SpeculationMethod:
     default_acceptance: ClassVar[float]
     source: ClassVar[str]
 
+    def drafter(self, config: SpeculativeConfig, target: ModelSpec, tp: int) -> _Drafter | None:
+        """The model that drafts, or None when drafting needs no GPU."""
+        raise NotImplementedError
+
+    def draft_memory(self, config: SpeculativeConfig, target: ModelSpec, kv_cache_dtype: str, tp: int) -> DraftMemory:
+        drafter = self.drafter(config, target, tp)
+        if drafter is None:
+            return DraftMemory(0.0, 0.0)
+        kv = kv_bytes_per_token_per_layer_per_gpu(drafter.spec, kv_cache_dtype, drafter.tp) * drafter.spec.num_layers
+        return DraftMemory(drafter.weights_bytes_per_gpu, kv)
+
     def draft_head(self, config: SpeculativeConfig, target: ModelSpec, gpu: GPUSpec, profile: PerformanceProfile,
                    quantization: str, kv_cache_dtype: str, tp: int) -> DraftHead:
-        raise NotImplementedError
+        drafter = self.drafter(config, target, tp)
+        memory = self.draft_memory(config, target, kv_cache_dtype, tp)
+        cost = None if drafter is None else StepCostModel(drafter.spec, gpu, profile, drafter.scheme, kv_cache_dtype,
+                                                          drafter.tp, 1)
+        return DraftHead(cost, memory.weights_bytes_per_gpu, memory.kv_bytes_per_token_per_gpu)
 
 
 class NgramMethod(SpeculationMethod):
@@ -103,8 +136,8 @@ class NgramMethod(SpeculationMethod):
     default_acceptance = 0.5
     source = "vLLM blog (Oct 2024): n-gram up to 2.8x on summarization, implying a~0.7; chat lower"
 
-    def draft_head(self, config, target, gpu, profile, quantization, kv_cache_dtype, tp) -> DraftHead:
-        return DraftHead(None, 0.0, 0.0)
+    def drafter(self, config, target, tp) -> _Drafter | None:
+        return None
 
 
 class DraftModelMethod(SpeculationMethod):
@@ -114,7 +147,7 @@ class DraftModelMethod(SpeculationMethod):
     default_acceptance = 0.6
     source = "Llama-3.2-1B -> Llama-3.1-70B in vLLM: 70-80% factual, 40-50% creative (secondary); midpoint"
 
-    def draft_head(self, config, target, gpu, profile, quantization, kv_cache_dtype, tp) -> DraftHead:
+    def drafter(self, config, target, tp) -> _Drafter:
         resolved = resolve_model(config.draft_model)
         draft = resolved.spec
         draft_tp = config.draft_tp or tp
@@ -126,10 +159,7 @@ class DraftModelMethod(SpeculationMethod):
                 f"{target.name} has {target.vocab_size}; a draft model must share the target's vocabulary"
             )
         scheme = resolved.quantization or MODEL_DTYPE_SCHEME[draft.dtype]
-        cost = StepCostModel(draft, gpu, profile, scheme, kv_cache_dtype, draft_tp, 1)
-        weights = weight_bytes(draft, scheme, draft_tp, 1).per_gpu_bytes
-        kv = kv_bytes_per_token_per_layer_per_gpu(draft, kv_cache_dtype, draft_tp) * draft.num_layers
-        return DraftHead(cost, weights, kv)
+        return _Drafter(draft, scheme, draft_tp, weight_bytes(draft, scheme, draft_tp, 1).per_gpu_bytes)
 
 
 class _OneLayerHead(SpeculationMethod):
@@ -148,19 +178,15 @@ class _OneLayerHead(SpeculationMethod):
             update["moe"] = target.moe.model_copy(update={"num_dense_layers": 0}) if self.keeps_moe else None
         return target.model_copy(update=update)
 
-    def draft_head(self, config, target, gpu, profile, quantization, kv_cache_dtype, tp) -> DraftHead:
+    def drafter(self, config, target, tp) -> _Drafter:
         head = self.head_spec(target)
-        # Heads ship unquantized; they run in the model dtype whatever the target's weight scheme.
-        scheme = MODEL_DTYPE_SCHEME[target.dtype]
-        cost = StepCostModel(head, gpu, profile, scheme, kv_cache_dtype, tp, 1)
         h = target.hidden_size
         mlp = head.moe_layer_params if head.moe is not None else head.dense_mlp_params
         params = head.attention_params_per_layer + mlp + self.fused_inputs * h * h
         if self.draft_vocab:
             params += self.draft_vocab * h
-        weights = params * MODEL_DTYPE_BYTES[target.dtype] / tp
-        kv = kv_bytes_per_token_per_layer_per_gpu(head, kv_cache_dtype, tp)
-        return DraftHead(cost, weights, kv)
+        # Heads ship unquantized; they run in the model dtype whatever the target's weight scheme.
+        return _Drafter(head, MODEL_DTYPE_SCHEME[target.dtype], tp, params * MODEL_DTYPE_BYTES[target.dtype] / tp)
 
 
 class EagleMethod(_OneLayerHead):
@@ -231,3 +257,8 @@ def build_speculation(config: SpeculativeConfig, target: ModelSpec, gpu: GPUSpec
     head = method.draft_head(config, target, gpu, profile, quantization, kv_cache_dtype, tp)
     acceptance = config.acceptance_rate if config.acceptance_rate is not None else method.default_acceptance
     return Speculation(method, config.num_speculative_tokens, acceptance, head)
+
+
+def draft_memory(config: SpeculativeConfig, target: ModelSpec, kv_cache_dtype: str, tp: int) -> DraftMemory:
+    """Memory a speculative configuration's drafter takes on each GPU of the target (for memory checks)."""
+    return METHODS[config.method].draft_memory(config, target, kv_cache_dtype, tp)

@@ -102,15 +102,13 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
 
     speculation = {}
     for i, option in enumerate(w.speculation):
-        draft = None
         if option.method == "draft_model":
-            try:
-                draft = resolve_model(option.draft_model).spec
+            try:  # an unknown draft model is an error of this key, not of every trial
+                resolve_model(option.draft_model)
             except InputError as err:
                 raise _keyed(f"speculation.{i}.draft_model", err) from None
-        speculation[option.label] = SpeculationChoice(
-            option.label, option.method, option.draft_model, option.acceptance_rate, draft
-        )
+        speculation[option.label] = SpeculationChoice(option.label, option.method, option.draft_model,
+                                                      option.acceptance_rate)
 
     ctx = SpaceContext(
         models=models, gpus=gpus, accuracy=accuracy, max_drop_pct=w.accuracy.max_drop_pct,

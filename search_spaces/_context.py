@@ -11,7 +11,9 @@ from functools import lru_cache
 
 from ..costmodels.architectures import ModelSpec
 from ..costmodels.hardware import GPUSpec
-from ..costmodels.memory import MemoryPlan, kv_bytes_per_token_per_layer_per_gpu, plan_memory, weight_bytes
+from ..costmodels.deployment import SpeculativeConfig
+from ..costmodels.memory import MemoryPlan, plan_memory
+from ..costmodels.speculation import DraftMemory, draft_memory
 from ..costmodels.quantization import AccuracyTable
 
 
@@ -33,13 +35,12 @@ class ModelChoice:
 
 @dataclass(frozen=True)
 class SpeculationChoice:
-    """A speculative decoding method the search may use; ``draft`` is its draft spec, if any."""
+    """A speculative decoding method the search may use (``draft_model`` for draft-model methods)."""
 
     label: str
     method: str
     draft_model: str | None = None
     acceptance_rate: float | None = None
-    draft: ModelSpec | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,18 +76,18 @@ def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_
                  pp: int, max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
                  speculation: str) -> MemoryPlan:
     spec = ctx.models[model].spec
-    extra_weights = extra_kv = 0.0
-    draft = ctx.speculation[speculation].draft if speculation != "off" else None
-    if draft is not None:
-        # The draft runs at the target's TP (vLLM's default draft_tensor_parallel_size), unquantized.
-        draft_tp = tp if draft.num_attention_heads % tp == 0 else 1
-        extra_weights = weight_bytes(draft, "bf16", draft_tp).per_gpu_bytes
-        extra_kv = kv_bytes_per_token_per_layer_per_gpu(draft, kv_cache_dtype, draft_tp) * draft.num_layers
+    draft = DraftMemory(0.0, 0.0)
+    if speculation != "off":
+        choice = ctx.speculation[speculation]
+        # The number of drafted tokens does not change what the drafter holds.
+        config = SpeculativeConfig(method=choice.method, num_speculative_tokens=1, draft_model=choice.draft_model)
+        draft = draft_memory(config, spec, kv_cache_dtype, tp)
     return plan_memory(
         spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,
         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, max_model_len=ctx.max_model_len[model],
-        extra_weights_bytes_per_gpu=extra_weights, extra_kv_bytes_per_token_per_gpu=extra_kv,
+        extra_weights_bytes_per_gpu=draft.weights_bytes_per_gpu,
+        extra_kv_bytes_per_token_per_gpu=draft.kv_bytes_per_token_per_gpu,
     )
 
 

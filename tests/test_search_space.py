@@ -147,3 +147,18 @@ def test_enumerate_respects_conditions(ctx):
     assert all(("num_speculative_tokens" in p.values) == (p["speculation"] != "off") for p in points)
     with pytest.raises(InputError, match="too large to enumerate"):
         list(SearchSpace(ctx).enumerate())
+
+
+def test_memory_check_counts_what_each_drafter_holds():
+    from dataclasses import replace
+
+    from servopt.search_spaces._context import SpeculationChoice, example_context
+
+    ctx = example_context()
+    ctx = replace(ctx, speculation={**ctx.speculation, "eagle3": SpeculationChoice("eagle3", "eagle3", "some/eagle3-head")})
+
+    def pool(speculation: str) -> float:
+        return ctx.memory_plan("llama-3.1-8b", "h100", "bf16", "auto", 1, 1, 256, 8192, 0.9, speculation).kv_cache_bytes_per_gpu
+
+    assert pool("ngram") == pool("off")  # n-gram lookup runs on the CPU
+    assert pool("eagle3") < pool("off")  # the head's weights and KV share the pool
