@@ -92,7 +92,7 @@ class WeightBreakdown:
     unquantized_params: float
 
 
-def _kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
     """KV heads each TP rank stores: heads are split, and replicated once TP exceeds them."""
     if model.mla is not None:
         return 1.0  # the latent is not split across ranks
@@ -112,7 +112,7 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
     h = model.hidden_size
     attention = model.attention_params_per_layer
     if model.mla is None:
-        replicated_kv = 2 * h * model.head_dim * (_kv_heads_per_rank(model, tp) * tp - model.num_kv_heads)
+        replicated_kv = 2 * h * model.head_dim * (kv_heads_per_rank(model, tp) * tp - model.num_kv_heads)
         attention += replicated_kv
     mlp_layers = model.num_dense_mlp_layers * model.dense_mlp_params
     experts = 0
@@ -142,7 +142,7 @@ def kv_bytes_per_token_per_layer_per_gpu(model: ModelSpec, kv_cache_dtype: str, 
     value_bytes = kv_bytes_per_value(kv_cache_dtype, model.dtype)
     if model.mla is not None:
         return model.mla.cache_dim * value_bytes
-    return 2 * _kv_heads_per_rank(model, tp) * model.head_dim * value_bytes
+    return 2 * kv_heads_per_rank(model, tp) * model.head_dim * value_bytes
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int = 1) -> float:

@@ -33,7 +33,7 @@ import numpy as np
 from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GPUSpec
-from .memory import kv_bytes_per_token_per_layer_per_gpu, weight_bytes
+from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
 
@@ -197,7 +197,7 @@ class StepCostModel:
                 _Linear("o_proj", h, self._heads * mla.v_head_dim, layers),
             ]
         else:
-            kv_heads = max(m.num_kv_heads / tp, 1.0)
+            kv_heads = kv_heads_per_rank(m, tp)
             ops += [_Linear("qkv_proj", (m.num_attention_heads / tp + 2 * kv_heads) * m.head_dim, h, layers),
                     _Linear("o_proj", h, m.attn_out_dim / tp, layers)]
         up = 2 if m.gated_mlp else 1
