@@ -12,10 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-from bench_optimizer_setup import cli, run
+from bench_optimizer_setup import cli, default_job_file, run
 
-from servopt.optimizer.defaults import default_workload_text
 
 
 def complete(db: Path) -> dict[int, str]:
@@ -30,10 +28,7 @@ def complete(db: Path) -> dict[int, str]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        workload = yaml.safe_load(default_workload_text())
-        workload["budget"] = {"trials": 80}
-        path = Path(tmp) / "job.yaml"
-        path.write_text(yaml.safe_dump(workload))
+        path = default_job_file(tmp, 80)
         out = Path(tmp) / "out"
         proc = subprocess.Popen(cli(["optimize", str(path), "--out", str(out), "--no-progress"]),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from servopt.optimizer.defaults import default_workload_text
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -16,3 +20,12 @@ def cli(args: list[str]) -> list[str]:
 
 def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cli(args), capture_output=True, text=True, **kwargs)
+
+
+def default_job_file(directory: str | Path, trials: int) -> Path:
+    """The built-in workload with a trial budget, written to ``directory/job.yaml``."""
+    workload = yaml.safe_load(default_workload_text())
+    workload["budget"] = {"trials": trials}
+    path = Path(directory) / "job.yaml"
+    path.write_text(yaml.safe_dump(workload))
+    return path

@@ -9,20 +9,14 @@ import json
 import sqlite3
 import subprocess
 import tempfile
-from pathlib import Path
 
-import yaml
-from bench_optimizer_setup import cli
+from bench_optimizer_setup import cli, default_job_file
 
-from servopt.optimizer.defaults import default_workload_text
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        workload = yaml.safe_load(default_workload_text())
-        workload["budget"] = {"trials": 100}
-        path = Path(tmp) / "job.yaml"
-        path.write_text(yaml.safe_dump(workload))
+        path = default_job_file(tmp, 100)
         url = f"sqlite:///{tmp}/shared.db"
         procs = [subprocess.Popen(cli(["optimize", str(path), "--study", "shared", "--storage", url, "--out",
                                        f"{tmp}/out{i}", "--no-progress", "--json"]),
