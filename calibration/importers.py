@@ -22,19 +22,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import AllowInfNan, ConfigDict, Field, model_validator
 from scipy.optimize import minimize_scalar
 
 from ..costmodels.architectures import ModelSpec
 from ..costmodels.deployment import Deployment
-from ..costmodels.errors import InputError
+from ..costmodels.errors import MAX_TOKENS, InputError, Spec, validate_spec
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.serving.traffic import Traffic
-from ..costmodels.userfiles import read_json
-from .tables import normalize_kernel_frame
+from ..costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS, MAX_CONCURRENCY, Traffic
+from ..costmodels.userfiles import read_json_object, shown
+from .tables import normalize_kernel_frame, read_raw_table
 
 # aiconfigurator op folder -> the tables in it that servopt fits (file stem -> op hint).
 AIC_TABLES = {
@@ -54,14 +56,6 @@ def _systems_dir(path: Path) -> Path:
             return candidate
     raise InputError(f"--aiconfigurator '{path}': no systems/data/<system>/gemm folder below it "
                      "(give the aiconfigurator_core package folder or its systems/data)")
-
-
-def _read_any(path: Path) -> pd.DataFrame:
-    if path.suffix == ".parquet":
-        from .tables import _read_parquet
-
-        return _read_parquet(path)
-    return pd.read_csv(path)
 
 
 def import_aiconfigurator(path: str | Path, system: str, framework: str = "vllm", version: str | None = None) -> pd.DataFrame:
@@ -89,7 +83,7 @@ def import_aiconfigurator(path: str | Path, system: str, framework: str = "vllm"
                 for file in sorted((base / chosen).glob(f"{stem}.*")):
                     if file.suffix not in (".parquet", ".csv"):
                         continue
-                    raw = _read_any(file).assign(system=system, source=f"aiconfigurator-core:systems/data/{file.relative_to(data)}")
+                    raw = read_raw_table(file).assign(system=system, source=f"aiconfigurator-core:systems/data/{file.relative_to(data)}")
                     if "framework" not in raw:
                         raw["framework"] = fw
                     if "version" not in raw:
@@ -115,38 +109,70 @@ class BenchRun:
     median_ttft_ms: float | None
 
 
-def _histogram(values: list, field: str, path: Path) -> dict:
-    lengths = np.asarray([v for v in values if v and v > 0], dtype=int)
-    if len(lengths) == 0:
-        raise InputError(f"{path}: '{field}' has no positive lengths")
-    unique, counts = np.unique(lengths, return_counts=True)
-    return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
+BenchLength = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
+
+
+class _BenchResult(Spec):
+    """The fields of a ``vllm bench serve --save-result`` JSON that servopt reads (others are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model_id: str | None = None
+    request_rate: Annotated[float, AllowInfNan(True)] | Literal["inf"] | None = None
+    burstiness: float | None = Field(default=None, gt=0, le=1e6)
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY)
+    input_lens: list[BenchLength] = Field(min_length=1, max_length=MAX_BENCHMARK_REQUESTS)
+    output_lens: list[BenchLength] = Field(min_length=1, max_length=MAX_BENCHMARK_REQUESTS)
+    median_tpot_ms: float = Field(gt=0, le=1e7)
+    median_ttft_ms: float | None = Field(default=None, ge=0, le=1e9)
+
+    @model_validator(mode="after")
+    def _check(self) -> _BenchResult:
+        if len(self.input_lens) != len(self.output_lens):
+            raise ValueError(f"input_lens ({len(self.input_lens)}) and output_lens ({len(self.output_lens)}) must "
+                             "list the same requests")
+        if isinstance(self.request_rate, float) and (math.isnan(self.request_rate) or self.request_rate <= 0):
+            raise ValueError(f"request_rate must be a positive number or 'inf', not {self.request_rate}")
+        return self
+
+    def histogram(self, field: str, source: str) -> dict:
+        """Lengths of the completed requests (vllm bench records 0 for failed ones) as a histogram."""
+        lengths = np.asarray([v for v in getattr(self, field) if v > 0], dtype=int)
+        if len(lengths) == 0:
+            raise InputError(f"{source}: '{field}' has no positive lengths (no request completed)")
+        unique, counts = np.unique(lengths, return_counts=True)
+        return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
 
 
 def read_vllm_bench(path: str | Path) -> BenchRun:
-    """Read a ``vllm bench serve --save-result`` JSON (per-request lengths needed: input_lens, output_lens)."""
-    path = Path(path)
-    data = read_json(path, "vllm bench result")
-    for field in ("input_lens", "output_lens", "median_tpot_ms"):
-        if field not in data:
-            raise InputError(f"vllm bench result '{path}' lacks '{field}' (save it with --save-result --save-detailed)")
-    rate = data.get("request_rate")
-    concurrency = data.get("max_concurrency")
-    rate = float(rate) if rate not in (None, "inf") and math.isfinite(float(rate)) else None
-    if concurrency:
-        arrival = {"kind": "closed_loop", "concurrency": int(concurrency)}
+    """Read a ``vllm bench serve --save-result`` JSON (per-request lengths needed: input_lens, output_lens).
+
+    ``request_rate`` with ``burstiness`` k != 1 sent gamma inter-arrival times of shape k (vLLM's
+    ``--burstiness``), whose coefficient of variation is 1/sqrt(k).
+    """
+    source = f"vllm bench result '{shown(path)}'"
+    data = read_json_object(path, "vllm bench result", "save it with vllm bench serve --save-result --save-detailed")
+    missing = [field for field in ("input_lens", "output_lens", "median_tpot_ms") if field not in data]
+    if missing:
+        raise InputError(f"{source} lacks '{missing[0]}' (save it with --save-result --save-detailed)")
+    result = validate_spec(_BenchResult, data, source)
+    rate = result.request_rate if isinstance(result.request_rate, float) and math.isfinite(result.request_rate) else None
+    if result.max_concurrency:
+        arrival = {"kind": "closed_loop", "concurrency": result.max_concurrency}
+    elif rate and result.burstiness not in (None, 1.0):
+        arrival = {"kind": "gamma", "rate_per_s": rate, "cv": 1 / math.sqrt(result.burstiness)}
     elif rate:
         arrival = {"kind": "poisson", "rate_per_s": rate}
     else:
         # request_rate inf without a concurrency cap: every request is sent at once.
-        arrival = {"kind": "closed_loop", "concurrency": len(data["input_lens"])}
-    traffic = Traffic.model_validate({
+        arrival = {"kind": "closed_loop", "concurrency": len(result.input_lens)}
+    traffic = validate_spec(Traffic, {
         "arrival": arrival,
-        "input_tokens": _histogram(data["input_lens"], "input_lens", path),
-        "output_tokens": _histogram(data["output_lens"], "output_lens", path),
-    })
-    return BenchRun(str(path), str(data.get("model_id", "")), traffic, len(data["input_lens"]),
-                    float(data["median_tpot_ms"]), data.get("median_ttft_ms"))
+        "input_tokens": result.histogram("input_lens", source),
+        "output_tokens": result.histogram("output_lens", source),
+    }, source)
+    return BenchRun(str(path), result.model_id or "", traffic, len(result.input_lens),
+                    result.median_tpot_ms, result.median_ttft_ms)
 
 
 def simulate_median_tpot_ms(run: BenchRun, model: ModelSpec, deployment: Deployment, gpu: GPUSpec,

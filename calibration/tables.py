@@ -35,7 +35,7 @@ import pandas as pd
 
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import builtin_catalog
-from ..costmodels.userfiles import read_csv_table
+from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
 
 SHAPE_COLUMNS = [
     "m", "n", "k", "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
@@ -81,6 +81,39 @@ def gpu_name_for(system: str | None, device: str | None) -> str:
     return str(system or device or "unknown").lower()
 
 
+# Numeric columns of every layout read here, by name or by suffix (Vidur's per-operator columns).
+_WHOLE, _COUNT, _TIME, _AMOUNT = Number(integer=True, minimum=0), Number(integer=True, minimum=1), \
+    Number(positive=True), Number(minimum=0)
+KERNEL_NUMBERS = {
+    **{c: _COUNT for c in ("m", "n", "k", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+                           "num_gpus", "num_tokens", "tp", "n_head", "n_kv_head", "n_embd", "n_expanded_embd",
+                           "num_workers", "devices_per_node", "beam_width")},
+    **{c: _WHOLE for c in ("step", "window_size")},
+    **{c: _AMOUNT for c in ("message_size", "message_bytes", "size_bytes", "tflops")},
+    **{c: _TIME for c in ("latency_ms", "latency", "median_ms")},
+}
+_SUFFIX_NUMBERS = {"_median_ms": _AMOUNT, "_mean_ms": _AMOUNT, "_std_ms": _AMOUNT, "_N": _COUNT, "_K": _COUNT}
+
+# Columns each layout needs beyond its signature (checked before use, so a missing one is named).
+_VIDUR_MLP = ["gpu", "dtype", "num_tokens", "tp", "n_embd", "n_expanded_embd",
+              *(f"{p}_{d}" for p in ("qkv", "o", "up", "down") for d in "NK"),
+              *(f"{op}_median_ms" for op in ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj",
+                                             "input_layernorm", "post_attention_layernorm", "mlp_act"))]
+_VIDUR_COLLECTIVES = ["system", "collective", "num_workers", "devices_per_node", "size_bytes", "median_ms"]
+
+
+def _kernel_number(column: str) -> Number | None:
+    if column in KERNEL_NUMBERS:
+        return KERNEL_NUMBERS[column]
+    return next((number for suffix, number in _SUFFIX_NUMBERS.items() if column.endswith(suffix)), None)
+
+
+def _require_columns(raw: pd.DataFrame, columns: list[str], name: str, layout: str) -> None:
+    missing = [c for c in columns if c not in raw]
+    if missing:
+        raise InputError(f"{name}: a {layout} table needs the column(s) {', '.join(missing)}")
+
+
 def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.reindex(columns=KERNEL_COLUMNS)
     for col in SHAPE_COLUMNS + ["latency_ms"]:
@@ -93,29 +126,33 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _from_aiconfigurator(raw: pd.DataFrame, op_hint: str | None) -> pd.DataFrame:
+def _from_aiconfigurator(raw: pd.DataFrame, op_hint: str | None, name: str) -> pd.DataFrame:
     """aiconfigurator-core's layouts: gemm_dtype / attn_dtype / collective columns; latency in ms."""
     df = raw.rename(columns={"latency": "latency_ms"}).copy()
     if "gemm_dtype" in df:
+        _require_columns(df, ["m", "n", "k"], name, "GEMM")
         df["op"], df["dtype"] = "gemm", df["gemm_dtype"]
     elif "attn_dtype" in df:
+        _require_columns(df, ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"], name, "attention")
         df["dtype"] = df["attn_dtype"]
         if op_hint in ("context_attention", "generation_attention"):
             df["op"] = op_hint
         else:
+            _require_columns(df, ["step"], name, "attention")
             # Context rows carry step 0; decode rows count the cached tokens in step.
             df["op"] = np.where(pd.to_numeric(df["step"]) > 0, "generation_attention", "context_attention")
     else:
         dtype_col = next((c for c in ("dtype", "nccl_dtype", "allreduce_dtype", "comm_dtype") if c in df), None)
-        if dtype_col is None or "message_size" not in df:
-            raise InputError("collective table needs message_size and a dtype column (nccl_dtype/allreduce_dtype)")
+        if dtype_col is None or "message_size" not in df or "num_gpus" not in df:
+            raise InputError(f"{name}: a collective table needs message_size, num_gpus and a dtype column "
+                             "(nccl_dtype/allreduce_dtype)")
         df["dtype"] = df[dtype_col]
         df["op"] = df.get("op_name", "all_reduce")
         if "message_bytes" not in df:
             per_value = df["dtype"].map(lambda d: DTYPE_BYTES.get(DTYPES.get(str(d).lower(), ""), np.nan))
             df["message_bytes"] = pd.to_numeric(df["message_size"]) * per_value
         if "backend" in df:
-            df["kernel_source"] = df["kernel_source"].fillna(df["backend"])
+            df["kernel_source"] = df.get("kernel_source", pd.Series(np.nan, index=df.index)).fillna(df["backend"])
     return df
 
 
@@ -123,7 +160,7 @@ def _from_vidur_mlp(raw: pd.DataFrame) -> pd.DataFrame:
     """Vidur's per-operator profiles (one wide row per token count): GEMM and elementwise rows."""
     rows = []
     common = {"system": raw["gpu"], "device": raw["gpu"], "framework": "vidur", "version": "",
-              "dtype": raw["dtype"], "source": raw["source"]}
+              "dtype": raw["dtype"], "source": raw.get("source", "")}
     tokens = raw["num_tokens"].astype(float)
     for proj, prefix in (("attn_pre_proj", "qkv"), ("attn_post_proj", "o"), ("mlp_up_proj", "up"), ("mlp_down_proj", "down")):
         rows.append(pd.DataFrame({**common, "op": "gemm", "kernel_source": proj, "m": tokens,
@@ -148,7 +185,7 @@ def _from_vidur_collectives(raw: pd.DataFrame) -> pd.DataFrame:
         "system": one_node["system"], "device": one_node["system"], "framework": "vidur", "version": "",
         "kernel_source": "torch.distributed", "op": one_node["collective"], "dtype": "fp16",
         "num_gpus": one_node["num_workers"], "message_bytes": one_node["size_bytes"],
-        "latency_ms": one_node["median_ms"], "source": one_node["source"],
+        "latency_ms": one_node["median_ms"], "source": one_node.get("source", ""),
     })
 
 
@@ -159,25 +196,38 @@ def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str 
     if "op" in raw and "latency_ms" in raw:
         return _tidy(raw)
     if "attn_pre_proj_median_ms" in raw:
+        _require_columns(raw, _VIDUR_MLP, name, "Vidur per-operator")
         return _tidy(_from_vidur_mlp(raw))
     if "collective" in raw and "median_ms" in raw:
+        _require_columns(raw, _VIDUR_COLLECTIVES, name, "Vidur collectives")
         return _tidy(_from_vidur_collectives(raw))
     if "latency" in raw or "latency_ms" in raw:
-        return _tidy(_from_aiconfigurator(raw, op_hint))
+        return _tidy(_from_aiconfigurator(raw, op_hint, name))
     raise InputError(
         f"{name}: not a kernel table: expected an 'op' and 'latency_ms' column (servopt), aiconfigurator's "
         "gemm_dtype/attn_dtype/message_size columns, or Vidur's *_median_ms columns"
     )
 
 
-def read_kernel_table(path: str | Path | io.StringIO, name: str | None = None) -> pd.DataFrame:
-    """Read one kernel table (CSV or parquet) into the tidy layout with a ``gpu`` column."""
+def read_raw_table(path: str | Path | io.StringIO, name: str | None = None) -> pd.DataFrame:
+    """One table as stored (CSV or parquet), its known numeric columns checked cell by cell."""
     name = name or str(path)
     if str(path).endswith(".parquet"):
         raw = _read_parquet(path)
     else:
         raw = read_csv_table(path, "kernel table", name)
-    return normalize_kernel_frame(raw, name)
+    where = f"kernel table '{shown(name)}'"
+    for column in raw.columns:
+        number = _kernel_number(str(column))
+        if number is not None:
+            raw[column] = numeric_column(raw[column], number, where, str(column))
+    return raw
+
+
+def read_kernel_table(path: str | Path | io.StringIO, name: str | None = None) -> pd.DataFrame:
+    """Read one kernel table (CSV or parquet) into the tidy layout with a ``gpu`` column."""
+    name = name or str(path)
+    return normalize_kernel_frame(read_raw_table(path, name), name)
 
 
 def read_kernel_tables(paths: list[str | Path]) -> pd.DataFrame:

@@ -32,23 +32,21 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.userfiles import read_csv_table
+from ..costmodels.userfiles import Number, read_csv_table
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
 from .registry import load_profile
 from .silicon import silicon_run
-from .tables import KERNEL_COLUMNS, normalize_kernel_frame
+from .tables import KERNEL_COLUMNS, normalize_kernel_frame, read_kernel_table
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
 
+_COUNT = Number(integer=True, minimum=1)
+_MEASURED = Number(minimum=0)
 
-def _read_csv(path: str | Path, kind: str) -> pd.DataFrame:
-    return read_csv_table(path, f"{kind} table")
 
-
-def _require(frame: pd.DataFrame, columns: list[str], kind: str, name: str) -> None:
-    missing = [c for c in columns if c not in frame]
-    if missing:
-        raise InputError(f"{kind} table '{name}' lacks the column(s) {', '.join(missing)}")
+def _absent_or_one(value) -> bool:
+    """Whether a parallelism column says 'none': tools write it empty or as 1."""
+    return pd.isna(value) or value == 1
 
 
 class Validator(ABC):
@@ -57,6 +55,8 @@ class Validator(ABC):
     kind: str
     metrics: list[str]  # measured column -> pred_<name>, scored as abs % error
     slice_columns: list[str]
+    required: list[str] = []  # columns the table must have
+    numbers: dict[str, Number] = {}  # numeric columns, read strictly when present
 
     def __init__(self, profile_for: ProfileFor | None = None):
         self.profile_for = profile_for or load_profile
@@ -68,7 +68,8 @@ class Validator(ABC):
         return self._profiles[gpu.name]
 
     def read(self, path: str | Path) -> pd.DataFrame:
-        return _read_csv(path, self.kind)
+        """The table as measured; a missing column or a bad cell is an InputError naming it."""
+        return read_csv_table(path, f"{self.kind} table", columns=self.numbers, required=self.required)
 
     @abstractmethod
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +96,7 @@ class KernelValidator(Validator):
     slice_columns = ["gpu", "framework", "op", "dtype", "kv_cache_dtype"]
 
     def read(self, path: str | Path) -> pd.DataFrame:
-        return normalize_kernel_frame(_read_csv(path, self.kind), str(path))
+        return read_kernel_table(path)
 
     def _fitter(self, op: str, dtype: str, num_gpus: float) -> FamilyFit | None:
         if op == "gemm":
@@ -140,11 +141,8 @@ class MemoryValidator(Validator):
     metrics = ["kv_cache_tokens"]
     slice_columns = ["gpu", "framework", "model", "precision"]
     required = ["model", "gpu", "tp", "pp", "max_model_len", "gpu_memory_utilization", "kv_cache_tokens"]
-
-    def read(self, path: str | Path) -> pd.DataFrame:
-        frame = _read_csv(path, self.kind)
-        _require(frame, self.required, self.kind, str(path))
-        return frame
+    numbers = {"tp": _COUNT, "pp": _COUNT, "dp": _COUNT, "max_model_len": _COUNT, "kv_cache_tokens": _MEASURED,
+               "gpu_memory_utilization": Number(positive=True)}
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
         records = []
@@ -153,7 +151,7 @@ class MemoryValidator(Validator):
                       "precision": row.get("quantization") if isinstance(row.get("quantization"), str) else "bf16",
                       "measured_kv_cache_tokens": row["kv_cache_tokens"], "pred_kv_cache_tokens": np.nan,
                       "calibrated": True, "reason": ""}
-            if str(row.get("status", "ok")) != "ok":
+            if str(row.get("status") if isinstance(row.get("status"), str) else "ok") != "ok":
                 record["reason"] = f"run status '{row.get('status')}' (no KV figure logged)"
             else:
                 try:
@@ -183,21 +181,20 @@ class E2EValidator(Validator):
     metrics = ["ttft_ms", "tpot_ms"]
     slice_columns = ["gpu", "framework", "model", "precision"]
     required = ["backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
-
-    def read(self, path: str | Path) -> pd.DataFrame:
-        frame = _read_csv(path, self.kind)
-        _require(frame, self.required, self.kind, str(path))
-        return frame
+    numbers = {"isl": _COUNT, "osl": _COUNT, "tp_size": _COUNT, "batch_size": _COUNT, "pp_size": _COUNT,
+               "attention_dp_size": _COUNT, "silicon_concurrency": _COUNT, "silicon_ttft_ms": _MEASURED,
+               "silicon_tpot_ms": _MEASURED}
 
     def unsupported_reason(self, row: dict) -> str:
-        """Why a row cannot be simulated ('' when it can)."""
+        """Why a row cannot be simulated ('' when it can). Optional columns may be absent or empty."""
         if str(row["backend"]).lower() != "vllm":
             return f"framework '{row['backend']}' is not modelled (servopt predicts vLLM)"
-        if str(row.get("mode", "agg")) != "agg":
+        if isinstance(row.get("mode"), str) and row["mode"] != "agg":
             return "disaggregated run (per-worker layout not recorded in enough detail)"
-        if pd.isna(row.get("silicon_concurrency")):
-            return "no client concurrency recorded"
-        if int(row.get("pp_size") or 1) != 1 or not pd.isna(row.get("attention_dp_size")):
+        empty = [column for column in ("isl", "osl", "tp_size", "silicon_concurrency") if pd.isna(row.get(column))]
+        if empty:
+            return f"column {empty[0]} is empty (an aggregated closed-loop run needs isl, osl, tp_size, silicon_concurrency)"
+        if not (_absent_or_one(row.get("pp_size")) and _absent_or_one(row.get("attention_dp_size"))):
             return "pipeline or attention-DP runs are not in this table's closed-loop format"
         return ""
 

@@ -1,47 +1,135 @@
-"""The one exception type for bad user input.
+"""The one exception type for bad user input, and the strict types every spec model is built from.
 
 Everything a user can get wrong (an unknown GPU, a TP size that does not divide the heads, a
 malformed config.json) raises :class:`InputError` with a message that names the field and the fix.
-The CLI prints that message and exits with code 2; library callers can catch it.
+The CLI prints that message as one line and exits with code 2; library callers can catch it.
+
+Spec models (the deployment, the traffic, the workload, SLOs, GPU entries, profiles) derive from
+:class:`Spec`: unknown keys are errors, nothing is coerced (``true`` is not 1, ``'1.0'`` is not a
+number, ``2.0`` is not an integer), and floats must be finite. The ``Annotated`` types below add
+the physical bounds several models share.
+
+Example:
+    >>> class Demo(Spec):
+    ...     replicas: Count = 1
+    ...     rate_per_s: float = 1.0
+    >>> for bad in ({"replicas": True}, {"rate_per_s": "1.0"}, {"rate_per_s": float("inf")}, {"replica": 2}):
+    ...     try:
+    ...         validate_spec(Demo, bad, "demo.yaml")
+    ...     except InputError as err:
+    ...         print(err)
+    demo.yaml: replicas: expected a whole number, not a true/false value (got true)
+    demo.yaml: rate_per_s: expected a number, not text (got '1.0')
+    demo.yaml: rate_per_s: must be a finite number (got inf)
+    demo.yaml: replica: unknown key (check its spelling)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
+
+# Largest token count any length field accepts: ten million tokens is beyond every model's context.
+MAX_TOKENS = 10_000_000
+# Integers above 2**53 cannot round-trip through a float, and no count servopt reads comes near it.
+MAX_INT = 2**53
+# How much of a user's value or key an error message quotes.
+_QUOTE_CHARS = 60
 
 
 class InputError(ValueError):
     """A user-facing input problem. ``str(err)`` is a complete, one-line explanation."""
 
 
+class Spec(BaseModel):
+    """Base of every model validated from a user's file: strict, finite, frozen, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# Shared field types. Counts are whole numbers >= 1; Name is a catalog name, id or path.
+Count = Annotated[int, Field(ge=1, le=MAX_INT)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Seconds = Annotated[float, Field(gt=0, le=365 * 86400.0)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")]
+
+
+def quote(value: Any) -> str:
+    """A user's value as an error message shows it: YAML spellings, control characters escaped, clipped."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, (dict, list, tuple)):
+        text = f"a {'mapping' if isinstance(value, dict) else 'list'}"
+    elif isinstance(value, float):  # numpy floats too, without their type name
+        text = repr(float(value))
+    else:
+        text = repr(value)
+    return one_line(text if len(text) <= _QUOTE_CHARS else text[:_QUOTE_CHARS] + "...")
+
+
+def label(key: Any) -> str:
+    """A user's key as a field path shows it: unquoted, one line, clipped."""
+    text = one_line(str(key))
+    return text if len(text) <= _QUOTE_CHARS else text[:_QUOTE_CHARS] + "..."
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped, so that it prints as one line."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode() for ch in text)
+
+
 def unknown_name_error(kind: str, name: str, known: Iterable[str], hint: str = "") -> InputError:
     """Build the error for a name that is not in a catalog, listing the names that are."""
     listing = ", ".join(sorted(known))
     extra = f" {hint}" if hint else ""
-    return InputError(f"unknown {kind} '{name}'; known {kind}s: {listing}.{extra}")
+    return InputError(f"unknown {kind} '{one_line(str(name)[:200])}'; known {kind}s: {listing}.{extra}")
+
+
+# Pydantic's strict type errors, reworded to say what was given and what is expected.
+_TYPE_NAMES = {bool: "a true/false value", str: "text", int: "a whole number", float: "a number",
+               dict: "a mapping", list: "a list", type(None): "null"}
+_EXPECTED = {"int_type": "a whole number", "int_from_float": "a whole number", "float_type": "a number",
+             "bool_type": "true or false", "string_type": "text", "dict_type": "a mapping",
+             "list_type": "a list", "model_type": "a mapping of keys to values",
+             "model_attributes_type": "a mapping of keys to values"}
+
+
+def _message(item: dict) -> str:
+    kind, given = item.get("type", ""), item.get("input")
+    if kind == "extra_forbidden":
+        return "unknown key (check its spelling)"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "finite_number":
+        return f"must be a finite number (got {quote(given)})"
+    if kind in _EXPECTED:
+        what = _TYPE_NAMES.get(type(given), f"a {type(given).__name__}")
+        return f"expected {_EXPECTED[kind]}, not {what} (got {quote(given)})"
+    msg = item.get("msg", "invalid value")
+    msg = msg.removeprefix("Value error, ")
+    if kind in ("literal_error", "union_tag_invalid", "enum") or kind.startswith(("greater", "less", "too_")):
+        return f"{msg} (got {quote(given)})"
+    return msg
+
+
+def _field_path(loc: tuple) -> str:
+    parts = [label(part) for part in loc]
+    return ".".join(parts) or "(top level)"
 
 
 def format_validation_error(err: Exception, source: str = "") -> str:
-    """Turn a pydantic ValidationError into one line per problem, each naming its field path."""
+    """Turn a pydantic ValidationError into one line: each problem names its field path."""
     errors = getattr(err, "errors", None)
+    prefix = f"{source}: " if source else ""
     if errors is None:
-        return f"{source}: {err}" if source else str(err)
-    lines = []
-    for item in errors():
-        loc = ".".join(str(part) for part in item.get("loc", ())) or "(top level)"
-        msg = item.get("msg", "invalid value")
-        if item.get("type") == "extra_forbidden":
-            msg = "unknown key (check its spelling)"
-        elif item.get("type") == "missing":
-            msg = "required key is missing"
-        prefix = f"{source}: " if source else ""
-        lines.append(f"{prefix}{loc}: {msg}")
-    return "; ".join(lines)
+        return one_line(f"{prefix}{err}")
+    return one_line("; ".join(f"{prefix}{_field_path(item.get('loc', ()))}: {_message(item)}" for item in errors()))
 
 
 def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:

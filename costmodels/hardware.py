@@ -20,41 +20,47 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from .errors import InputError, unknown_name_error, validate_spec
-from .userfiles import read_yaml_mapping
+from .errors import InputError, Name, Spec, label, quote, unknown_name_error, validate_spec
+from .userfiles import read_yaml_mapping, shown
 
 GIB = 1024**3
+
+# Datasheet bounds: a value outside them is a typo (a price in cents, bandwidth in GB/s for TB/s),
+# and beyond them the cost model's products leave floating point. The largest parts of 2025 have
+# 288 GB, 8 TB/s and 10 PFLOP/s of dense fp4; a GPU-hour costs a few dollars.
+MAX_PRICE_PER_GPU_HOUR = 1000.0
+GPUPrice = Annotated[float, Field(ge=0, le=MAX_PRICE_PER_GPU_HOUR)]
+MemoryGiB = Annotated[float, Field(ge=0.1, le=8192)]
 
 Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
 
 
-class GPUSpec(BaseModel):
+class GPUSpec(Spec):
     """One accelerator. Peaks are dense; bandwidths are per direction."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(description="canonical lowercase name used on the command line")
-    display_name: str
+    name: Name = Field(description="canonical lowercase name used on the command line")
+    display_name: Name
     vendor: Literal["nvidia", "amd"]
     architecture: Architecture
-    peak_tflops: dict[str, float] = Field(description="dense TFLOP/s (TOP/s for int) per math dtype")
-    memory_gb_nominal: float = Field(gt=0)
-    memory_gib: float = Field(gt=0, description="total memory as the driver reports it")
+    peak_tflops: dict[Name, Annotated[float, Field(ge=1, le=1e5)]] = Field(
+        min_length=1, description="dense TFLOP/s (TOP/s for int) per math dtype")
+    memory_gb_nominal: MemoryGiB
+    memory_gib: MemoryGiB = Field(description="total memory as the driver reports it")
     memory_type: str = ""
-    memory_bandwidth_tbps: float = Field(gt=0)
+    memory_bandwidth_tbps: float = Field(ge=0.01, le=1000)
     interconnect: str
-    interconnect_gbps: float = Field(gt=0, description="intra-node GB/s per GPU per direction")
-    gpus_per_node: int = Field(ge=1)
-    tdp_w: float | None = None
-    price_per_gpu_hour: float = Field(ge=0)
+    interconnect_gbps: float = Field(ge=0.1, le=1e5, description="intra-node GB/s per GPU per direction")
+    gpus_per_node: int = Field(ge=1, le=1024)
+    tdp_w: float | None = Field(default=None, gt=0, le=1e5)
+    price_per_gpu_hour: GPUPrice
     price_source: str = ""
     price_date: str = ""
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Name] = Field(default_factory=list)
     spec_sources: str = ""
     notes: str = ""
 
@@ -119,16 +125,26 @@ class GPUCatalog:
                 "GPU", name, self._gpus, "Add it with a gpus: entry in a hardware YAML file."
             ) from None
 
-    def with_overrides(self, overrides: dict) -> GPUCatalog:
-        """A new catalog with fields of known GPUs replaced and new GPUs added."""
+    def with_overrides(self, overrides: dict, source: str = "hardware file") -> GPUCatalog:
+        """A new catalog with fields of known GPUs replaced and new GPUs added (``source`` names the file)."""
         if not isinstance(overrides, dict):
-            raise InputError("hardware file: 'gpus' must be a mapping of GPU name to fields")
+            raise InputError(f"{source}: 'gpus' must be a mapping of GPU name to fields")
         gpus = dict(self._gpus)
+        written: dict[str, str] = {}
         for raw_name, fields in overrides.items():
+            if not isinstance(raw_name, str) or not raw_name.strip():
+                raise InputError(f"{source}: gpus: {quote(raw_name)} is not a GPU name; name each GPU with text")
             if not isinstance(fields, dict):
-                raise InputError(f"hardware file: gpus.{raw_name} must be a mapping of fields")
+                raise InputError(f"{source}: gpus.{label(raw_name)} must be a mapping of fields, not {quote(fields)}")
+            key = _normalize(raw_name)
+            if key in written:
+                raise InputError(f"{source}: gpus.{label(raw_name)} and gpus.{label(written[key])} name the same "
+                                 "GPU; keep one")
+            written[key] = raw_name
             fields = dict(fields)
             base_name = fields.pop("base", None)
+            if base_name is not None and not isinstance(base_name, str):
+                raise InputError(f"{source}: gpus.{label(raw_name)}.base must be a GPU name, not {quote(base_name)}")
             if raw_name in self and base_name is None:
                 base = self.get(raw_name)
                 name = base.name
@@ -141,7 +157,7 @@ class GPUCatalog:
                 name = str(raw_name).lower()
                 base = None
             data = {**(base.model_dump() if base else {}), **fields, "name": name}
-            gpus[name] = validate_spec(GPUSpec, data, f"hardware file: gpus.{raw_name}")
+            gpus[name] = validate_spec(GPUSpec, data, f"{source}: gpus.{label(raw_name)}")
         return GPUCatalog(gpus)
 
 
@@ -163,9 +179,11 @@ def load_catalog(path: str | Path | None = None) -> GPUCatalog:
     if path is None:
         return catalog
     raw = read_yaml_mapping(path, "hardware file")
-    if "gpus" not in raw:
-        raise InputError(f"hardware file '{path}' must have a top-level 'gpus:' mapping")
-    return catalog.with_overrides(raw["gpus"])
+    unknown = [str(key) for key in raw if key != "gpus"]
+    if "gpus" not in raw or unknown:
+        extra = f" (unknown key {unknown[0][:60]!r})" if unknown else ""
+        raise InputError(f"hardware file '{shown(path)}' must have one top-level 'gpus:' mapping{extra}")
+    return catalog.with_overrides(raw["gpus"], f"hardware file '{shown(path)}'")
 
 
 def get_gpu(name: str, catalog: GPUCatalog | None = None) -> GPUSpec:

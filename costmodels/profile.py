@@ -28,12 +28,33 @@ Example:
 
 from __future__ import annotations
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated, Any
 
+import numpy as np
+from pydantic import BeforeValidator, Field, model_validator
+
+from .errors import Name, Spec
 from .hardware import GPUSpec
 
 ArrayLike = np.ndarray | float | int
+
+# Bounds of a profile. Efficiencies are fractions of a datasheet peak (above 1 only by the noise of
+# the peak itself). A CPU table fitted against a GPU's datasheet (the pipeline test) reaches 1e-11;
+# below 1e-15 a step would outlast any simulation's clock precision. Overheads are launch and host
+# costs, far below a minute.
+MIN_EFFICIENCY = 1e-15
+Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1.2)]
+Factor = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1e6)]
+Log2Knot = Annotated[float, Field(ge=0, le=64)]
+OverheadS = Annotated[float, Field(ge=0, le=60.0)]
+
+
+def _count_key(value: Any) -> Any:
+    """JSON writes the GPU-count keys of a table as strings: '8' is 8 (and nothing else is coerced)."""
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 6 else value
+
+
+GPUCount = Annotated[int, BeforeValidator(_count_key), Field(ge=1, le=100_000)]
 
 
 def smooth_max(a: ArrayLike, b: ArrayLike, smoothness: float | None) -> np.ndarray:
@@ -51,7 +72,7 @@ def _check_increasing(name: str, knots: list[float]) -> None:
         raise ValueError(f"{name} must increase")
 
 
-class GemmEfficiency(BaseModel):
+class GemmEfficiency(Spec):
     """GEMM roofline efficiencies for one math dtype.
 
     ``compute_eff(m, n, k) = compute_efficiency(log2 m) x n_compute_factor(log2 n) x k_compute_factor(log2 k)``
@@ -59,17 +80,15 @@ class GemmEfficiency(BaseModel):
     the factors sit on ``log2_nk_knots`` (empty: no shape dependence beyond M).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    log2_m_knots: list[float] = Field(min_length=1)
-    compute_efficiency: list[float] = Field(min_length=1, description="fraction of peak at each knot")
-    memory_efficiency: float = Field(gt=0, le=1.2)
-    overhead_s: float = Field(ge=0)
-    log2_nk_knots: list[float] = Field(default_factory=list)
-    n_compute_factor: list[float] = Field(default_factory=list)
-    k_compute_factor: list[float] = Field(default_factory=list)
-    n_memory_factor: list[float] = Field(default_factory=list)
-    k_memory_factor: list[float] = Field(default_factory=list)
+    log2_m_knots: list[Log2Knot] = Field(min_length=1, max_length=64)
+    compute_efficiency: list[Efficiency] = Field(min_length=1, max_length=64, description="fraction of peak at each knot")
+    memory_efficiency: Efficiency
+    overhead_s: OverheadS
+    log2_nk_knots: list[Log2Knot] = Field(default_factory=list, max_length=64)
+    n_compute_factor: list[Factor] = Field(default_factory=list)
+    k_compute_factor: list[Factor] = Field(default_factory=list)
+    n_memory_factor: list[Factor] = Field(default_factory=list)
+    k_memory_factor: list[Factor] = Field(default_factory=list)
     smoothness: float | None = Field(default=None, ge=1, le=50)
 
     @model_validator(mode="after")
@@ -82,10 +101,6 @@ class GemmEfficiency(BaseModel):
             values = getattr(self, name)
             if len(values) != len(self.log2_nk_knots):
                 raise ValueError(f"{name} needs one value per log2_nk_knots entry ({len(self.log2_nk_knots)})")
-            if any(v <= 0 for v in values):
-                raise ValueError(f"{name} values must be positive")
-        if any(e <= 0 for e in self.compute_efficiency):
-            raise ValueError("compute efficiencies must be positive")
         return self
 
     def _factor(self, values: list[float], dim: ArrayLike | None) -> np.ndarray | float:
@@ -103,19 +118,17 @@ class GemmEfficiency(BaseModel):
         return self.memory_efficiency * self._factor(self.n_memory_factor, n) * self._factor(self.k_memory_factor, k)
 
 
-class AttentionEfficiency(BaseModel):
+class AttentionEfficiency(Spec):
     """Roofline efficiencies of an attention kernel (prefill or decode)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    compute_efficiency: float = Field(gt=0, le=1.2)
-    memory_efficiency: float = Field(gt=0, le=1.2)
-    overhead_s: float = Field(ge=0)
+    compute_efficiency: Efficiency
+    memory_efficiency: Efficiency
+    overhead_s: OverheadS
     # Prefill: efficiency ramps up with the chunk length (short queries underfill the tiles).
-    half_efficiency_query_tokens: float = Field(default=0.0, ge=0)
+    half_efficiency_query_tokens: float = Field(default=0.0, ge=0, le=1e7)
     # Each sequence adds scheduling and (decode) split-KV reduction work beyond its bytes. Attention
     # keeps the hard max: its time stays linear in the context, which the simulator relies on.
-    per_seq_overhead_s: float = Field(default=0.0, ge=0)
+    per_seq_overhead_s: OverheadS = 0.0
 
     def compute_eff(self, query_tokens: ArrayLike | None = None) -> np.ndarray | float:
         """Compute efficiency at a (mean) query length per sequence."""
@@ -125,18 +138,17 @@ class AttentionEfficiency(BaseModel):
         return self.compute_efficiency * q / (q + self.half_efficiency_query_tokens)
 
 
-class CollectiveModel(BaseModel):
+class CollectiveModel(Spec):
     """All-reduce time = latency + bytes x 2(n-1)/n / (link bandwidth x efficiency).
 
     ``bandwidth_efficiency_by_gpus`` overrides the efficiency for a GPU count (fitted per count:
     NVSwitch rings of 2, 4 and 8 GPUs reach different shares of the link).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    latency_s: dict[int, float] = Field(description="latency by number of GPUs")
-    bandwidth_efficiency: float = Field(gt=0, le=1.5)
-    bandwidth_efficiency_by_gpus: dict[int, float] = Field(default_factory=dict)
+    latency_s: dict[GPUCount, OverheadS] = Field(min_length=1, description="latency by number of GPUs")
+    bandwidth_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1.5)
+    bandwidth_efficiency_by_gpus: dict[GPUCount, Annotated[float, Field(ge=MIN_EFFICIENCY, le=1.5)]] = Field(
+        default_factory=dict)
 
     def _nearest(self, table: dict[int, float], num_gpus: int) -> float:
         if num_gpus in table:
@@ -159,36 +171,40 @@ _DEFAULT_GEMM = GemmEfficiency(
 )
 
 
-class PerformanceProfile(BaseModel):
+class PerformanceProfile(Spec):
     """Fitted efficiencies and overheads of one GPU (and serving framework)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    gpu: str
+    gpu: Name
     calibrated: bool
     source: str = Field(description="where the numbers come from")
     framework: str = "vllm"
-    gemm: dict[str, GemmEfficiency] = Field(description="by math dtype: bf16, fp16, fp8, int8, ...")
+    gemm: dict[Name, GemmEfficiency] = Field(description="by math dtype: bf16, fp16, fp8, int8, ...")
     attention_prefill: AttentionEfficiency
     attention_decode: AttentionEfficiency
     allreduce: CollectiveModel
-    elementwise_memory_efficiency: float = Field(gt=0, le=1.2)
-    elementwise_overhead_s: float = Field(ge=0)
+    elementwise_memory_efficiency: Efficiency
+    elementwise_overhead_s: OverheadS
     weight_only_compute_factor: float = Field(
-        default=0.85, gt=0, le=1, description="share of bf16 GEMM throughput an int4/fp8 weight-only kernel keeps"
+        default=0.85, ge=MIN_EFFICIENCY, le=1, description="share of bf16 GEMM throughput an int4/fp8 weight-only kernel keeps"
     )
-    step_overhead_s: float = Field(ge=0, description="per-step CPU time: scheduling, input prep, sampling")
-    step_overhead_per_seq_s: float = Field(ge=0)
+    step_overhead_s: OverheadS = Field(description="per-step CPU time: scheduling, input prep, sampling")
+    step_overhead_per_seq_s: OverheadS
     request_overhead_s: float = Field(
-        default=0.0, ge=0,
+        default=0.0, ge=0, le=60,
         description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
                     "tokenization on the way in, the first token's way back to the client",
     )
-    p2p_latency_s: float = Field(default=20e-6, ge=0)
+    p2p_latency_s: OverheadS = 20e-6
     fit_report: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="median/p90 absolute % error per op family (train and held-out)"
     )
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _check_gemm(self) -> PerformanceProfile:
+        if "bf16" not in self.gemm:
+            raise ValueError("gemm needs a bf16 entry (the fallback for math dtypes the profile does not list)")
+        return self
 
     # --- constructors ---------------------------------------------------------------------------
     @classmethod

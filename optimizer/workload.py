@@ -35,27 +35,26 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..costmodels.deployment import SpeculativeMethod
-from ..costmodels.errors import validate_spec
+from ..costmodels.errors import MAX_TOKENS, Name, Seconds, Spec, validate_spec
+from ..costmodels.hardware import GPUPrice
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_yaml_mapping
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+Percent = Annotated[float, Field(ge=0, le=100)]
 
 
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
 CostMetric = Literal["usd_per_hour", "usd_per_mtoken"]
 
 
-class Objective(BaseModel):
+class Objective(Spec):
     """What the search trades off: a cost against one P99 latency."""
-
-    model_config = _STRICT
 
     latency: LatencyMetric = Field(default="e2e", description="which P99 to minimize")
     cost: CostMetric = Field(
@@ -63,37 +62,25 @@ class Objective(BaseModel):
     )
 
 
-class Accuracy(BaseModel):
+class Accuracy(Spec):
     """The quality budget: the largest drop (percent of the unquantized model's score) allowed."""
 
-    model_config = _STRICT
-
-    max_drop_pct: float = Field(default=3.0, ge=0)
-    overrides: dict[str, float] = Field(
+    max_drop_pct: Percent = 3.0
+    overrides: dict[Name, Percent] = Field(
         default_factory=dict, description="scheme (or kv_fp8) -> drop in percent, replacing the shipped table"
     )
     model_score: float | None = Field(
-        default=None, gt=0, description="the main model's score, when alternatives give accuracy_score"
+        default=None, gt=0, le=1e9, description="the main model's score, when alternatives give accuracy_score"
     )
 
-    @field_validator("overrides")
-    @classmethod
-    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
-        for key, drop in value.items():
-            if drop < 0:
-                raise ValueError(f"override for '{key}' must be >= 0 (got {drop})")
-        return value
 
-
-class Alternative(BaseModel):
+class Alternative(Spec):
     """Another model the search may serve instead, with what it costs in quality."""
 
-    model_config = _STRICT
-
-    model: str
-    accuracy_drop_pct: float | None = Field(default=None, ge=0, description="drop against the main model")
-    accuracy_score: float | None = Field(default=None, gt=0, description="its score (needs accuracy.model_score)")
-    checkpoint: str | None = Field(default=None, description="the id to serve, when not the model name")
+    model: Name
+    accuracy_drop_pct: Percent | None = Field(default=None, description="drop against the main model")
+    accuracy_score: float | None = Field(default=None, gt=0, le=1e9, description="its score (needs accuracy.model_score)")
+    checkpoint: Name | None = Field(default=None, description="the id to serve, when not the model name")
 
     @model_validator(mode="after")
     def _one_accuracy(self) -> Alternative:
@@ -102,28 +89,22 @@ class Alternative(BaseModel):
         return self
 
 
-class GPUChoice(BaseModel):
+class GPUChoice(Spec):
     """A candidate GPU; a price set here replaces the catalog's."""
 
-    model_config = _STRICT
-
-    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    price_per_gpu_hour: GPUPrice | None = None
 
 
-class Limits(BaseModel):
-    model_config = _STRICT
-
-    max_gpus: int = Field(default=64, ge=1, description="the whole fleet, all replicas and roles")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="default: each GPU's catalog value")
+class Limits(Spec):
+    max_gpus: int = Field(default=64, ge=1, le=4096, description="the whole fleet, all replicas and roles")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="default: each GPU's catalog value")
 
 
-class Budget(BaseModel):
+class Budget(Spec):
     """When the search stops: after ``trials`` finished trials or ``time_s`` seconds, first of the two."""
 
-    model_config = _STRICT
-
-    trials: int | None = Field(default=200, ge=1)
-    time_s: float | None = Field(default=None, gt=0)
+    trials: int | None = Field(default=200, ge=1, le=1_000_000)
+    time_s: Seconds | None = None
 
     @model_validator(mode="after")
     def _some_budget(self) -> Budget:
@@ -132,26 +113,22 @@ class Budget(BaseModel):
         return self
 
 
-class Fidelity(BaseModel):
+class Fidelity(Spec):
     """Simulated requests: per promising trial, and when the final front is re-checked."""
 
-    model_config = _STRICT
-
-    search_requests: int = Field(default=1500, ge=50)
-    final_requests: int = Field(default=6000, ge=50)
+    search_requests: int = Field(default=1500, ge=50, le=100_000)
+    final_requests: int = Field(default=6000, ge=50, le=100_000)
     screen_margin: float = Field(
-        default=0.25, ge=0,
+        default=0.25, ge=0, le=100,
         description="simulate a trial unless its estimate is this much worse than a simulated one, or than an SLO",
     )
 
 
-class SpeculationOption(BaseModel):
+class SpeculationOption(Spec):
     """A speculative decoding method the search may use (g, the drafted tokens, is searched)."""
 
-    model_config = _STRICT
-
     method: SpeculativeMethod
-    draft_model: str | None = None
+    draft_model: Name | None = None
     acceptance_rate: float | None = Field(default=None, gt=0, lt=1)
 
     @model_validator(mode="after")
@@ -165,48 +142,44 @@ class SpeculationOption(BaseModel):
         return self.method if not self.draft_model else f"{self.method}:{self.draft_model}"
 
 
-class Checkpoints(BaseModel):
+class Checkpoints(Spec):
     """Pre-quantized checkpoints to serve for weight schemes vLLM cannot apply online."""
 
-    model_config = _STRICT
-
-    int8: str | None = None
-    awq: str | None = None
-    gptq: str | None = None
-    fp8: str | None = None
+    int8: Name | None = None
+    awq: Name | None = None
+    gptq: Name | None = None
+    fp8: Name | None = None
 
 
-class Workload(BaseModel):
+class Workload(Spec):
     """A user's workload file (see the module docstring for every section)."""
 
-    model_config = _STRICT
-
-    model: str = Field(description="preset alias, Hugging Face id, or path to config.json")
+    model: Name = Field(description="preset alias, Hugging Face id, or path to config.json")
     alternatives: list[Alternative] = Field(default_factory=list)
     traffic: Traffic
     slo: SLO = Field(default_factory=SLO)
     objective: Objective = Field(default_factory=Objective)
     accuracy: Accuracy = Field(default_factory=Accuracy)
-    gpus: dict[str, GPUChoice] | None = Field(
+    gpus: dict[Name, GPUChoice] | None = Field(
         default=None, description="a list of GPU names, or name -> {price_per_gpu_hour}; default: the whole catalog"
     )
     limits: Limits = Field(default_factory=Limits)
-    profiles: dict[str, str] = Field(
+    profiles: dict[Name, Name] = Field(
         default_factory=dict, description="GPU -> performance profile JSON (default: the shipped one)"
     )
     redundancy: float = Field(default=0.0, ge=0, le=4, description="0.3 = 30% spare replicas")
     budget: Budget = Field(default_factory=Budget)
     sampler: Literal["nsga2", "tpe"] = "nsga2"
-    seed: int = Field(default=0, ge=0)
-    storage: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
-    space: dict[str, Any] = Field(
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    storage: Name | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
+    space: dict[Name, Any] = Field(
         default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
     )
     # Off unless listed: acceptance depends on the task (n-gram needs repetition), and a guessed
     # rate would put speculative configurations on the front that real traffic may not reward.
     speculation: list[SpeculationOption] = Field(default_factory=list)
     checkpoints: Checkpoints = Field(default_factory=Checkpoints)
-    max_model_len: int | None = Field(default=None, ge=16, description="default: from the traffic's lengths")
+    max_model_len: int | None = Field(default=None, ge=16, le=MAX_TOKENS, description="default: from the traffic's lengths")
     fidelity: Fidelity = Field(default_factory=Fidelity)
 
     @field_validator("gpus", mode="before")
@@ -229,6 +202,9 @@ class Workload(BaseModel):
             raise ValueError("speculation lists the same method and draft model twice")
         if self.gpus is not None and not self.gpus:
             raise ValueError("gpus is empty; leave it out to search the whole catalog")
+        if self.traffic.single_output_token and ("tpot" in self.slo.targets() or self.objective.latency == "tpot"):
+            raise ValueError("every request asks for one output token, so no request has a time per output token: "
+                             "drop slo.p99_tpot_s and do not use objective.latency tpot")
         return self
 
     @property

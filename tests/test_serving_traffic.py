@@ -40,7 +40,8 @@ def test_arrival_processes_have_their_rate_and_burstiness(arrival, cv2):
 def test_lengths_are_clipped_to_the_context_and_prefix_hits_are_whole_blocks():
     t = Traffic.model_validate({"arrival": {"kind": "poisson", "rate_per_s": 1},
                                 "input_tokens": {"kind": "fixed", "value": 5000},
-                                "output_tokens": {"kind": "fixed", "value": 500}, "shared_prefix_fraction": 0.3})
+                                "output_tokens": {"kind": "fixed", "value": 500}, "shared_prefix_fraction": 0.3,
+                                "max_context": 4096})
     drawn = draw_requests(t, 10, np.random.default_rng(0), max_model_len=4096, block_size=16, prefix_caching=True)
     assert (drawn.input_tokens + drawn.output_tokens).max() <= 4096 and drawn.clipped == 10
     assert (drawn.cached_tokens % 16 == 0).all() and (drawn.cached_tokens < drawn.input_tokens).all()
@@ -63,10 +64,10 @@ def test_csv_and_jsonl_traces_are_read_and_sorted(tmp_path):
 @pytest.mark.parametrize("content,message", [
     (None, "cannot be read"),
     ("", "is empty"),
-    ("arrival_s,input_tokens\n0,5\n", "no output_tokens column"),
-    ("arrival_s,input_tokens,output_tokens\n0,5,x\n", "record 1"),
-    ("arrival_s,input_tokens,output_tokens\n0,0,3\n", "at least 1"),
-    ("arrival_s,input_tokens,output_tokens\n-1,5,3\n", "negative"),
+    ("arrival_s,input_tokens\n0,5\n", "no output-token column"),
+    ("arrival_s,input_tokens,output_tokens\n0,5,x\n", "line 2, column 'output_tokens': 'x' is not a number"),
+    ("arrival_s,input_tokens,output_tokens\n0,0,3\n", "'0' is not a whole number >= 1"),
+    ("arrival_s,input_tokens,output_tokens\n-1,5,3\n", "'-1' is not a number >= 0"),
     ('{"arrival_s": 0, "input_tokens": 3\n', "line 1 is not valid JSON"),
 ])
 def test_unreadable_traces_name_the_file_and_the_problem(tmp_path, content, message):

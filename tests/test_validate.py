@@ -48,7 +48,7 @@ def test_e2e_rows_are_each_predicted_or_explained(data_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     ("a,b\n1,2\n", "lacks the column"),
-    ("", "not a readable CSV"),
+    ("", "is empty"),
 ])
 def test_bad_tables_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / "bad.csv"

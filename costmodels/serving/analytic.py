@@ -83,7 +83,7 @@ def traffic_moments(traffic: Traffic, compiled: DeploymentModel) -> TrafficMomen
     trace = traffic.arrival.kind == "trace"
     drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
                           max_model_len=compiled.max_model_len, block_size=d.block_size,
-                          prefix_caching=d.enable_prefix_caching)
+                          prefix_caching=d.enable_prefix_caching, context_source=compiled.context_source)
     inputs, outputs = drawn.input_tokens.astype(float), drawn.output_tokens.astype(float)
 
     def cv2(x: np.ndarray) -> float:
@@ -277,7 +277,10 @@ class EngineModel:
             batch, room, share, t_m = mixed(step_s)
             return (1 - share) * self.decode_step(batch) + share * t_m - step_s
 
-        floor = self.decode_step(1.0) if self.decode_tokens else self.mixed_step(0, min(self.prefill_tokens, self.budget))
+        # An engine with no prefill work (a decode instance) idles at a one-sequence step even when
+        # requests need no decode step either (one output token: the prefill instance produced it).
+        floor = (self.decode_step(1.0) if self.decode_tokens or not self.prefill_tokens
+                 else self.mixed_step(0, min(self.prefill_tokens, self.budget)))
         limit_batch = min(self.seats, self.capacity_tokens / max(self.context, 1.0))
         # The smallest fixed point T = F(T) lies above the one-sequence step (F(floor) >= floor).
         # Bracket it starting from the last solution: nearby rates have nearby step times.

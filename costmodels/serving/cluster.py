@@ -37,6 +37,14 @@ from .router import Router
 ARRIVAL, HANDOFF = 0, 1
 
 
+class WorkLimitReached(Exception):
+    """The run committed its budget of engine plans before every request finished."""
+
+    def __init__(self, plans: int, time_s: float):
+        super().__init__(f"stopped after {plans} engine plans at {time_s:.6g} s")
+        self.plans, self.time_s = plans, time_s
+
+
 @dataclass
 class Pool:
     """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes)."""
@@ -78,8 +86,9 @@ class Cluster:
         self.transfer_s = transfer_s
         self.engines = front.engines + (decode.engines if decode else [])
 
-    def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None) -> None:
-        """Simulate until every request has finished."""
+    def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None) -> None:
+        """Simulate until every request has finished; :class:`WorkLimitReached` after ``max_plans``
+        committed engine plans (a plan is one step, or a closed-form run of decode steps)."""
         table = self.table
         n = table.size
         front_end = self.request_overhead_s
@@ -96,6 +105,8 @@ class Cluster:
         engines = self.engines
         single = engines[0] if len(engines) == 1 else None
         inf = math.inf
+        plans = 0
+        budget = max_plans if max_plans is not None else inf
         while True:
             horizon = events[0][0] if events else inf
             if single is not None:
@@ -119,6 +130,9 @@ class Cluster:
                 pool.route(time_s).enqueue(rid, time_s, handed_off=kind == HANDOFF)
                 continue
             plan, best.plan = best.plan, None
+            plans += 1
+            if plans > budget:
+                raise WorkLimitReached(plans - 1, plan.end_s)
             finished = best.commit(plan)
             if not finished:
                 continue

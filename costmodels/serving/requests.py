@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .traffic import Traffic
+from .traffic import Traffic, check_context
 
 # Request states.
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -47,14 +47,18 @@ class DrawnRequests:
 
 
 def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Generator, *, max_model_len: int,
-                  block_size: int, prefix_caching: bool) -> DrawnRequests:
+                  block_size: int, prefix_caching: bool, context_source: str = "the deployment's max_model_len") -> DrawnRequests:
     """Draw ``num_requests`` requests (a trace defaults to its length) and clip them to the context.
 
     Prompt plus output is clipped to ``min(traffic.max_context, max_model_len)`` as a benchmark
-    client would; a shared prefix is a prefix-cache hit of whole blocks, at most the prompt minus one
-    token (vLLM always computes the last prompt token).
+    client would; when most requests would be clipped without ``traffic.max_context`` asking for it,
+    the traffic is refused (:func:`~servopt.costmodels.serving.traffic.check_context`; ``context_source``
+    says where ``max_model_len`` comes from). A shared prefix is a prefix-cache hit of whole blocks, at
+    most the prompt minus one token (vLLM always computes the last prompt token); a trace that records
+    its prompts' shared blocks (Mooncake's ``hash_ids``) gives each request its own.
     """
     arrival: np.ndarray | None = None
+    trace_hits = None
     if traffic.arrival.kind == "trace":
         trace = traffic.read_trace()
         n = len(trace) if num_requests is None else num_requests
@@ -65,6 +69,8 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
         arrival = trace.arrival_s[:n]
         inputs = trace.input_tokens[:n] if trace.input_tokens is not None else traffic.input_tokens.sample(rng, n)
         outputs = trace.output_tokens[:n] if trace.output_tokens is not None else traffic.output_tokens.sample(rng, n)
+        if trace.prefix_hit_tokens is not None and trace.input_tokens is not None:
+            trace_hits = trace.prefix_hit_tokens[:n]
     else:
         if num_requests is None:
             raise InputError("num_requests is required for generated traffic")
@@ -77,12 +83,16 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     if limit < 2:
         raise InputError(f"the context limit ({limit} tokens) leaves no room for a prompt and an output token")
     raw_inputs, raw_outputs = np.asarray(inputs, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
+    consented = traffic.max_context is not None and traffic.max_context <= max_model_len
+    check_context(raw_inputs, raw_outputs, limit, consented,
+                  "traffic.max_context" if traffic.max_context == limit else context_source)
     inputs = np.minimum(raw_inputs, limit - 1)
     outputs = np.minimum(raw_outputs, limit - inputs)
     clipped = int(np.count_nonzero((inputs < raw_inputs) | (outputs < raw_outputs)))
     cached = np.zeros_like(inputs)
-    if prefix_caching and traffic.shared_prefix_fraction > 0:
-        cached = np.minimum((np.floor(traffic.shared_prefix_fraction * inputs) // block_size) * block_size,
+    if prefix_caching and (trace_hits is not None or traffic.shared_prefix_fraction > 0):
+        shared = trace_hits if trace_hits is not None else np.floor(traffic.shared_prefix_fraction * inputs)
+        cached = np.minimum((shared // block_size) * block_size,
                             (inputs - 1) // block_size * block_size).astype(np.int64)
     return DrawnRequests(arrival, inputs, outputs, cached, clipped)
 

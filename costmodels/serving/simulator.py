@@ -49,11 +49,11 @@ from ..quantization import MODEL_DTYPE_SCHEME
 from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
 from ..vllm_defaults import default_batch_limits
-from .cluster import ClosedLoop, Cluster, Pool
+from .cluster import ClosedLoop, Cluster, Pool, WorkLimitReached
 from .engine import Engine, PipelineStages
 from .metrics import ServingSummary, summarize
 from .predictor import StepTimePredictor
-from .requests import RequestTable, draw_requests
+from .requests import DrawnRequests, RequestTable, draw_requests
 from .router import make_router
 from .scheduler import BlockCounter, EngineLimits, Scheduler
 from .slo import SLO
@@ -61,6 +61,11 @@ from .traffic import Traffic
 
 INITIAL_REQUESTS = 2000
 MAX_REQUESTS = 32000
+# Work bound: engine plans (one step, or a closed-form run of decode steps) per simulated request,
+# plus a floor for short runs. Runs that reach a steady state need 2-20 per request; a deployment
+# that thrashes its KV cache (preempting and recomputing) needs far more and would run for minutes.
+PLANS_PER_REQUEST = 100
+MIN_PLANS = 100_000
 P99_TOLERANCE = 0.05
 WARMUP_SHARE = 0.10
 COOLDOWN_SHARE = 0.05
@@ -101,6 +106,13 @@ class DeploymentModel:
     max_model_len: int
     transfer_bytes_per_s: float
     request_overhead_s: float = 0.0
+
+    @property
+    def context_source(self) -> str:
+        """Where ``max_model_len`` comes from, for messages."""
+        if self.deployment.max_model_len:
+            return "the deployment's max_model_len"
+        return f"{self.model.name}'s maximum context"
 
     @property
     def disaggregated(self) -> bool:
@@ -221,7 +233,8 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     rng = np.random.default_rng(seed)
     d = compiled.deployment
     drawn = draw_requests(traffic, num_requests, rng, max_model_len=compiled.max_model_len,
-                          block_size=d.block_size, prefix_caching=d.enable_prefix_caching)
+                          block_size=d.block_size, prefix_caching=d.enable_prefix_caching,
+                          context_source=compiled.context_source)
     table = RequestTable(drawn)
     pools = _build_engines(compiled, table, rng)
     front, decode = pools[0], (pools[1] if len(pools) > 1 else None)
@@ -229,7 +242,11 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     closed = None
     if traffic.arrival.kind == "closed_loop":
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)
-    cluster.run(table.arrival_s if closed is None else None, closed)
+    try:
+        cluster.run(table.arrival_s if closed is None else None, closed,
+                    max_plans=max(MIN_PLANS, PLANS_PER_REQUEST * table.size))
+    except WorkLimitReached as stop:
+        raise InputError(_work_limit_message(stop, table, drawn)) from None
     measured = _measured(table, traffic)
     notes = []
     if drawn.clipped:
@@ -242,6 +259,16 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     steps = sum(r[1] for e in cluster.engines for r in e.records)
     decode_steps = sum(r[1] for e in cluster.engines for r in e.records if r[7])
     return SimulationResult(summary, table.frame(), int(steps), int(decode_steps))
+
+
+def _work_limit_message(stop: WorkLimitReached, table: RequestTable, drawn: DrawnRequests) -> str:
+    done = sum(1 for t in table.finish_s if not math.isnan(t))
+    preempted = sum(table.preemptions)
+    return (f"the simulation stopped early: after {stop.plans:,} scheduling rounds ({stop.time_s:,.4g} simulated s) only "
+            f"{done:,} of {table.size:,} requests had finished ({preempted:,} preemptions), so this deployment "
+            f"cannot reach a steady state under the traffic (mean {drawn.input_tokens.mean():,.0f} prompt and "
+            f"{drawn.output_tokens.mean():,.0f} output tokens per request): it is saturated or thrashes its KV "
+            "cache; use `servopt predict --analytic`, fewer --requests, or a larger deployment")
 
 
 def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,

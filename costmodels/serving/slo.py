@@ -7,17 +7,15 @@ Example:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from ..errors import Seconds, Spec
 
 
-class SLO(BaseModel):
-    """Latency targets at P99 (any subset), in seconds."""
+class SLO(Spec):
+    """Latency targets at P99 (any subset), in seconds (finite, at most a year)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    p99_ttft_s: float | None = Field(default=None, gt=0)
-    p99_tpot_s: float | None = Field(default=None, gt=0)
-    p99_e2e_s: float | None = Field(default=None, gt=0)
+    p99_ttft_s: Seconds | None = None
+    p99_tpot_s: Seconds | None = None
+    p99_e2e_s: Seconds | None = None
 
     def targets(self) -> dict[str, float]:
         """The targets that are set, by metric (ttft, tpot, e2e)."""

@@ -1,7 +1,13 @@
 """Traffic spec: arrivals and prompt/output length distributions (the ``traffic:`` of a workload).
 
 Each arrival process and length distribution is one pydantic class that also samples itself with a
-seeded ``numpy.random.Generator``; :func:`read_trace` reads a CSV or JSONL trace.
+seeded ``numpy.random.Generator``; a ``trace`` arrival replays a file (:mod:`.traces` reads the
+formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL).
+
+Bounds keep runs physical and finite: rates of 0.001 to a million requests/s (below one request per
+1,000 s a server is idle between requests, and the simulated clock would lose the precision of a
+step time over enough gaps), token counts up to :data:`~servopt.costmodels.errors.MAX_TOKENS`,
+closed-loop runs up to :data:`MAX_BENCHMARK_REQUESTS` requests.
 
 Example:
     >>> t = Traffic.model_validate({
@@ -17,27 +23,27 @@ Example:
 
 from __future__ import annotations
 
-import csv
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from ..errors import InputError
+from ..errors import MAX_TOKENS, InputError, Name, Spec, Tokens
+from .traces import MAX_TRACE_SPAN_S, TIME_UNITS, TRACE_FORMATS, RequestTrace, read_trace
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+MIN_RATE_PER_S = 1e-3
+MAX_RATE_PER_S = 1e6
+MAX_CONCURRENCY = 10_000
+MAX_BENCHMARK_REQUESTS = 1_000_000
+RatePerS = Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)]
 
 
 # --- arrivals -----------------------------------------------------------------------------------
-class PoissonArrival(BaseModel):
+class PoissonArrival(Spec):
     """Open-loop Poisson arrivals."""
 
-    model_config = _STRICT
     kind: Literal["poisson"]
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: RatePerS
 
     @property
     def interarrival_cv2(self) -> float:
@@ -49,13 +55,16 @@ class PoissonArrival(BaseModel):
         return np.cumsum(rng.exponential(1.0 / self.rate_per_s, n))
 
 
-class GammaArrival(BaseModel):
-    """Open-loop bursty arrivals: gamma inter-arrival times with coefficient of variation ``cv``."""
+class GammaArrival(Spec):
+    """Open-loop bursty arrivals: gamma inter-arrival times with coefficient of variation ``cv``.
 
-    model_config = _STRICT
+    ``cv`` runs from 0.001 (clockwork arrivals) to 100 (most requests in rare bursts); beyond those
+    the gamma shape 1/cv^2 leaves floating point.
+    """
+
     kind: Literal["gamma"]
-    rate_per_s: float = Field(gt=0)
-    cv: float = Field(gt=0, description="1 is Poisson; above 1 is burstier")
+    rate_per_s: RatePerS
+    cv: float = Field(ge=1e-3, le=100, description="1 is Poisson; above 1 is burstier")
 
     @property
     def interarrival_cv2(self) -> float:
@@ -67,7 +76,7 @@ class GammaArrival(BaseModel):
         return np.cumsum(rng.gamma(shape, 1.0 / (self.rate_per_s * shape), n))
 
 
-class ClosedLoopArrival(BaseModel):
+class ClosedLoopArrival(Spec):
     """N clients that each send a request when their previous one finishes
     (``vllm bench serve --max-concurrency``, aiperf ``--concurrency``).
 
@@ -83,13 +92,20 @@ class ClosedLoopArrival(BaseModel):
         50
     """
 
-    model_config = _STRICT
     kind: Literal["closed_loop"]
-    concurrency: int = Field(ge=1)
-    think_time_s: float = Field(default=0.0, ge=0)
+    concurrency: int = Field(ge=1, le=MAX_CONCURRENCY)
+    think_time_s: float = Field(default=0.0, ge=0, le=86400)
     requests_per_client: int | None = Field(
-        default=None, ge=1, description="a finite benchmark run: this many requests per client, all measured"
+        default=None, ge=1, le=MAX_BENCHMARK_REQUESTS,
+        description="a finite benchmark run: this many requests per client, all measured",
     )
+
+    @model_validator(mode="after")
+    def _check_size(self) -> ClosedLoopArrival:
+        if self.benchmark_requests is not None and self.benchmark_requests > MAX_BENCHMARK_REQUESTS:
+            raise ValueError(f"concurrency x requests_per_client = {self.benchmark_requests:,} requests; servopt "
+                             f"simulates at most {MAX_BENCHMARK_REQUESTS:,} in one run")
+        return self
 
     @property
     def benchmark_requests(self) -> int | None:
@@ -97,23 +113,39 @@ class ClosedLoopArrival(BaseModel):
         return None if self.requests_per_client is None else self.concurrency * self.requests_per_client
 
 
-class TraceArrival(BaseModel):
-    """Replay a CSV or JSONL trace of (arrival time, input tokens, output tokens)."""
+class TraceArrival(Spec):
+    """Replay a trace file of (arrival time, input tokens, output tokens): see :mod:`.traces`.
 
-    model_config = _STRICT
+    ``format`` is detected from the columns unless given; ``time_unit`` says what the numbers of the
+    time column count (default: the format's, or the column name's ``_s``/``_ms``/``_us``
+    suffix, else seconds; Azure traces hold datetimes). ``start_s`` and ``duration_s`` replay a
+    window (seconds from the first request); ``time_scale`` multiplies the gaps (0.5 = twice the rate).
+
+    Example:
+        >>> TraceArrival(kind="trace", path="conversation_trace.jsonl", time_unit="ms").time_unit
+        'ms'
+    """
+
     kind: Literal["trace"]
-    path: str
-    time_scale: float = Field(default=1.0, gt=0, description="multiply arrival times (0.5 = twice the rate)")
+    path: Name
+    format: Literal["auto", *TRACE_FORMATS] = "auto"
+    time_unit: Literal[*TIME_UNITS] | None = None
+    time_scale: float = Field(default=1.0, ge=1e-3, le=1e3, description="multiply arrival times (0.5 = twice the rate)")
+    start_s: float = Field(default=0.0, ge=0, le=MAX_TRACE_SPAN_S, description="replay from this many seconds in")
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_TRACE_SPAN_S, description="replay this long")
+
+    def read(self, need_lengths: bool = True) -> RequestTrace:
+        """The requests this arrival replays (lengths may be left out when ``need_lengths`` is False)."""
+        return read_trace(self.path, format=self.format, time_unit=self.time_unit, need_lengths=need_lengths,
+                          time_scale=self.time_scale, start_s=self.start_s, duration_s=self.duration_s)
 
 
 Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival, Field(discriminator="kind")]
 
 
 # --- lengths ------------------------------------------------------------------------------------
-class _Length(BaseModel):
-    """A token-count distribution: draws integers >= 1 and knows its first two moments."""
-
-    model_config = _STRICT
+class _Length(Spec):
+    """A token-count distribution: draws integers from 1 to MAX_TOKENS and knows its first two moments."""
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         raise NotImplementedError
@@ -127,10 +159,15 @@ class _Length(BaseModel):
         """Squared coefficient of variation (variance / mean^2)."""
         raise NotImplementedError
 
+    @property
+    def fewest_tokens(self) -> int:
+        """The smallest count it can draw."""
+        raise NotImplementedError
+
 
 class FixedLength(_Length):
     kind: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: Tokens
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)
@@ -143,11 +180,15 @@ class FixedLength(_Length):
     def cv2(self) -> float:
         return 0.0
 
+    @property
+    def fewest_tokens(self) -> int:
+        return self.value
+
 
 class UniformLength(_Length):
     kind: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: Tokens
+    high: Tokens
 
     @model_validator(mode="after")
     def _check(self) -> UniformLength:
@@ -167,15 +208,20 @@ class UniformLength(_Length):
         width = self.high - self.low + 1
         return (width**2 - 1) / 12 / self.mean_tokens**2
 
+    @property
+    def fewest_tokens(self) -> int:
+        return self.low
+
 
 class LognormalLength(_Length):
-    """Lognormal with the given mean (tokens) and log-space standard deviation ``sigma``."""
+    """Lognormal with the given mean (tokens) and log-space standard deviation ``sigma``, clipped to
+    ``[min, max]`` (``max`` defaults to MAX_TOKENS)."""
 
     kind: Literal["lognormal"]
-    mean: float = Field(gt=0)
+    mean: float = Field(ge=1, le=MAX_TOKENS)
     sigma: float = Field(gt=0, le=5)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    min: Tokens = 1
+    max: Tokens | None = None
 
     @model_validator(mode="after")
     def _check(self) -> LognormalLength:
@@ -184,10 +230,11 @@ class LognormalLength(_Length):
         return self
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        # E[exp(N(mu, s^2))] = exp(mu + s^2/2), so this mu gives the requested mean.
+        # E[exp(N(mu, s^2))] = exp(mu + s^2/2), so this mu gives the requested mean. Clipped as floats
+        # first: a far tail draw would overflow int64.
         mu = np.log(self.mean) - self.sigma**2 / 2
-        draws = np.rint(rng.lognormal(mu, self.sigma, n)).astype(np.int64)
-        return np.clip(draws, self.min, self.max if self.max is not None else None)
+        draws = np.clip(rng.lognormal(mu, self.sigma, n), self.min, self.max or MAX_TOKENS)
+        return np.rint(draws).astype(np.int64)
 
     @property
     def mean_tokens(self) -> float:
@@ -197,22 +244,24 @@ class LognormalLength(_Length):
     def cv2(self) -> float:
         return float(np.expm1(self.sigma**2))
 
+    @property
+    def fewest_tokens(self) -> int:
+        return self.min
+
 
 class HistogramLength(_Length):
     """Empirical distribution: token counts (bin values) and their weights."""
 
     kind: Literal["histogram"]
-    values: list[int] = Field(min_length=1)
-    weights: list[float] = Field(min_length=1)
+    values: list[Tokens] = Field(min_length=1, max_length=1_000_000)
+    weights: list[Annotated[float, Field(ge=0, le=1e12)]] = Field(min_length=1, max_length=1_000_000)
 
     @model_validator(mode="after")
     def _check(self) -> HistogramLength:
         if len(self.values) != len(self.weights):
             raise ValueError("values and weights must have the same length")
-        if any(v < 1 for v in self.values):
-            raise ValueError("every value must be at least 1 token")
-        if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-            raise ValueError("weights must be non-negative with a positive sum")
+        if sum(self.weights) <= 0:
+            raise ValueError("weights must have a positive sum")
         return self
 
     @property
@@ -233,16 +282,18 @@ class HistogramLength(_Length):
         mean = self.mean_tokens
         return float(np.dot((values - mean) ** 2, self._probabilities)) / mean**2
 
+    @property
+    def fewest_tokens(self) -> int:
+        return min(v for v, w in zip(self.values, self.weights) if w > 0)
+
 
 LengthDistribution = Annotated[
     FixedLength | UniformLength | LognormalLength | HistogramLength, Field(discriminator="kind")
 ]
 
 
-class Traffic(BaseModel):
+class Traffic(Spec):
     """What a deployment must serve."""
-
-    model_config = _STRICT
 
     arrival: Arrival
     input_tokens: LengthDistribution | None = Field(default=None, description="not needed with a trace")
@@ -250,7 +301,7 @@ class Traffic(BaseModel):
     shared_prefix_fraction: float = Field(
         default=0.0, ge=0, lt=1, description="share of each prompt that a prefix cache can reuse"
     )
-    max_context: int | None = Field(default=None, ge=2, description="prompt + output are clipped to this")
+    max_context: int | None = Field(default=None, ge=2, le=MAX_TOKENS, description="prompt + output are clipped to this")
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Traffic:
@@ -258,101 +309,39 @@ class Traffic(BaseModel):
             raise ValueError("input_tokens and output_tokens are required unless arrival.kind is 'trace'")
         return self
 
+    @property
+    def single_output_token(self) -> bool:
+        """Whether every request asks for exactly one output token (so no request has a TPOT)."""
+        out = self.output_tokens
+        return out is not None and out.fewest_tokens == 1 and (
+            isinstance(out, FixedLength) or (isinstance(out, UniformLength) and out.high == 1)
+            or (isinstance(out, LognormalLength) and out.max == 1)
+            or (isinstance(out, HistogramLength) and all(v == 1 for v, w in zip(out.values, out.weights) if w > 0)))
+
     def read_trace(self) -> RequestTrace:
         """The trace of a ``trace`` arrival; its length columns may be left out when the spec gives
         ``input_tokens`` and ``output_tokens`` distributions."""
         if self.arrival.kind != "trace":
             raise InputError("traffic.arrival.kind is not 'trace'")
-        need = self.input_tokens is None or self.output_tokens is None
-        return read_trace(self.arrival.path, need_lengths=need, time_scale=self.arrival.time_scale)
+        return self.arrival.read(need_lengths=self.input_tokens is None or self.output_tokens is None)
 
 
-# --- traces -------------------------------------------------------------------------------------
-# Accepted column names, first match wins (vLLM bench and common trace dumps use these spellings).
-TRACE_COLUMNS = {
-    "arrival_s": ("arrival_s", "arrival_time_s", "arrival_time", "timestamp_s", "timestamp", "time_s", "time"),
-    "input_tokens": ("input_tokens", "input_len", "prompt_tokens", "input_length", "prompt_len"),
-    "output_tokens": ("output_tokens", "output_len", "completion_tokens", "output_length"),
-}
+def check_context(inputs: np.ndarray, outputs: np.ndarray, limit_tokens: int, clipping_allowed: bool,
+                  limit_source: str) -> None:
+    """Refuse traffic whose typical request does not fit the context.
 
-
-@dataclass(frozen=True)
-class RequestTrace:
-    """Arrival times (seconds, sorted) and token counts of a replayed trace; lengths may be absent."""
-
-    arrival_s: np.ndarray
-    input_tokens: np.ndarray | None
-    output_tokens: np.ndarray | None
-
-    def __len__(self) -> int:
-        return len(self.arrival_s)
-
-
-def _rows(path: Path) -> list[dict]:
-    """The trace's records as dicts, from CSV (header row) or JSONL (one object per line)."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(f"trace '{path}' cannot be read: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"trace '{path}' is not a text file (expected CSV or JSONL)") from None
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise InputError(f"trace '{path}' is empty")
-    if path.suffix.lower() in (".jsonl", ".json", ".ndjson") or lines[0].lstrip().startswith("{"):
-        rows = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"trace '{path}' line {number} is not valid JSON: {err.msg}") from None
-            if not isinstance(row, dict):
-                raise InputError(f"trace '{path}' line {number} must be a JSON object")
-            rows.append(row)
-        return rows
-    return list(csv.DictReader(lines))
-
-
-def _column(rows: list[dict], field: str, path: Path, required: bool) -> np.ndarray | None:
-    names = {key.strip().lower(): key for key in rows[0]}
-    key = next((names[n] for n in TRACE_COLUMNS[field] if n in names), None)
-    if key is None:
-        if required:
-            raise InputError(
-                f"trace '{path}' has no {field} column; name it one of {', '.join(TRACE_COLUMNS[field])}"
-            )
-        return None
-    values = np.empty(len(rows))
-    for number, row in enumerate(rows, start=1):
-        try:
-            values[number - 1] = float(row.get(key))
-        except (TypeError, ValueError):
-            raise InputError(f"trace '{path}' record {number}: {key} = {row.get(key)!r} is not a number") from None
-    if not np.all(np.isfinite(values)):
-        raise InputError(f"trace '{path}': {key} has non-finite values")
-    return values
-
-
-def read_trace(path: str | Path, *, need_lengths: bool = True, time_scale: float = 1.0) -> RequestTrace:
-    """Read a CSV or JSONL trace of (arrival time s, input tokens, output tokens), sorted by arrival.
-
-    Arrival times are shifted so that the first request arrives at zero. Every way the file can be
-    unusable raises :class:`InputError` naming the file and the problem.
+    A request's prompt plus output must fit ``limit_tokens`` (``limit_source`` says where that limit
+    comes from). A benchmark client clips the tail (vLLM rejects what does not fit), so a few long
+    requests are clipped; when most requests would be, the workload describes something this model
+    or deployment cannot serve, unless ``traffic.max_context`` asks for clipping.
     """
-    path = Path(path)
-    rows = _rows(path)
-    arrival = _column(rows, "arrival_s", path, True)
-    if np.any(arrival < 0):
-        raise InputError(f"trace '{path}': arrival times cannot be negative")
-    lengths = {}
-    for field in ("input_tokens", "output_tokens"):
-        values = _column(rows, field, path, need_lengths)
-        if values is not None:
-            if np.any(values < 1) or np.any(values != np.round(values)):
-                raise InputError(f"trace '{path}': {field} must be whole numbers of at least 1")
-            values = values.astype(np.int64)
-        lengths[field] = values
-    order = np.argsort(arrival, kind="stable")
-    arrival = (arrival[order] - arrival[order][0]) * time_scale
-    pick = {k: (v[order] if v is not None else None) for k, v in lengths.items()}
-    return RequestTrace(arrival, pick["input_tokens"], pick["output_tokens"])
+    total = inputs.astype(np.int64) + outputs.astype(np.int64)
+    over = int(np.count_nonzero(total > limit_tokens))
+    if clipping_allowed or over * 2 <= len(total):
+        return
+    raise InputError(
+        f"traffic: {over:,} of {len(total):,} requests need more than the context of {limit_tokens:,} tokens "
+        f"({limit_source}): the median request needs {int(np.median(total)):,} (prompt + output); shorten "
+        "input_tokens/output_tokens, choose a model with a longer context, or set traffic.max_context to clip "
+        "them as a benchmark client would"
+    )
