@@ -123,13 +123,17 @@ def _field_path(loc: tuple) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def format_validation_error(err: Exception, source: str = "") -> str:
-    """Turn a pydantic ValidationError into one line: each problem names its field path."""
+def format_validation_error(err: Exception, source: str = "", shown: int = 5) -> str:
+    """Turn a pydantic ValidationError into one line: each problem (the first ``shown``) names its field path."""
     errors = getattr(err, "errors", None)
     prefix = f"{source}: " if source else ""
     if errors is None:
         return one_line(f"{prefix}{err}")
-    return one_line("; ".join(f"{prefix}{_field_path(item.get('loc', ()))}: {_message(item)}" for item in errors()))
+    items = errors()
+    parts = [f"{prefix}{_field_path(item.get('loc', ()))}: {_message(item)}" for item in items[:shown]]
+    if len(items) > shown:
+        parts.append(f"and {len(items) - shown} more problems")
+    return one_line("; ".join(parts))
 
 
 def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:

@@ -41,6 +41,7 @@ class TrafficStats:
     mean_input_tokens: float
     mean_output_tokens: float
     tail_context_tokens: int
+    median_context_tokens: int
 
     def output_tokens_per_s(self, requests_per_s: float | None = None) -> float:
         rate = requests_per_s if requests_per_s is not None else self.rate_per_s
@@ -89,14 +90,22 @@ def traffic_stats(traffic: Traffic) -> TrafficStats:
         mean_input_tokens=float(inputs.mean()),
         mean_output_tokens=float(max(outputs.mean(), 1.0)),
         tail_context_tokens=int(math.ceil(tail)),
+        median_context_tokens=int(np.median(inputs) + np.median(outputs)),
     )
 
 
 def max_model_len_for(stats: TrafficStats, model_max_context: int, requested: int | None = None) -> int:
     """``--max-model-len``: the user's value, else the traffic's P99.9 context rounded up to 1k,
-    never above what the model supports."""
+    never above what the model supports. Traffic whose median request does not fit is refused
+    (the simulator would only clip it: :func:`~servopt.costmodels.serving.traffic.check_context`)."""
+    if requested is not None and requested > model_max_context:
+        raise InputError(f"max_model_len: {requested} exceeds the model's maximum context of {model_max_context}")
+    limit = requested or model_max_context
+    if stats.median_context_tokens > limit:
+        where = "max_model_len" if requested else "the model's maximum context"
+        raise InputError(f"traffic: the median request needs {stats.median_context_tokens:,} tokens (prompt + output), "
+                         f"more than {where} of {limit:,}: shorten input_tokens/output_tokens, choose a model with "
+                         "a longer context, or set traffic.max_context to clip them as a benchmark client would")
     if requested is not None:
-        if requested > model_max_context:
-            raise InputError(f"max_model_len: {requested} exceeds the model's maximum context of {model_max_context}")
         return requested
     return min(int(math.ceil(stats.tail_context_tokens / 1024) * 1024), model_max_context)

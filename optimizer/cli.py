@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under ``optimizer/commands/`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``handler`` (a function of the parsed
 arguments returning an exit code). Bad input raises :class:`~servopt.costmodels.errors.InputError`
-anywhere below; it is printed as one line and the process exits with code 2.
+anywhere below; it is printed as one line and the process exits with code 2 (so is a path the user
+gave that cannot be written or read).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from ..costmodels.errors import InputError, format_validation_error
+from ..costmodels.errors import InputError, format_validation_error, one_line
+from ..costmodels.userfiles import shown
 from .commands import COMMAND_MODULES
 
 EXIT_INPUT_ERROR = 2
+MAX_MESSAGE_CHARS = 2000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,14 +44,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except InputError as err:
-        print(f"servopt {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+        return _input_error(args.command, str(err))
     except ValidationError as err:
-        print(f"servopt {args.command}: error: {format_validation_error(err)}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+        return _input_error(args.command, format_validation_error(err))
+    except OSError as err:  # a folder or file the user named that cannot be created or written
+        where = f" '{shown(err.filename)}'" if err.filename else ""
+        return _input_error(args.command, f"cannot write or read{where}: {err.strerror or err}; check the path")
     except KeyboardInterrupt:
         print(f"servopt {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _input_error(command: str, message: str) -> int:
+    """Print one line (control characters escaped, clipped) and return exit code 2."""
+    text = one_line(message)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + " ..."
+    print(f"servopt {command}: error: {text}", file=sys.stderr)
+    return EXIT_INPUT_ERROR
 
 
 if __name__ == "__main__":

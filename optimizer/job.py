@@ -24,8 +24,10 @@ from typing import Any
 import optuna
 from joblib import Parallel, delayed
 from optuna.trial import TrialState
+from pydantic import ConfigDict
 
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, Name, Spec, validate_spec
+from ..costmodels.userfiles import read_json_object, shown
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
@@ -51,6 +53,27 @@ WORKLOAD_HASH_ATTR = "workload_sha256"
 
 # Keys a rerun may change without starting another study: how long to search and where it is stored.
 RESUMABLE_KEYS = {"budget", "storage"}
+
+
+class JobFile(Spec):
+    """What ``job.json`` records (keys other tools or versions add are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    study: Name
+    storage: Name
+    hardware: Name | None = None
+    name: Name = "default"
+    workload: dict[str, Any]
+
+
+def read_job_file(path: Path) -> JobFile:
+    """Read ``job.json``; a truncated or damaged one is explained, with what to do, instead of failing every rerun."""
+    try:
+        return validate_spec(JobFile, read_json_object(path, "job file"), f"job file '{shown(path)}'")
+    except InputError as err:
+        raise InputError(f"{err}; it was probably cut short when a run was killed: delete {shown(path)} and rerun "
+                         "servopt optimize with the same workload and --out (finished trials stay in the study)") from None
 
 
 def workload_identity(workload: Workload) -> dict[str, Any]:
@@ -142,12 +165,12 @@ class Job:
         }
         path = self.out_dir / JOB_FILE
         if path.exists():
-            old = json.loads(path.read_text())
-            old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
-            if (old.get("study"), old.get("storage")) != (data["study"], data["storage"]) or \
+            old = read_job_file(path)
+            old_identity = {k: v for k, v in old.workload.items() if k not in RESUMABLE_KEYS}
+            if (old.study, old.storage) != (data["study"], data["storage"]) or \
                     old_identity != workload_identity(self.workload):
                 raise InputError(
-                    f"{self.out_dir} holds another job (study '{old.get('study')}'); use another --out folder"
+                    f"{self.out_dir} holds another job (study '{old.study}'); use another --out folder"
                 )
         path.write_text(json.dumps(data, indent=2) + "\n")
 
@@ -155,15 +178,11 @@ class Job:
     def load(cls, out_dir: str | Path) -> Job:
         """The job a folder holds (for ``servopt report`` and ``servopt export``)."""
         path = Path(out_dir) / JOB_FILE
-        try:
-            data = json.loads(path.read_text())
-        except OSError:
-            raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first") from None
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-        workload = parse_workload(data["workload"], str(path))
-        return cls(workload, out_dir, study=data["study"], storage=data["storage"], hardware=data.get("hardware"),
-                   name=data.get("name", "default"))
+        if not path.is_file():
+            raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first")
+        data = read_job_file(path)
+        workload = parse_workload(data.workload, str(path))
+        return cls(workload, out_dir, study=data.study, storage=data.storage, hardware=data.hardware, name=data.name)
 
     # --- running ----------------------------------------------------------------------------
     def run(self, progress: bool = True) -> JobOutcome:

@@ -44,7 +44,7 @@ from ..costmodels.errors import MAX_TOKENS, Name, Seconds, Spec, validate_spec
 from ..costmodels.hardware import GPUPrice
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
-from ..costmodels.userfiles import read_yaml_mapping
+from ..costmodels.userfiles import read_yaml_mapping, shown
 
 Percent = Annotated[float, Field(ge=0, le=100)]
 
@@ -222,4 +222,4 @@ def parse_workload(data: dict, source: str) -> Workload:
 
 def load_workload(path: str | Path) -> Workload:
     """Read and validate a workload YAML file."""
-    return parse_workload(read_yaml_mapping(path, "workload file"), f"workload file {path}")
+    return parse_workload(read_yaml_mapping(path, "workload file"), f"workload file '{shown(path)}'")

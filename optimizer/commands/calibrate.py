@@ -7,18 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 from ...calibration.fit import fit_profile
 from ...calibration.importers import fit_step_overhead, import_aiconfigurator, read_vllm_bench
 from ...calibration.microbench import make_backend, run_microbenchmarks
 from ...calibration.registry import load_profile, write_profile
 from ...calibration.tables import read_kernel_tables, write_table
 from ...costmodels.architectures import resolve_model
-from ...costmodels.deployment import Deployment
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
-from .common import add_hardware_args
+from .common import add_hardware_args, load_deployment
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -123,7 +120,7 @@ def _import(args: argparse.Namespace) -> int:
         return 0
     if not args.deployment:
         raise InputError("--vllm-bench needs --deployment YAML (gpu, tp, ... of the server that was measured)")
-    deployment = _read_deployment(args.deployment)
+    deployment = load_deployment(args.deployment)
     gpu = load_catalog(args.hardware).get(deployment.gpu)
     runs = [read_vllm_bench(path) for path in args.vllm_bench]
     model_name = args.model or runs[0].model_id
@@ -136,15 +133,3 @@ def _import(args: argparse.Namespace) -> int:
           f"(+{profile.step_overhead_per_seq_s * 1e6:.1f} us per sequence) -> {out}")
     print(report.round(2).to_string(index=False))
     return 0
-
-
-def _read_deployment(path: str) -> Deployment:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise InputError(f"deployment file '{path}' cannot be read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise InputError(f"deployment file '{path}' is not valid YAML: {err}") from None
-    if not isinstance(raw, dict):
-        raise InputError(f"deployment file '{path}' must be a mapping (gpu: ..., tp: ...)")
-    return Deployment.model_validate(raw.get("deployment", raw))

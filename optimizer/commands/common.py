@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from ...costmodels.deployment import Deployment
+from ...costmodels.errors import validate_spec
+from ...costmodels.userfiles import read_yaml_mapping, shown
 
 
 def positive_int(text: str) -> int:
@@ -31,3 +36,12 @@ def add_hardware_args(parser: argparse.ArgumentParser) -> None:
                         help="YAML file that overrides or adds GPUs and prices (gpus: {...})")
     parser.add_argument("--profile", default=None, metavar="JSON",
                         help="performance profile to use instead of the shipped one (servopt calibrate fit)")
+
+
+def load_deployment(path: str | Path) -> Deployment:
+    """Read and validate a deployment YAML file (the fields themselves, or under a top-level
+    ``deployment:`` key); errors name the field."""
+    raw = read_yaml_mapping(path, "deployment file")
+    if set(raw) == {"deployment"} and isinstance(raw["deployment"], dict):
+        raw = raw["deployment"]
+    return validate_spec(Deployment, raw, f"deployment file '{shown(path)}'")

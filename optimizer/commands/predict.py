@@ -10,14 +10,11 @@ from pathlib import Path
 
 from ...calibration.registry import load_profile
 from ...costmodels.architectures import resolve_model
-from ...costmodels.deployment import Deployment
-from ...costmodels.errors import validate_spec
 from ...costmodels.hardware import load_catalog
 from ...costmodels.serving import estimate, simulate
 from ...costmodels.serving.traffic import Traffic
-from ...costmodels.userfiles import read_yaml_mapping
 from ..workload import load_workload
-from .common import add_hardware_args, positive_int
+from .common import add_hardware_args, load_deployment, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,18 +37,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def load_deployment(path: str | Path) -> Deployment:
-    """Read and validate a deployment YAML file; errors name the field."""
-    return validate_spec(Deployment, read_yaml_mapping(path, "deployment file"), f"deployment file {path}")
-
-
 def _resolve_trace(traffic: Traffic, workload_path: Path) -> Traffic:
     """A relative trace path is relative to the workload file (when the file is there)."""
     arrival = traffic.arrival
     if arrival.kind != "trace" or Path(arrival.path).is_absolute():
         return traffic
     beside = workload_path.parent / arrival.path
-    if not beside.exists():
+    try:
+        if not beside.exists():
+            return traffic
+    except OSError:  # a name too long for the file system: the trace reader says so
         return traffic
     return traffic.model_copy(update={"arrival": arrival.model_copy(update={"path": str(beside)})})
 
