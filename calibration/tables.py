@@ -114,7 +114,29 @@ def _require_columns(raw: pd.DataFrame, columns: list[str], name: str, layout: s
         raise InputError(f"{name}: a {layout} table needs the column(s) {', '.join(missing)}")
 
 
-def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+# The shape columns each op is timed by: a row of that op without them cannot be fitted or predicted.
+OP_SHAPES = {
+    "gemm": ["dtype", "m", "n", "k"],
+    "context_attention": ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"],
+    "generation_attention": ["batch_size", "step", "num_heads", "num_key_value_heads", "head_dim"],
+    "all_reduce": ["num_gpus", "message_bytes"],
+    "memcpy": ["message_bytes"],
+    "elementwise": ["message_bytes"],
+}
+
+
+def _check_filled(out: pd.DataFrame, name: str, flat: bool) -> None:
+    """Refuse rows that lack their latency or their op's shape (the fit would silently drop them)."""
+    for op, columns in OP_SHAPES.items():
+        rows = out[out["op"] == op]
+        for column in ["latency_ms", *columns]:
+            empty = rows.index[rows[column].isna()]
+            if len(empty):
+                where = f"line {empty[0] + 2}" if flat else f"row {empty[0] + 1} of its per-op rows"
+                raise InputError(f"{name}: a {op} row ({where}) has no {column}; fill it in or drop the row")
+
+
+def _tidy(frame: pd.DataFrame, name: str = "table", flat: bool = True) -> pd.DataFrame:
     out = frame.reindex(columns=KERNEL_COLUMNS)
     for col in SHAPE_COLUMNS + ["latency_ms"]:
         out[col] = pd.to_numeric(out[col], errors="coerce")
@@ -123,6 +145,7 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     out["dtype"] = out["dtype"].map(lambda d: DTYPES.get(d, d) if isinstance(d, str) else d)
     out["kv_cache_dtype"] = out["kv_cache_dtype"].map(lambda d: DTYPES.get(d, d) if isinstance(d, str) else d)
     out["gpu"] = [gpu_name_for(s, d) for s, d in zip(out["system"], out["device"])]
+    _check_filled(out, name, flat)
     return out.reset_index(drop=True)
 
 
@@ -175,7 +198,9 @@ def _from_vidur_mlp(raw: pd.DataFrame) -> pd.DataFrame:
     for name, values in moved.items():
         rows.append(pd.DataFrame({**common, "op": "elementwise", "kernel_source": name,
                                   "message_bytes": tokens * values * value_bytes, "latency_ms": raw[f"{name}_median_ms"]}))
-    return pd.concat(rows, ignore_index=True)
+    # An empty cell of a wide row is an operator Vidur did not profile at that shape: no measurement.
+    table = pd.concat(rows, ignore_index=True)
+    return table[table["latency_ms"].notna()].reset_index(drop=True)
 
 
 def _from_vidur_collectives(raw: pd.DataFrame) -> pd.DataFrame:
@@ -194,15 +219,15 @@ def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str 
     if raw.empty:
         raise InputError(f"{name}: the table has no rows")
     if "op" in raw and "latency_ms" in raw:
-        return _tidy(raw)
+        return _tidy(raw, name)
     if "attn_pre_proj_median_ms" in raw:
         _require_columns(raw, _VIDUR_MLP, name, "Vidur per-operator")
-        return _tidy(_from_vidur_mlp(raw))
+        return _tidy(_from_vidur_mlp(raw), name, flat=False)
     if "collective" in raw and "median_ms" in raw:
         _require_columns(raw, _VIDUR_COLLECTIVES, name, "Vidur collectives")
-        return _tidy(_from_vidur_collectives(raw))
+        return _tidy(_from_vidur_collectives(raw), name)
     if "latency" in raw or "latency_ms" in raw:
-        return _tidy(_from_aiconfigurator(raw, op_hint, name))
+        return _tidy(_from_aiconfigurator(raw, op_hint, name), name)
     raise InputError(
         f"{name}: not a kernel table: expected an 'op' and 'latency_ms' column (servopt), aiconfigurator's "
         "gemm_dtype/attn_dtype/message_size columns, or Vidur's *_median_ms columns"

@@ -49,6 +49,12 @@ def _absent_or_one(value) -> bool:
     return pd.isna(value) or value == 1
 
 
+def _empty_reason(row: dict, columns: list[str]) -> str:
+    """'column X is empty' for the first of ``columns`` this row leaves empty ('' when all are filled)."""
+    empty = next((column for column in columns if pd.isna(row.get(column))), None)
+    return f"column {empty} is empty" if empty else ""
+
+
 class Validator(ABC):
     """Predict the rows of one kind of measured table."""
 
@@ -142,7 +148,7 @@ class MemoryValidator(Validator):
     slice_columns = ["gpu", "framework", "model", "precision"]
     required = ["model", "gpu", "tp", "pp", "max_model_len", "gpu_memory_utilization", "kv_cache_tokens"]
     numbers = {"tp": _COUNT, "pp": _COUNT, "dp": _COUNT, "max_model_len": _COUNT, "kv_cache_tokens": _MEASURED,
-               "gpu_memory_utilization": Number(positive=True)}
+               "gpu_memory_utilization": Number(positive=True, maximum=1)}
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
         records = []
@@ -153,6 +159,8 @@ class MemoryValidator(Validator):
                       "calibrated": True, "reason": ""}
             if str(row.get("status") if isinstance(row.get("status"), str) else "ok") != "ok":
                 record["reason"] = f"run status '{row.get('status')}' (no KV figure logged)"
+            elif _empty_reason(row, self.required):
+                record["reason"] = _empty_reason(row, self.required)
             else:
                 try:
                     gpu = get_gpu(str(row["gpu"]))
@@ -191,9 +199,10 @@ class E2EValidator(Validator):
             return f"framework '{row['backend']}' is not modelled (servopt predicts vLLM)"
         if isinstance(row.get("mode"), str) and row["mode"] != "agg":
             return "disaggregated run (per-worker layout not recorded in enough detail)"
-        empty = [column for column in ("isl", "osl", "tp_size", "silicon_concurrency") if pd.isna(row.get(column))]
+        empty = _empty_reason(row, ["model_path", "system", "isl", "osl", "tp_size", "silicon_concurrency",
+                                    "silicon_ttft_ms", "silicon_tpot_ms"])
         if empty:
-            return f"column {empty[0]} is empty (an aggregated closed-loop run needs isl, osl, tp_size, silicon_concurrency)"
+            return f"{empty} (an aggregated closed-loop run needs it)"
         if not (_absent_or_one(row.get("pp_size")) and _absent_or_one(row.get("attention_dp_size"))):
             return "pipeline or attention-DP runs are not in this table's closed-loop format"
         return ""

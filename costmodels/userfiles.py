@@ -279,16 +279,17 @@ class Number:
     integer: bool = False
     minimum: float | None = None
     positive: bool = False
+    maximum: float | None = None
     filled: bool = False
 
     @property
     def describe(self) -> str:
         kind = "whole number" if self.integer else "number"
         if self.positive:
-            return f"positive {kind}"
-        if self.minimum is not None:
-            return f"{kind} >= {self.minimum:g}"
-        return kind
+            kind = f"positive {kind}"
+        elif self.minimum is not None:
+            kind = f"{kind} >= {self.minimum:g}"
+        return kind if self.maximum is None else f"{kind} <= {self.maximum:g}"
 
     @property
     def example(self) -> str:
@@ -300,7 +301,8 @@ class Number:
             return "is not a finite number"
         if self.integer and (value != np.floor(value) or abs(value) > MAX_INT):
             return "is not a whole number"
-        if self.positive and value <= 0 or self.minimum is not None and value < self.minimum:
+        if (self.positive and value <= 0 or self.minimum is not None and value < self.minimum
+                or self.maximum is not None and value > self.maximum):
             return f"is not a {self.describe}"
         return ""
 
@@ -406,6 +408,8 @@ def numeric_column(cells: pd.Series, number: Number, where: str, column: str) ->
             wrong |= v <= 0
         if number.minimum is not None:
             wrong |= v < number.minimum
+        if number.maximum is not None:
+            wrong |= v > number.maximum
         bad[np.flatnonzero(checked)[wrong]] = True
     if number.filled and empty.any():
         row = int(np.flatnonzero(empty.to_numpy())[0])
