@@ -34,7 +34,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import MAX_TOKENS, InputError, Spec, validate_spec
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS, MAX_CONCURRENCY, Traffic
+from ..costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS, MAX_CONCURRENCY, MAX_RATE_PER_S, Traffic
 from ..costmodels.userfiles import read_json_object, shown
 from .tables import normalize_kernel_frame, read_raw_table
 
@@ -131,8 +131,9 @@ class _BenchResult(Spec):
         if len(self.input_lens) != len(self.output_lens):
             raise ValueError(f"input_lens ({len(self.input_lens)}) and output_lens ({len(self.output_lens)}) must "
                              "list the same requests")
-        if isinstance(self.request_rate, float) and (math.isnan(self.request_rate) or self.request_rate <= 0):
-            raise ValueError(f"request_rate must be a positive number or 'inf', not {self.request_rate}")
+        rate = self.request_rate
+        if isinstance(rate, float) and (math.isnan(rate) or rate <= 0 or math.isfinite(rate) and rate > MAX_RATE_PER_S):
+            raise ValueError(f"request_rate must be a positive number up to {MAX_RATE_PER_S:g} or 'inf', not {rate}")
         return self
 
     def histogram(self, field: str, source: str) -> dict:

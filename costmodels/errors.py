@@ -108,6 +108,11 @@ def _message(item: dict) -> str:
         return "required key is missing"
     if kind == "finite_number":
         return f"must be a finite number (got {quote(given)})"
+    if kind == "union_tag_invalid":
+        ctx = item.get("ctx", {})
+        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}"
+    if kind == "string_pattern_mismatch":
+        return f"must not hold control characters such as line breaks, tabs or NUL (got {quote(given)})"
     if kind in _EXPECTED:
         what = _TYPE_NAMES.get(type(given), f"a {type(given).__name__}")
         return f"expected {_EXPECTED[kind]}, not {what} (got {quote(given)})"
@@ -118,8 +123,10 @@ def _message(item: dict) -> str:
     return msg
 
 
-def _field_path(loc: tuple) -> str:
-    parts = [label(part) for part in loc]
+def _field_path(item: dict) -> str:
+    parts = [label(part) for part in item.get("loc", ())]
+    if item.get("type") == "union_tag_invalid":  # the bad value is the discriminator's
+        parts.append(str(item.get("ctx", {}).get("discriminator", "kind")).strip("'"))
     return ".".join(parts) or "(top level)"
 
 
@@ -130,7 +137,7 @@ def format_validation_error(err: Exception, source: str = "", shown: int = 5) ->
     if errors is None:
         return one_line(f"{prefix}{err}")
     items = errors()
-    parts = [f"{prefix}{_field_path(item.get('loc', ()))}: {_message(item)}" for item in items[:shown]]
+    parts = [f"{prefix}{_field_path(item)}: {_message(item)}" for item in items[:shown]]
     if len(items) > shown:
         parts.append(f"and {len(items) - shown} more problems")
     return one_line("; ".join(parts))

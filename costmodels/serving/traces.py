@@ -14,10 +14,10 @@ One :class:`TraceFormat` per layout, tried in order when ``format`` is ``auto``:
   ``time_unit`` says otherwise.
 
 Times are never silently read in the wrong unit. Times that are Unix epochs of another unit
-(milliseconds read as seconds fall in the year 55,000) are refused; when the unit is only a default
-(``plain`` without a unit in the column name), a trace whose mean rate is below one request per
-10 minutes or above 10,000 per second is refused with the likely unit, until ``time_unit`` says
-which it is. A replay spans at most :data:`MAX_TRACE_SPAN_S` and :data:`MAX_TRACE_REQUESTS` requests
+(milliseconds read as seconds fall in the year 55,000) are refused; unless ``time_unit`` states the
+unit, a trace whose distinct arrival times are typically (median) more than a minute or less than
+0.1 ms apart is refused with the likely unit (milliseconds read as seconds turn gaps of 0.1-1 s into
+2-17 minutes), until ``time_unit`` says which it is. A replay spans at most :data:`MAX_TRACE_SPAN_S` and :data:`MAX_TRACE_REQUESTS` requests
 (``start_s`` and ``duration_s`` pick a window of a longer trace).
 
 Example:
@@ -46,14 +46,15 @@ TIME_UNITS = ("s", "ms", "us")
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 MAX_TRACE_SPAN_S = 31 * 86400.0
 MAX_TRACE_REQUESTS = 1_000_000
-# Mean rates outside this band (requests/s) mean the times are in another unit than assumed.
-PLAUSIBLE_RATE_PER_S = (1 / 600, 1e4)
+# Typical gaps between distinct arrival times outside this band (seconds) mean the times are in
+# another unit than assumed: milliseconds read as seconds turn 0.1-1 s gaps into 2-17 minutes.
+TYPICAL_GAP_S = (1e-4, 60.0)
 # Unix epochs between 2000-01-01 and 2100-01-01, in seconds.
 EPOCH_RANGE_S = (946_684_800.0, 4_102_444_800.0)
 MOONCAKE_BLOCK_TOKENS = 512
 
-_TOKENS = Number(integer=True, minimum=1)
-_TIME = Number(minimum=0)
+_TOKENS = Number(integer=True, minimum=1, filled=True)
+_TIME = Number(minimum=0, filled=True)
 
 
 @dataclass(frozen=True)
@@ -173,38 +174,37 @@ def _format_for(columns: _Columns, requested: str, where: str) -> TraceFormat:
     return next((f for f in (AZURE, MOONCAKE) if f.matches(columns.names)), PLAIN)
 
 
-def _unit_for(fmt: TraceFormat, column: str, requested: str | None, where: str) -> tuple[str, bool]:
-    """The time unit and whether it was stated (by ``time_unit`` or the column's name)."""
+def _unit_for(fmt: TraceFormat, column: str, requested: str | None, where: str) -> str:
+    """The time unit: ``time_unit``, else the column name's suffix, else the format's."""
     named = next((u for u in TIME_UNITS if column.strip().lower().endswith(f"_{u}")), None)
     if requested and named and requested != named:
         raise InputError(f"{where}: time_unit is '{requested}' but the column '{column}' says '{named}'; "
                          "drop time_unit or rename the column")
-    if requested or named:
-        return requested or named, True
-    return fmt.unit, fmt.name != "plain"
+    return requested or named or fmt.unit
 
 
 def _check_unit(raw: np.ndarray, unit: str, stated: bool, where: str, column: str) -> None:
-    """Refuse times that are clearly in another unit than ``unit`` (see the module docstring)."""
+    """Refuse times that are clearly in another unit than ``unit`` (see the module docstring); when
+    the workload ``stated`` the unit, only epochs of another unit are refused."""
     first = float(raw.min())
     for other, scale in SECONDS_PER_UNIT.items():
         if other != unit and EPOCH_RANGE_S[0] <= first * scale <= EPOCH_RANGE_S[1]:
             stamp = pd.Timestamp(first * scale, unit="s").strftime("%Y-%m-%d")
             raise InputError(f"{where}: the times in '{column}' look like Unix timestamps in {other} ({first:.0f} "
                              f"is {stamp} in {other}), not {unit}; set traffic.arrival.time_unit: {other}")
-    span_s = float(raw.max() - first) * SECONDS_PER_UNIT[unit]
-    if stated or len(raw) < 20 or span_s <= 0:
+    # The typical gap between distinct arrival times (robust to bursts of equal times and to outliers).
+    gaps = np.diff(np.unique(raw)) * SECONDS_PER_UNIT[unit]
+    if stated or len(raw) < 20 or not len(gaps):
         return
-    rate = (len(raw) - 1) / span_s
-    low, high = PLAUSIBLE_RATE_PER_S
-    if low <= rate <= high:
+    gap_s = float(np.median(gaps))
+    low, high = TYPICAL_GAP_S
+    if low <= gap_s <= high:
         return
-    guess = "ms" if rate < low else "s"
-    if rate < low and rate * 1e3 < low:
-        guess = "us"
-    raise InputError(f"{where}: read as {unit}, the times in '{column}' give {len(raw):,} requests over "
-                     f"{span_s:,.3g} s ({rate:.3g} requests/s), which looks like another unit; set "
-                     f"traffic.arrival.time_unit: {guess} (or time_unit: {unit} if the times really are {unit})")
+    scaled = {u: gap_s * SECONDS_PER_UNIT[u] / SECONDS_PER_UNIT[unit] for u in TIME_UNITS if u != unit}
+    guess = next((u for u, g in scaled.items() if low <= g <= high), "s" if gap_s < low else "ms")
+    raise InputError(f"{where}: read as {unit}, the times in '{column}' are typically {gap_s:.3g} s apart, which "
+                     f"looks like another unit; set traffic.arrival.time_unit: {guess} (or time_unit: {unit} if "
+                     f"the times really are {unit})")
 
 
 def _prefix_hits(hash_lists: list, inputs: np.ndarray | None, where: str) -> np.ndarray:
@@ -244,9 +244,9 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
             raise InputError(f"{where}: time_unit does not apply to an {fmt.name} trace, whose times are dates; drop it")
         arrival = columns.datetimes_s(time_column, where)
     else:
-        unit, stated = _unit_for(fmt, time_column, time_unit, where)
+        unit = _unit_for(fmt, time_column, time_unit, where)
         raw = columns.numbers(time_column, _TIME, where)
-        _check_unit(raw, unit, stated, where, time_column)
+        _check_unit(raw, unit, time_unit is not None, where, time_column)
         arrival = raw * SECONDS_PER_UNIT[unit]
     lengths = {}
     for role in ("input", "output"):
@@ -275,7 +275,7 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
     if span > MAX_TRACE_SPAN_S:
         last = int(order[np.flatnonzero(keep)[-1]])
         raise InputError(f"{where}: the replay spans {span:.3g} s, more than the {MAX_TRACE_SPAN_S / 86400:.0f} days "
-                         f"servopt replays (the latest arrival is on {columns.row(last)}); check the "
+                         f"servopt replays (the latest arrival, {time_column} on {columns.row(last)}); check the "
                          "time column and time_unit, or replay a window with start_s and duration_s")
     count = int(keep.sum())
     if count > MAX_TRACE_REQUESTS:
