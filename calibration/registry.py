@@ -28,12 +28,12 @@ from pathlib import Path
 from ..costmodels.errors import validate_spec
 from ..costmodels.hardware import GPUSpec, builtin_catalog
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.userfiles import read_json
+from ..costmodels.userfiles import read_json, shown
 
 
 def read_profile(path: str | Path) -> PerformanceProfile:
     """Read a profile JSON file (as written by ``servopt calibrate fit``)."""
-    return validate_spec(PerformanceProfile, read_json(path, "profile"), f"profile {path}")
+    return validate_spec(PerformanceProfile, read_json(path, "profile"), f"profile '{shown(path)}'")
 
 
 def shipped_profile(gpu_name: str) -> PerformanceProfile | None:

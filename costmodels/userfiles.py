@@ -371,6 +371,8 @@ def read_csv_table(path: str | Path | TextIO, what: str, name: str | None = None
         stream.seek(0)
         frame = pd.read_csv(stream, dtype=str, keep_default_na=False, na_filter=False, index_col=False,
                             skip_blank_lines=True, header=0, names=header)
+    except InputError:
+        raise
     except (pd.errors.ParserError, ValueError) as err:
         raise InputError(f"{where} is not a readable CSV: {one_line(str(err))[:200]}") from None
     finally:

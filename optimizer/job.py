@@ -45,7 +45,7 @@ from .study import (
     save_recheck,
     stored_rechecks,
 )
-from .workload import Workload, parse_workload
+from .workload import StorageURL, Workload, parse_workload
 
 JOB_FILE = "job.json"
 WORKLOAD_HASH_ATTR = "workload_sha256"
@@ -61,7 +61,7 @@ class JobFile(Spec):
     model_config = ConfigDict(extra="ignore")
 
     study: Name
-    storage: Name
+    storage: StorageURL
     hardware: Name | None = None
     name: Name = "default"
     workload: dict[str, Any]
@@ -70,10 +70,13 @@ class JobFile(Spec):
 def read_job_file(path: Path) -> JobFile:
     """Read ``job.json``; a truncated or damaged one is explained, with what to do, instead of failing every rerun."""
     try:
-        return validate_spec(JobFile, read_json_object(path, "job file"), f"job file '{shown(path)}'")
+        data = read_json_object(path, "job file")
     except InputError as err:
+        if "is not valid JSON" not in str(err):
+            raise
         raise InputError(f"{err}; it was probably cut short when a run was killed: delete {shown(path)} and rerun "
                          "servopt optimize with the same workload and --out (finished trials stay in the study)") from None
+    return validate_spec(JobFile, data, f"job file '{shown(path)}'")
 
 
 def workload_identity(workload: Workload) -> dict[str, Any]:
@@ -181,7 +184,7 @@ class Job:
         if not path.is_file():
             raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first")
         data = read_job_file(path)
-        workload = parse_workload(data.workload, str(path))
+        workload = parse_workload(data.workload, f"job file '{shown(path)}': workload")
         return cls(workload, out_dir, study=data.study, storage=data.storage, hardware=data.hardware, name=data.name)
 
     # --- running ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from ..costmodels.deployment import SpeculativeMethod
 from ..costmodels.errors import MAX_TOKENS, Name, Seconds, Spec, validate_spec
@@ -47,6 +47,21 @@ from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_yaml_mapping, shown
 
 Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+def check_storage_url(url: str) -> str:
+    """``url`` if SQLAlchemy can parse it (the value is not echoed: it may hold a password)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError("not a SQLAlchemy URL such as sqlite:///runs/study.db or postgresql://user@host/db") from None
+    return url
+
+
+StorageURL = Annotated[Name, AfterValidator(check_storage_url)]
 
 
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
@@ -171,7 +186,7 @@ class Workload(Spec):
     budget: Budget = Field(default_factory=Budget)
     sampler: Literal["nsga2", "tpe"] = "nsga2"
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    storage: Name | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
+    storage: StorageURL | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
     space: dict[Name, Any] = Field(
         default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
     )

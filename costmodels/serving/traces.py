@@ -137,6 +137,10 @@ class _Columns:
         if self.jsonl:
             raise InputError(f"{where}: Azure traces are CSV files; this one is JSON Lines")
         cells = self.values[column].astype("string").str.strip()
+        empty = np.flatnonzero((cells.isna() | (cells == "")).to_numpy())
+        if len(empty):
+            raise InputError(f"{where} line {int(empty[0]) + 2}, column '{column}' is empty; every request needs "
+                             "its arrival time")
         parsed = pd.to_datetime(cells, format="ISO8601", utc=True, errors="coerce")
         bad = np.flatnonzero(parsed.isna().to_numpy())
         if len(bad):

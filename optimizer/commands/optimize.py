@@ -8,10 +8,11 @@ from pathlib import Path
 
 import optuna
 
+from ...costmodels.errors import InputError
 from ...results import explain_empty, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from ..job import Job
-from ..workload import load_workload
+from ..workload import check_storage_url, load_workload
 from .common import positive_float, positive_int
 
 
@@ -49,6 +50,11 @@ def make_job(args: argparse.Namespace) -> Job:
             "time_s": args.time if args.time is not None else workload.budget.time_s,
         })
         workload = workload.model_copy(update={"budget": budget})
+    if args.storage is not None:
+        try:
+            check_storage_url(args.storage)
+        except ValueError as err:
+            raise InputError(f"--storage: {err}") from None
     study = args.study or name
     out = Path(args.out) if args.out else Path("servopt-runs") / study
     return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name)
