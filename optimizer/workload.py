@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from ..costmodels.deployment import SpeculativeMethod
+from ..costmodels.deployment import MAX_ENGINES, SpeculativeMethod
 from ..costmodels.errors import MAX_TOKENS, Name, Seconds, Spec, validate_spec
 from ..costmodels.hardware import GPUPrice
 from ..costmodels.serving.slo import SLO
@@ -111,7 +111,8 @@ class GPUChoice(Spec):
 
 
 class Limits(Spec):
-    max_gpus: int = Field(default=64, ge=1, le=4096, description="the whole fleet, all replicas and roles")
+    max_gpus: int = Field(default=64, ge=1, le=MAX_ENGINES,
+                          description="the whole fleet, all replicas and roles (at most the engines servopt simulates)")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="default: each GPU's catalog value")
 
 
