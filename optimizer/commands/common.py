@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ...costmodels.deployment import Deployment
 from ...costmodels.errors import validate_spec
+from ...costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS
 from ...costmodels.userfiles import read_yaml_mapping, shown
 
 
@@ -20,13 +21,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def request_count(text: str) -> int:
+    """Requests to simulate: a positive integer up to what one run can hold."""
+    value = positive_int(text)
+    if value > MAX_BENCHMARK_REQUESTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BENCHMARK_REQUESTS:,} requests in one run, got {value:,}")
+    return value
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {value}")
     return value
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import optuna
 
-from ...costmodels.errors import InputError
+from ...costmodels.errors import InputError, validate_spec
 from ...results import explain_empty, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from ..job import Job
-from ..workload import check_storage_url, load_workload
+from ..workload import Budget, check_storage_url, load_workload
 from .common import positive_float, positive_int
 
 
@@ -45,10 +45,10 @@ def make_job(args: argparse.Namespace) -> Job:
     else:
         workload, name = load_workload(args.workload), Path(args.workload).stem
     if args.trials is not None or args.time is not None:
-        budget = workload.budget.model_copy(update={
+        budget = validate_spec(Budget, {
             "trials": args.trials if args.trials is not None else workload.budget.trials,
             "time_s": args.time if args.time is not None else workload.budget.time_s,
-        })
+        }, "--trials/--time: budget")
         workload = workload.model_copy(update={"budget": budget})
     if args.storage is not None:
         try:

@@ -14,7 +14,7 @@ from ...costmodels.hardware import load_catalog
 from ...costmodels.serving import estimate, simulate
 from ...costmodels.serving.traffic import Traffic
 from ..workload import load_workload
-from .common import add_hardware_args, load_deployment, positive_int
+from .common import add_hardware_args, load_deployment, request_count
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("workload", metavar="WORKLOAD.yaml", help="workload file (model, traffic, slo)")
     parser.add_argument("--deployment", required=True, metavar="DEPLOYMENT.yaml", help="deployment file")
-    parser.add_argument("--requests", type=positive_int, default=None,
+    parser.add_argument("--requests", type=request_count, default=None,
                         help="requests to simulate (default: grow until P99 is stable; a trace: its length; "
                              "a benchmark run: concurrency x requests_per_client)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
