@@ -11,17 +11,17 @@ the physical bounds several models share.
 
 Example:
     >>> class Demo(Spec):
-    ...     replicas: Count = 1
+    ...     prompt_tokens: Tokens = 1
     ...     rate_per_s: float = 1.0
-    >>> for bad in ({"replicas": True}, {"rate_per_s": "1.0"}, {"rate_per_s": float("inf")}, {"replica": 2}):
+    >>> for bad in ({"prompt_tokens": True}, {"rate_per_s": "1.0"}, {"rate_per_s": float("inf")}, {"prompt": 2}):
     ...     try:
     ...         validate_spec(Demo, bad, "demo.yaml")
     ...     except InputError as err:
     ...         print(err)
-    demo.yaml: replicas: expected a whole number, not a true/false value (got true)
+    demo.yaml: prompt_tokens: expected a whole number, not a true/false value (got true)
     demo.yaml: rate_per_s: expected a number, not text (got '1.0')
     demo.yaml: rate_per_s: must be a finite number (got inf)
-    demo.yaml: replica: unknown key (check its spelling)
+    demo.yaml: prompt: unknown key (check its spelling)
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-# Shared field types. Counts are whole numbers >= 1; Name is a catalog name, id or path.
-Count = Annotated[int, Field(ge=1, le=MAX_INT)]
+# Shared field types. Name is a catalog name, id or path.
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Seconds = Annotated[float, Field(gt=0, le=365 * 86400.0)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")]
