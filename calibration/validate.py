@@ -103,7 +103,7 @@ class KernelValidator(Validator):
         if op in ("context_attention", "generation_attention"):
             return AttentionFit("prefill" if op == "context_attention" else "decode")
         if op == "all_reduce":
-            return AllReduceFit([int(num_gpus)])
+            return AllReduceFit()
         if op in ("elementwise", "memcpy"):
             return ElementwiseFit()
         return None

@@ -78,6 +78,8 @@ class Deployment(BaseModel):
     gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=1)
+    kv_cache_memory_gib: float | None = Field(
+        default=None, gt=0, description="KV cache per GPU (vLLM's --kv-cache-memory); default: what gpu_memory_utilization leaves")
     block_size: int = Field(default=BLOCK_SIZE, ge=1)
     speculative: SpeculativeConfig | None = None
     disaggregation: DisaggregationConfig | None = None
@@ -85,6 +87,8 @@ class Deployment(BaseModel):
     internode_gbps: float = Field(default=50.0, gt=0, description="link between nodes for PP sends, GB/s")
     vllm_version: str | None = Field(
         default=None, description="the vLLM release serving it (its defaults and scheduling); default: servopt's target")
+    frontend: Literal["vllm", "dynamo"] = Field(
+        default="vllm", description="the HTTP front end: vLLM's API server (one tokenizer thread) or Dynamo's (parallel)")
 
     @model_validator(mode="before")
     @classmethod

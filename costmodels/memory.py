@@ -279,11 +279,14 @@ def plan_memory(
     max_model_len: int | None = None,
     extra_weights_bytes_per_gpu: float = 0.0,
     extra_kv_bytes_per_token_per_gpu: float = 0.0,
+    kv_cache_memory_bytes: float | None = None,
 ) -> MemoryPlan:
     """Memory of one replica (tp x pp GPUs) as vLLM lays it out.
 
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
+    ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory``, per GPU) sizes the KV cache directly
+    instead of what ``gpu_memory_utilization`` leaves.
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -299,6 +302,8 @@ def plan_memory(
     non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp > 1 else 0.0)
     budget = gpu_memory_utilization * gpu.memory_bytes
     kv_cache = budget - weights.per_gpu_bytes - extra_weights_bytes_per_gpu - activations - non_torch
+    if kv_cache_memory_bytes is not None:
+        kv_cache = kv_cache_memory_bytes
     # A block id covers block_size tokens in one layer of every group (group_size layers).
     block_bytes = block_size * (per_layer * layout.group_size + extra_kv_bytes_per_token_per_gpu)
     blocks = max(int(kv_cache // block_bytes), 0)

@@ -36,7 +36,13 @@ from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
-from .vllm_defaults import MAX_CUDAGRAPH_TOKENS, allreduce_limits, async_scheduling, parse_vllm_version
+from .vllm_defaults import (
+    MAX_CUDAGRAPH_TOKENS,
+    allreduce_limits,
+    async_scheduling,
+    engine_generation,
+    parse_vllm_version,
+)
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
@@ -190,7 +196,8 @@ class StepCostModel:
         self._full_layers = m.num_layers - self._sliding_layers
         self._spans_nodes = tp * self.pp > self.gpu.gpus_per_node
         self._version = parse_vllm_version(self.vllm_version)
-        self._async = async_scheduling(self._version, self.pp)
+        self._engine = engine_generation(self._version, self.pp)
+        self._async = self._engine == "v1" and async_scheduling(self._version, self.pp)
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._precompute_attention()
@@ -436,7 +443,7 @@ class StepCostModel:
         parts = [part for kind in self._attention_parts(agg).values() for part in kind]
         attention = sum(t for t, _, _, _ in parts)
         gpu_s = token_s + attention + self.lm_head_time_s(agg.num_sampled)
-        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async)
+        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async, self._engine)
         if not return_compute_bound:
             return total
         compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
@@ -507,7 +514,7 @@ class StepCostModel:
         breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
         memory_s = sum(breakdown.values()) - compute_s
         breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled, sum(breakdown.values()),
-                                                                      self._async)[0])
+                                                                      self._async, self._engine)[0])
         return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
@@ -594,7 +601,7 @@ class ScalarStepTime:
                      c._dec_overhead_per_seq)
         self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
                      c._pre_overhead, c._pre_overhead_per_seq)
-        self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
+        self._overhead = c.profile.engine_cpu_s(c._engine) if include_overhead else (0.0, 0.0)
         self._async = c._async
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
