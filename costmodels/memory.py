@@ -31,7 +31,7 @@ import numpy as np
 from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GIB, GPUSpec
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, kv_bytes_per_value
+from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, kv_bytes_per_value
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -107,7 +107,7 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
     when TP exceeds the KV heads. Embeddings sit on the first stage and the LM head on the last.
     """
     _check_parallel(model, tp, pp)
-    scheme = get_scheme(quantization)
+    scheme = model.weight_scheme(quantization)  # a checkpoint's own group size and zero points
     dense_bytes = MODEL_DTYPE_BYTES[model.dtype]
     h = model.hidden_size
     attention = model.attention_params_per_layer
@@ -138,8 +138,9 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
 
 
 def kv_bytes_per_token_per_layer_per_gpu(model: ModelSpec, kv_cache_dtype: str, tp: int = 1) -> float:
-    """Bytes one token adds to one layer's KV cache on one TP rank."""
-    value_bytes = kv_bytes_per_value(kv_cache_dtype, model.dtype)
+    """Bytes one token adds to one layer's KV cache on one TP rank ('auto' as vLLM resolves it
+    for this checkpoint: fp8 when it carries FP8 KV scales)."""
+    value_bytes = kv_bytes_per_value(model.kv_cache_dtype(kv_cache_dtype), model.dtype)
     if model.mla is not None:
         return model.mla.cache_dim * value_bytes
     return 2 * kv_heads_per_rank(model, tp) * model.head_dim * value_bytes
