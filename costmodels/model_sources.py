@@ -18,8 +18,8 @@ Example:
     >>> try:
     ...     check_model_id("x$(touch f)/Llama-3.1-8B-Instruct", "model")
     ... except InputError as err:
-    ...     print(str(err)[:60])
-    model: 'x$(touch f)/Llama-3.1-8B-Instruct' is not a Hugging Face
+    ...     print(str(err).split(" (")[0])
+    model: 'x$(touch f)/Llama-3.1-8B-Instruct' is not a Hugging Face id
 """
 
 from __future__ import annotations
