@@ -346,8 +346,11 @@ class ModelSpec(BaseModel):
 
 _SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma2", "gemma3", "gemma3_text",
-    "granite", "phi3", "deepseek_v2", "deepseek_v3", "gpt_oss",
+    "granite", "phi3", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
 )
+
+# Qwen vision-language checkpoints: the text model they wrap (vLLM serves the vision tower beside it).
+_QWEN_VL_TEXT = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
 
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "half": "float16",
            "fp16": "float16", "bf16": "bfloat16", "float": "float32"}
@@ -407,6 +410,36 @@ def _siglip_vision_params(vision: dict, text_hidden: int) -> int:
     return embeddings + layers * per_layer + 2 * h + head + projector
 
 
+def _qwen_vision_params(vision: dict, gated: bool) -> int:
+    """Parameters of a Qwen2.5-VL / Qwen3-VL vision tower and its patch merger(s).
+
+    Patch embedding (a 3D conv over ``temporal_patch_size`` frames), ``depth`` pre-norm blocks
+    (qkv and output projections with biases; Qwen2.5-VL's gated SiLU MLP with RMSNorms, Qwen3-VL's
+    two-layer GELU MLP with LayerNorms), Qwen3-VL's learned position embeddings, and the merger
+    that maps ``spatial_merge_size``^2 patches to the text width (Qwen3-VL adds one per
+    ``deepstack_visual_indexes`` entry).
+    """
+    h = int(vision.get("hidden_size") or vision.get("embed_dim") or 1280)
+    depth = int(vision.get("depth") or vision.get("num_hidden_layers") or 32)
+    inter = int(vision.get("intermediate_size") or 4 * h)
+    out = int(vision.get("out_hidden_size") or h)
+    patch = int(vision.get("patch_size") or 14)
+    frames = int(vision.get("temporal_patch_size") or 2)
+    channels = int(vision.get("in_channels") or vision.get("in_chans") or 3)
+    merge = int(vision.get("spatial_merge_size") or 2)
+    attention = 4 * h * h + 4 * h
+    if gated:
+        mlp, norms = 3 * h * inter + 2 * inter + h, 2 * h
+    else:
+        mlp, norms = 2 * h * inter + inter + h, 4 * h
+    merged = h * merge * merge
+    merger = merged * merged + merged + merged * out + out + (h if gated else 2 * h)
+    embed = channels * frames * patch * patch * h + (0 if gated else h)
+    positions = int(vision.get("num_position_embeddings") or 0) * h
+    deepstack = len(vision.get("deepstack_visual_indexes") or []) * merger
+    return embed + positions + depth * (attention + mlp + norms) + merger + deepstack
+
+
 def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: int, has_sliding: bool) -> int:
     """cos/sin values of the RoPE tables vLLM's ``get_rope`` precomputes (one per distinct RoPE).
 
@@ -456,11 +489,23 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         if isinstance(config.get("vision_config"), dict):
             vision = config["vision_config"]
         config = {**text, "model_type": "gemma3"}
+    vision_family = None
+    if family in _QWEN_VL_TEXT:
+        # Newer configs nest the text model in text_config; Qwen2.5-VL's original keeps it on top.
+        text = {**config.get("text_config", config)}
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key in config and key not in text:
+                text[key] = config[key]
+        vision_family, vision = family, config.get("vision_config") if isinstance(config.get("vision_config"), dict) else None
+        config = {**text, "model_type": _QWEN_VL_TEXT[family]}
+        family = config["model_type"]
     if family not in _SUPPORTED_FAMILIES:
         raise InputError(
             f"{source}: model_type '{family}' is not supported; supported: {', '.join(_SUPPORTED_FAMILIES)}"
         )
     family = "gemma3" if family == "gemma3_text" else family
+    # Kimi K2 is DeepSeek-V3's architecture under another name (vLLM serves it with the same class).
+    family = "deepseek_v3" if family == "kimi_k2" else family
     if family == "gemma3":
         config = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
     heads = _int(config, "num_attention_heads", source)
@@ -492,7 +537,8 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3"),
     }
     if vision is not None:
-        fields["extra_params"] = _siglip_vision_params(vision, hidden)
+        fields["extra_params"] = (_qwen_vision_params(vision, gated=vision_family == "qwen2_5_vl") if vision_family
+                                  else _siglip_vision_params(vision, hidden))
     # Per-family biases. Qwen2 hard-codes q/k/v biases (its config has no attention_bias key) but
     # not on o_proj. Phi-3 has none (its fused qkv_proj / gate_up_proj hold the same weights as
     # separate projections). gpt-oss puts biases on q/k/v and on o_proj.
