@@ -288,7 +288,13 @@ RESOLUTION = [
     ("mistralai/Mistral-7B-Instruct-v0.1", "mistralai/Mistral-7B-v0.1", None),
     ("mistralai/Mistral-7B-Instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2", None),
     ("mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-v0.3", None),
-    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistralai/Mistral-Small-24B-Base-2501", None),
+    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistralai/Mistral-Small-24B-Instruct-2501", None),
+    ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-3.1-24B-Instruct-2503", None),
+    ("ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-instruct", None),
+    ("meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", None),
+    ("Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-3B-Instruct", None),
+    ("moonshotai/Kimi-Dev-72B", "moonshotai/Kimi-Dev-72B", None),
+    ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-8B-Instruct", None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1", None),
     ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B", None),
     ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B", None),
@@ -308,7 +314,7 @@ RESOLUTION = [
     ("TheBloke/Mistral-7B-Instruct-v0.2-AWQ", "mistralai/Mistral-7B-Instruct-v0.2", "awq"),
     ("Qwen/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B", "awq"),
     ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "Qwen/Qwen2.5-72B", "gptq"),
-    ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B", "fp8"),
+    ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B-FP8", "fp8"),
     ("RedHatAI/gemma-2-9b-it-FP8", "google/gemma-2-9b-it", "fp8"),
 ]
 
