@@ -276,13 +276,13 @@ def render_readme(plan: dict[str, Any], scripts: dict[str, str]) -> str:
     multi_node = plan["num_nodes"] > 1
     for name in sorted(s for s in scripts if s.startswith("node-")):
         node = int(name.split("-")[1].split(".")[0])
-        args = ""
+        args, why = "", ""
         if "HEAD_ADDRESS" in scripts[name]:
-            args = " HEAD_ADDRESS  (the address of the node running the stage's head)"
+            args, why = " HEAD_ADDRESS", " (HEAD_ADDRESS: the address of the node running the stage's head)"
         elif "NODE_ADDRESS" in scripts[name]:
-            args = " NODE_ADDRESS  (this node's address, reachable from the other nodes for the KV transfer)"
+            args, why = " NODE_ADDRESS", " (NODE_ADDRESS: this node's address, reachable by the others for the KV transfer)"
         where = f"on node {node}" if multi_node else "on the GPU machine"
-        lines.append(f"{step}. `bash {name}{args}` {where}.")
+        lines.append(f"{step}. `bash {name}{args}` {where}{why}.")
         step += 1
     if "router.sh" in scripts:
         nodes = "".join(f" NODE{n}" for n in range(plan["num_nodes"])) if multi_node else ""
