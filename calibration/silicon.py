@@ -10,8 +10,8 @@ by aiconfigurator's generator, served, and benchmarked with aiperf. The aiconfig
   ``--max-num-batched-tokens b + ISL + 1500``, ``--max-model-len ISL + OSL + 1500`` and
   ``--no-enable-prefix-caching`` (the budget and context flags reach ``vllm serve`` since 2026-01-08,
   #238; the dated vLLM rows of the same source were measured on 2026-01-23 and 25). Everything else is vLLM's
-  default: ``gpu_memory_utilization`` 0.9 (up to vLLM 0.19), chunked prefill, no async scheduling
-  before vLLM 0.14.
+  default for the row's vLLM version (:mod:`servopt.costmodels.vllm_defaults`): ``gpu_memory_utilization``
+  0.9 (up to vLLM 0.19), chunked prefill, no async scheduling before vLLM 0.14.
 - **Client.** The aiperf request count is not recorded with the rows, so it is taken from the
   pipeline that deployed and benchmarked generated configurations at the time: aiconfigurator's
   ``aiconfigurator eval`` (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``, from #57,
@@ -58,8 +58,6 @@ from ..costmodels.serving.traffic import Traffic
 GENERATOR_MARGIN_TOKENS = 1500
 # aiperf --request-count C x 10: aiconfigurator's eval pipeline and Dynamo's perf.sh (module docstring).
 REQUESTS_PER_CLIENT = 10
-# vLLM's default before 0.20 (the rows ran vLLM 0.12).
-GPU_MEMORY_UTILIZATION = 0.9
 # The shipped serving overheads are fitted to the rows of this ISL; the others are held out.
 SERVING_FIT_ISL = 1024
 
@@ -89,7 +87,7 @@ def silicon_run(row: dict, gpu: str | None = None, requests_per_client: int = RE
         quantization="fp8" if precision == "fp8" else None,
         max_num_seqs=batch, max_num_batched_tokens=batch + isl + GENERATOR_MARGIN_TOKENS,
         max_model_len=isl + osl + GENERATOR_MARGIN_TOKENS, enable_prefix_caching=False,
-        gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
+        vllm_version=str(row.get("backend_version") or "0.12.0"),
     )
     traffic = Traffic.model_validate({
         "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": requests_per_client},

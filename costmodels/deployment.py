@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .quantization import WeightScheme
-from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION
+from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, gpu_memory_utilization, parse_vllm_version
 
 SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
 
@@ -76,13 +76,24 @@ class Deployment(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1, description="default: vLLM's for the GPU")
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
+                                          description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=1)
     block_size: int = Field(default=BLOCK_SIZE, ge=1)
     speculative: SpeculativeConfig | None = None
     disaggregation: DisaggregationConfig | None = None
     router: Literal["least_outstanding", "round_robin"] = "least_outstanding"
     internode_gbps: float = Field(default=50.0, gt=0, description="link between nodes for PP sends, GB/s")
+    vllm_version: str | None = Field(
+        default=None, description="the vLLM release serving it (its defaults and scheduling); default: servopt's target")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_defaults(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("gpu_memory_utilization") is None and data.get("vllm_version"):
+            version = parse_vllm_version(data.get("vllm_version"))
+            data = {**data, "gpu_memory_utilization": gpu_memory_utilization(version)}
+        return data
 
     @model_validator(mode="after")
     def _check_limits(self) -> Deployment:

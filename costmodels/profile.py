@@ -125,31 +125,63 @@ class AttentionEfficiency(BaseModel):
         return self.compute_efficiency * q / (q + self.half_efficiency_query_tokens)
 
 
-class CollectiveModel(BaseModel):
-    """All-reduce time = latency + bytes x 2(n-1)/n / (link bandwidth x efficiency).
+class CollectiveCurve(BaseModel):
+    """Measured latency of one all-reduce implementation against message size, per GPU count.
 
-    ``bandwidth_efficiency_by_gpus`` overrides the efficiency for a GPU count (fitted per count:
-    NVSwitch rings of 2, 4 and 8 GPUs reach different shares of the link).
+    ``points[n]`` holds (message bytes, latency in seconds) measured over ``n`` GPUs whose link
+    carries ``link_gbps`` GB/s per direction. Between measured sizes the latency is interpolated
+    linearly in log-log (a collective's protocol changes with size: a flat launch-and-sync floor,
+    then a ramp, then the link's bandwidth); below the smallest size it stays at that latency, above
+    the largest it grows in proportion to the bytes. On another link (a GPU of another fabric, a
+    group that spans nodes) a message costs what a message larger by the link ratio costs on this
+    one: the curve keeps its shape and its bandwidth scales. A GPU count that was not measured takes
+    the nearest one, with the bytes scaled by the ring's 2(n-1)/n wire factor.
+
+    Example:
+        >>> curve = CollectiveCurve(link_gbps=450, points={8: [(1e3, 5e-6), (1e6, 1e-5), (1e8, 4e-4)]})
+        >>> [round(float(curve.time_s(b, 8)) * 1e6, 1) for b in (10, 1e6, 2e8)]
+        [5.0, 10.0, 800.0]
+        >>> round(float(curve.time_s(1e8, 8, link_gbps=45)) * 1e3, 1)
+        4.0
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    latency_s: dict[int, float] = Field(description="latency by number of GPUs")
-    bandwidth_efficiency: float = Field(gt=0, le=1.5)
-    bandwidth_efficiency_by_gpus: dict[int, float] = Field(default_factory=dict)
+    link_gbps: float = Field(gt=0, description="per-direction link bandwidth where the points were measured")
+    points: dict[int, list[tuple[float, float]]] = Field(min_length=1, description="GPU count -> (bytes, seconds)")
 
-    def _nearest(self, table: dict[int, float], num_gpus: int) -> float:
-        if num_gpus in table:
-            return table[num_gpus]
-        return table[min(sorted(table), key=lambda n: abs(n - num_gpus))]
+    @model_validator(mode="after")
+    def _check_points(self) -> CollectiveCurve:
+        for count, pairs in self.points.items():
+            if count < 2 or not pairs:
+                raise ValueError("points need at least one (bytes, seconds) pair for a GPU count of 2 or more")
+            sizes = [b for b, _ in pairs]
+            if any(b <= 0 or t <= 0 for b, t in pairs) or any(y <= x for x, y in zip(sizes, sizes[1:])):
+                raise ValueError(f"points for {count} GPUs need positive bytes and seconds, sizes increasing")
+        return self
 
-    def latency_for(self, num_gpus: int) -> float:
-        return self._nearest(self.latency_s, num_gpus)
+    @staticmethod
+    def _wire(num_gpus: int) -> float:
+        return 2.0 * (num_gpus - 1) / num_gpus
 
-    def efficiency_for(self, num_gpus: int) -> float:
-        if not self.bandwidth_efficiency_by_gpus:
-            return self.bandwidth_efficiency
-        return self._nearest(self.bandwidth_efficiency_by_gpus, num_gpus)
+    def time_s(self, message_bytes: ArrayLike, num_gpus: int, link_gbps: float | None = None) -> np.ndarray:
+        """Latency of all-reducing ``message_bytes`` over ``num_gpus`` GPUs (on a link of ``link_gbps``)."""
+        count = min(self.points, key=lambda n: (abs(n - num_gpus), n))
+        scale = (link_gbps and self.link_gbps / link_gbps) or 1.0
+        scale *= self._wire(num_gpus) / self._wire(count)
+        sizes, times = (np.asarray(v, dtype=float) for v in zip(*self.points[count]))
+        message = np.maximum(np.asarray(message_bytes, dtype=float) * scale, 1.0)
+        inside = np.exp(np.interp(np.log(message), np.log(sizes), np.log(times)))
+        # Past the largest size the last segment's cost per byte (at least the link's) holds.
+        return np.where(message > sizes[-1], times[-1] * message / sizes[-1], inside)
+
+
+def textbook_allreduce(link_gbps: float, counts: tuple[int, ...] = (2, 4, 8)) -> dict[str, CollectiveCurve]:
+    """NCCL-like curves for a fabric nobody measured: 15 us plus the ring's bytes at 70% of the link."""
+    sizes = 2.0 ** np.arange(10, 31, 2)
+    points = {n: [(float(b), 15e-6 + float(b) * 2 * (n - 1) / n / (0.7 * link_gbps * 1e9)) for b in sizes]
+              for n in counts}
+    return {"nccl": CollectiveCurve(link_gbps=link_gbps, points=points)}
 
 
 # Textbook shapes for a GPU nobody measured: Hopper-like GEMM ramp in M, no N/K dependence.
@@ -171,7 +203,8 @@ class PerformanceProfile(BaseModel):
     gemm: dict[str, GemmEfficiency] = Field(description="by math dtype: bf16, fp16, fp8, int8, ...")
     attention_prefill: AttentionEfficiency
     attention_decode: AttentionEfficiency
-    allreduce: CollectiveModel
+    allreduce: dict[str, CollectiveCurve] = Field(
+        min_length=1, description="measured curves by implementation: custom_graph, custom_eager, symm_mem, nccl")
     elementwise_memory_efficiency: float = Field(gt=0, le=1.2)
     elementwise_overhead_s: float = Field(ge=0)
     weight_only_compute_factor: float = Field(
@@ -199,8 +232,8 @@ class PerformanceProfile(BaseModel):
         With a ``reference`` profile fitted on a GPU of the same generation (``reference_gpu``),
         the efficiencies (fractions of each datasheet peak) are transferred: the same kernels reach
         about the same share of a similar chip's peak. Fixed overheads (launch latency) carry over
-        unchanged; all-reduce latencies scale with the link speed ratio's square root (a crude guess
-        for a different fabric). Without one, textbook efficiencies are used.
+        unchanged; the all-reduce curves keep their shape with their bandwidth scaled to this GPU's
+        link (:class:`CollectiveCurve`). Without one, textbook efficiencies are used.
 
         Example:
             >>> from servopt.costmodels.hardware import get_gpu
@@ -209,17 +242,10 @@ class PerformanceProfile(BaseModel):
             (False, True)
         """
         if reference is not None and reference_gpu is not None:
-            link_ratio = reference_gpu.interconnect_gbps / gpu.interconnect_gbps
-            same_link = np.isclose(link_ratio, 1.0)
-            allreduce = reference.allreduce if same_link else CollectiveModel(
-                latency_s={n: lat * float(np.sqrt(link_ratio)) for n, lat in reference.allreduce.latency_s.items()},
-                bandwidth_efficiency=reference.allreduce.bandwidth_efficiency,
-                bandwidth_efficiency_by_gpus=reference.allreduce.bandwidth_efficiency_by_gpus,
-            )
             bf16 = reference.gemm_efficiency("bf16")
             gemm = {dtype: reference.gemm.get(dtype, bf16) for dtype in gpu.peak_tflops}
             return reference.model_copy(update={
-                "gpu": gpu.name, "calibrated": False, "gemm": gemm, "allreduce": allreduce, "fit_report": {},
+                "gpu": gpu.name, "calibrated": False, "gemm": gemm, "fit_report": {},
                 "source": (f"spec-derived defaults for the {gpu.display_name} (uncalibrated): efficiencies of the "
                            f"fitted {reference_gpu.display_name} profile ({reference.source}) applied to this "
                            "GPU's datasheet peaks"),
@@ -234,7 +260,7 @@ class PerformanceProfile(BaseModel):
                 compute_efficiency=0.55, memory_efficiency=0.7, overhead_s=8e-6, half_efficiency_query_tokens=256
             ),
             attention_decode=AttentionEfficiency(compute_efficiency=0.3, memory_efficiency=0.7, overhead_s=6e-6),
-            allreduce=CollectiveModel(latency_s={2: 12e-6, 4: 16e-6, 8: 22e-6}, bandwidth_efficiency=0.7),
+            allreduce=textbook_allreduce(gpu.interconnect_gbps),
             elementwise_memory_efficiency=0.6,
             elementwise_overhead_s=2e-6,
             step_overhead_s=2.5e-3,
@@ -298,14 +324,20 @@ class PerformanceProfile(BaseModel):
         overhead = eff.overhead_s * kernels + eff.per_seq_overhead_s * np.asarray(num_seqs, dtype=float)
         return np.where(kernels > 0, busy + overhead, 0.0)
 
-    def allreduce_time_s(self, gpu: GPUSpec, message_bytes: ArrayLike, num_gpus: int, link_bytes_per_s: float | None = None) -> np.ndarray:
-        """Ring all-reduce of ``message_bytes`` over ``num_gpus`` GPUs (zero for one GPU)."""
+    def allreduce_time_s(self, gpu: GPUSpec, message_bytes: ArrayLike, num_gpus: int, implementation: str = "nccl",
+                         link_bytes_per_s: float | None = None) -> np.ndarray:
+        """All-reduce of ``message_bytes`` over ``num_gpus`` GPUs by ``implementation`` (zero for one GPU).
+
+        An implementation the profile has no curve for falls back to NCCL's (the one every
+        collective benchmark measures). ``link_bytes_per_s``: the group's link when it is not this
+        GPU's own (a group across nodes).
+        """
         message_bytes = np.asarray(message_bytes, dtype=float)
         if num_gpus <= 1:
             return np.zeros_like(message_bytes)
-        link = link_bytes_per_s or gpu.interconnect_bytes_per_s
-        wire = message_bytes * 2 * (num_gpus - 1) / num_gpus
-        return self.allreduce.latency_for(num_gpus) + wire / (link * self.allreduce.efficiency_for(num_gpus))
+        curve = self.allreduce.get(implementation) or self.allreduce.get("nccl") or next(iter(self.allreduce.values()))
+        link = (link_bytes_per_s or gpu.interconnect_bytes_per_s) / 1e9
+        return curve.time_s(message_bytes, num_gpus, link_gbps=link)
 
     def p2p_time_s(self, message_bytes: ArrayLike, link_bytes_per_s: float) -> np.ndarray:
         """Point-to-point send between pipeline stages."""
@@ -316,6 +348,15 @@ class PerformanceProfile(BaseModel):
         bw = gpu.memory_bandwidth_bytes_per_s * self.elementwise_memory_efficiency
         return np.asarray(bytes_moved, dtype=float) / bw + self.elementwise_overhead_s * kernels
 
-    def step_overhead(self, num_seqs: ArrayLike) -> np.ndarray:
-        """Framework time per engine step that no GPU kernel accounts for."""
-        return self.step_overhead_s + self.step_overhead_per_seq_s * np.asarray(num_seqs, dtype=float)
+    def step_overhead(self, num_seqs: ArrayLike, gpu_step_s: ArrayLike = 0.0, async_scheduling: bool = False) -> np.ndarray:
+        """Framework time a step adds to its GPU time ``gpu_step_s``.
+
+        The engine's CPU work per step (scheduling, input preparation, output processing) costs
+        ``step_overhead_s + step_overhead_per_seq_s x sequences``. Without async scheduling the GPU
+        waits for all of it; with it, the next step is scheduled while the GPU runs this one, so only
+        the part longer than the GPU step shows.
+        """
+        cpu = self.step_overhead_s + self.step_overhead_per_seq_s * np.asarray(num_seqs, dtype=float)
+        if not async_scheduling:
+            return cpu
+        return np.maximum(cpu - np.asarray(gpu_step_s, dtype=float), 0.0)

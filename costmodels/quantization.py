@@ -62,13 +62,15 @@ class QuantScheme:
     weight_only: bool
     vllm_quantization: str | None
     description: str
+    # vLLM's fp8 without calibrated scales takes one scale per tensor from each activation's maximum.
+    dynamic_per_tensor_activations: bool = False
 
 
 SCHEMES: dict[str, QuantScheme] = {
     "bf16": QuantScheme("bf16", 2.0, "bf16", False, None, "unquantized bfloat16"),
     "fp16": QuantScheme("fp16", 2.0, "fp16", False, None, "unquantized float16"),
     "fp32": QuantScheme("fp32", 4.0, "fp32", False, None, "unquantized float32"),
-    "fp8": QuantScheme("fp8", 1.0, "fp8", False, "fp8", "FP8 W8A8 (e4m3, dynamic activation scales)"),
+    "fp8": QuantScheme("fp8", 1.0, "fp8", False, "fp8", "FP8 W8A8 (e4m3, dynamic activation scales)", True),
     "int8": QuantScheme("int8", 1.0, "int8", False, "compressed-tensors", "INT8 W8A8 (SmoothQuant/GPTQ)"),
     "awq": QuantScheme("awq", _INT4_GROUP_BYTES, "bf16", True, "awq_marlin", "AWQ INT4 weight-only, group 128"),
     "gptq": QuantScheme("gptq", _INT4_GROUP_BYTES, "bf16", True, "gptq_marlin", "GPTQ INT4 weight-only, group 128"),

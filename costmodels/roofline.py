@@ -36,10 +36,24 @@ from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
+from .vllm_defaults import MAX_CUDAGRAPH_TOKENS, allreduce_limits, async_scheduling, parse_vllm_version
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
 ELEMENTWISE_KERNELS_PER_LAYER = 5
+# Values a fused residual add + RMSNorm moves per hidden element: it reads the input and the
+# residual and writes the new residual and the normalized output.
+ADD_NORM_VALUES = 4
+
+
+def activation_quant_bytes(m: np.ndarray | float, k: float, dynamic_per_tensor: bool) -> np.ndarray:
+    """Bytes that quantizing an [m, k] bf16 activation to 8 bits moves on its own.
+
+    vLLM's fp8 linear layer (``scaled_fp8_quant``) reads the bf16 input and writes 8-bit values; a
+    dynamic per-tensor scale first needs the absolute maximum of the whole tensor, one more read.
+    """
+    passes = 2 if dynamic_per_tensor else 1
+    return np.asarray(m, dtype=float) * k * (2.0 * passes + 1.0)
 
 
 @dataclass(frozen=True)
@@ -139,7 +153,10 @@ class StepCostModel:
     """The precompiled step-time model of one deployment (one TP x PP replica).
 
     Build one per (model, GPU, profile, quantization, KV dtype, TP, PP) and reuse it.
-    ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes.
+    ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes (and
+    for TP all-reduces when one TP group does). ``vllm_version`` selects the vLLM behaviour that
+    changes step times (:mod:`.vllm_defaults`: which all-reduce runs, async scheduling); None is
+    the version servopt's exports target.
     """
 
     model: ModelSpec
@@ -150,6 +167,7 @@ class StepCostModel:
     tp: int = 1
     pp: int = 1
     internode_bytes_per_s: float = 50e9
+    vllm_version: str | None = None
     _table_s: np.ndarray = field(init=False, repr=False)
     _table_compute_s: np.ndarray = field(init=False, repr=False)
 
@@ -172,6 +190,10 @@ class StepCostModel:
         self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
         self._full_layers = m.num_layers - self._sliding_layers
         self._spans_nodes = tp * self.pp > self.gpu.gpus_per_node
+        self._version = parse_vllm_version(self.vllm_version)
+        self._async = async_scheduling(self._version, self.pp)
+        # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
+        self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._precompute_attention()
         self._table_s = np.zeros(1)
         self._table_compute_s = np.zeros(1)
@@ -259,7 +281,7 @@ class StepCostModel:
     def _elementwise(self, tokens: np.ndarray) -> _OpCost:
         m = self.model
         per_layer_values = (
-            4 * m.hidden_size + 6 * m.hidden_size  # two fused add+norm (read x, residual; write both)
+            2 * ADD_NORM_VALUES * m.hidden_size  # two fused residual add + RMSNorm (replicated on every rank)
             + 2 * (m.q_dim + 2 * m.kv_dim) / self.tp  # RoPE reads and writes q, k
             + 3 * (m.intermediate_size if m.moe is None else m.moe.expert_intermediate_size * m.moe.experts_per_token)
             / self.tp  # activation: read gate and up, write the product
@@ -269,10 +291,48 @@ class StepCostModel:
         memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
+    def _activation_quant(self, tokens: np.ndarray) -> _OpCost | None:
+        """Quantizing the inputs of the 8-bit GEMMs (fp8/int8 W8A8).
+
+        In vLLM's compiled graph a static or per-token quantization is fused into the kernel that
+        produces the input (the RMSNorm, the activation): it costs nothing of its own. A dynamic
+        per-tensor scale (vLLM's fp8 without calibrated scales) needs the tensor's absolute maximum
+        before any value can be written: one more read of the input, in one more kernel.
+        """
+        if not self._quantizes_activations or not self._scheme.dynamic_per_tensor_activations:
+            return None
+        inputs = sum(op.count * op.k for op in self._linears if op.quantized)
+        if self.model.moe is not None:
+            inputs += self.model.num_moe_layers * (self.model.hidden_size + self.model.moe.expert_intermediate_size
+                                                   / self.tp * self.model.moe.experts_per_token)
+        kernels = sum(op.count for op in self._linears if op.quantized)
+        bytes_moved = tokens * inputs * self._act_bytes
+        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, kernels)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
+
     def _communication(self, tokens: np.ndarray) -> _OpCost:
+        """Two all-reduces per layer (after attention and after the MLP), by the implementation vLLM
+        picks for each message size (:func:`~servopt.costmodels.vllm_defaults.allreduce_implementation`),
+        plus the sends between pipeline stages."""
         m = self.model
         message = tokens * m.hidden_size * self._act_bytes
-        time_s = 2 * m.num_layers * self.profile.allreduce_time_s(self.gpu, message, self.tp)
+        time_s = np.zeros_like(message)
+        if self.tp > 1:
+            across_nodes = self.tp > self.gpu.gpus_per_node
+            link = self.internode_bytes_per_s if across_nodes else None
+            custom_max, symm_max = allreduce_limits(self.tp, self.gpu, self._version, nvlink=not across_nodes)
+            custom = message <= custom_max
+            kinds = {
+                "custom_graph": custom & (tokens <= MAX_CUDAGRAPH_TOKENS),
+                "custom_eager": custom & (tokens > MAX_CUDAGRAPH_TOKENS),
+                "symm_mem": ~custom & (message <= symm_max),
+                "nccl": message > max(custom_max, symm_max),
+            }
+            for kind, mask in kinds.items():
+                if mask.any():
+                    time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
+            time_s = 2 * m.num_layers * time_s
         if self.pp > 1:
             link = self.internode_bytes_per_s if self._spans_nodes else self.gpu.interconnect_bytes_per_s
             time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
@@ -285,6 +345,9 @@ class StepCostModel:
         if experts is not None:
             ops["moe_experts"] = experts
         ops["norms_elementwise"] = self._elementwise(tokens)
+        quant = self._activation_quant(tokens)
+        if quant is not None:
+            ops["activation_quant"] = quant
         ops["tp_pp_communication"] = self._communication(tokens)
         return ops
 
@@ -373,7 +436,8 @@ class StepCostModel:
         token_s = self.token_ops_time_s(tokens)
         parts = [part for kind in self._attention_parts(agg).values() for part in kind]
         attention = sum(t for t, _, _, _ in parts)
-        total = token_s + attention + self.lm_head_time_s(agg.num_sampled) + self.profile.step_overhead(agg.num_sampled)
+        gpu_s = token_s + attention + self.lm_head_time_s(agg.num_sampled)
+        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async)
         if not return_compute_bound:
             return total
         compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
@@ -443,7 +507,8 @@ class StepCostModel:
             bytes_moved += sum(float(b[0]) for _, _, _, b in parts)
         breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
         memory_s = sum(breakdown.values()) - compute_s
-        breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled)[0])
+        breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled, sum(breakdown.values()),
+                                                                      self._async)[0])
         return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
@@ -531,6 +596,7 @@ class ScalarStepTime:
         self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
                      c._pre_overhead, c._pre_overhead_per_seq)
         self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
+        self._async = c._async
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
         self._grow(len(cost._table_s) - 1)
@@ -541,9 +607,15 @@ class ScalarStepTime:
         self._lm_head = self.cost.lm_head_time_s(np.arange(size)).tolist()
 
     def _fixed(self, num_tokens: int, num_sampled: int) -> float:
+        """GPU time of the token-count operators and the LM head."""
         if num_tokens >= len(self._tokens) or num_sampled >= len(self._tokens):
             self._grow(max(num_tokens, num_sampled))
-        return self._tokens[num_tokens] + self._lm_head[num_sampled] + self._overhead[0] + self._overhead[1] * num_sampled
+        return self._tokens[num_tokens] + self._lm_head[num_sampled]
+
+    def _with_overhead(self, gpu_s: float, num_sampled: int) -> float:
+        """The step's time: its GPU time plus the CPU time not hidden behind it (PerformanceProfile.step_overhead)."""
+        cpu_s = self._overhead[0] + self._overhead[1] * num_sampled
+        return gpu_s + (max(cpu_s - gpu_s, 0.0) if self._async else cpu_s)
 
     def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
                  decode_context: float, decode_context_windowed: float, prefill_pairs: float,
@@ -567,7 +639,7 @@ class ScalarStepTime:
                 pairs = prefill_pairs_windowed if windowed else prefill_pairs
                 kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
                 total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov + ov_seq * prefill_chunks)
-        return total
+        return self._with_overhead(total, num_sampled)
 
     def decode(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> float:
         """Time of a decode-only step of ``num_seqs`` sequences with summed context ``context``."""
@@ -575,7 +647,11 @@ class ScalarStepTime:
         return self(q, q, q, num_seqs, context, context_windowed, 0.0, 0.0, 0.0, 0.0, 0)
 
     def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> DecodeLine:
-        """The decode step time as a line in the summed context, in the regime that holds at ``context``."""
+        """The decode step time as a line in the summed context, in the regime that holds at ``context``.
+
+        Under async scheduling the CPU time that shows is evaluated at ``context`` and held along the
+        line (it shrinks as the contexts grow, so a long run is timed slightly long).
+        """
         q = num_seqs * query_per_seq
         intercept = self._fixed(q, q)
         cc, cm, cq, ov, ov_seq = self._dec
@@ -594,4 +670,6 @@ class ScalarStepTime:
             else:
                 slopes[windowed] = layers * compute_slope
                 intercept += layers * ov
+        gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
+        intercept += self._with_overhead(gpu_now, q) - gpu_now
         return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])

@@ -131,8 +131,7 @@ class Evaluator:
             p = self.problem
             self._cost_models[key] = StepCostModel(
                 p.ctx.models[model].spec_for(d.quantization), p.gpu(d.gpu), p.profile(d.gpu), d.quantization,
-                d.kv_cache_dtype, tp, d.pp,
-                internode_bytes_per_s=d.internode_gbps * 1e9,
+                d.kv_cache_dtype, tp, d.pp, internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
             )
         return self._cost_models[key]
 

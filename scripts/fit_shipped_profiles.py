@@ -35,6 +35,9 @@ DEFAULT_KERNELS = ROOT.parent / "shared" / "data" / "measured" / "kernel"
 DEFAULT_E2E = ROOT.parent / "shared" / "data" / "measured" / "e2e" / "silicon_dense_h100.csv"
 DEFAULT_OUT = ROOT / "calibration" / "profiles"
 GPUS = ["h100", "h200", "a100-80gb"]
+# A kernel family a GPU's tables lack (H200: no elementwise rows) comes from this fitted GPU of the
+# same generation, its efficiencies applied to the GPU's own peaks (PerformanceProfile.spec_default).
+TRANSFER_BASE = {"h200": "h100"}
 SERVING_GPU = "h100"  # the GPU of the end-to-end rows
 SERVING_SOURCE = ("the vLLM 0.12 closed-loop rows of aiconfigurator-core 0.12.0 systems/silicon_sample.csv "
                   f"(ISL {SERVING_FIT_ISL}; Apache-2.0)")
@@ -89,7 +92,10 @@ def main() -> None:
     profiles = {}
     for name in GPUS:
         gpu = get_gpu(name)
-        outcome = fit_profile(table, gpu, "vllm", args.holdout_fraction, source=f"{gpu.display_name}: {ATTRIBUTION}")
+        reference = TRANSFER_BASE.get(name)
+        base = PerformanceProfile.spec_default(gpu, profiles[reference], get_gpu(reference)) if reference else None
+        outcome = fit_profile(table, gpu, "vllm", args.holdout_fraction, base=base,
+                              source=f"{gpu.display_name}: {ATTRIBUTION}")
         profiles[name] = outcome.profile
         print(f"{name}: kernels")
         print(outcome.report.round(2).to_string(index=False))

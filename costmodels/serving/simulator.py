@@ -157,7 +157,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
             where = f"{name} instances (tp={tp}, pp={d.pp})" if name != "replica" else f"tp={tp}, pp={d.pp}"
             raise InputError(f"deployment does not fit in memory on {gpu.name} ({where}): " + "; ".join(plan.problems))
         cost = StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
-                             internode_bytes_per_s=d.internode_gbps * 1e9)
+                             internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version)
         limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
                               prefill_only=name == "prefill")
         roles.append(Role(name, instances, tp, limits, plan, StepTimePredictor(cost, spec)))
