@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..costmodels.errors import validate_spec
 from ..costmodels.hardware import GPUSpec, builtin_catalog
+from ..costmodels.outfiles import write_text
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_json
 
@@ -85,9 +86,6 @@ def write_profile(profile: PerformanceProfile, path: str | Path) -> Path:
     """Write a profile as indented JSON with 4 significant digits (validated again after rounding)."""
     data = _rounded(profile.model_dump(mode="json"))
     PerformanceProfile.model_validate(data)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # One line per list of numbers keeps the knots readable at a glance.
     text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", json.dumps(data, indent=1))
-    path.write_text(text + "\n")
-    return path
+    return write_text(path, text + "\n")

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .quantization import WeightScheme
 from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, gpu_memory_utilization, parse_vllm_version
 
 SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
@@ -67,7 +68,7 @@ class Deployment(BaseModel):
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1)
-    quantization: Literal["bf16", "fp16", "fp8", "int8", "awq", "gptq", "mxfp4"] | None = Field(
+    quantization: WeightScheme | None = Field(
         default=None, description="default: implied by the model id, else the model dtype"
     )
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"

@@ -35,7 +35,7 @@ from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .profile import PerformanceProfile, smooth_max
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
+from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
 from .vllm_defaults import (
     MAX_CUDAGRAPH_TOKENS,
     allreduce_limits,
@@ -182,11 +182,12 @@ class StepCostModel:
         check_supported(self.quantization, self.gpu)
         weight_bytes(self.model, self.quantization, self.tp, self.pp)  # validates tp/pp
         m, tp = self.model, self.tp
-        self._scheme = get_scheme(self.quantization)
+        # A pre-quantized checkpoint's own format (group size, zero points) sets its bytes per weight.
+        self._scheme = m.weight_scheme(self.quantization)
         self._dense_dtype = "fp16" if m.dtype == "float16" else "bf16"
         self._math = math_dtype(self.quantization, self.gpu)
-        # fp8 without native fp8 math (Ampere) runs as a weight-only kernel, like int4.
-        self._weight_only = self._scheme.weight_only or (self._scheme.name == "fp8" and self._math != "fp8")
+        # fp8 or nvfp4 without native math (Ampere; nvfp4 before Blackwell) run as weight-only kernels.
+        self._weight_only = runs_weight_only(self.quantization, self.gpu)
         self._act_bytes = float(MODEL_DTYPE_BYTES[m.dtype])
         self._heads = m.num_attention_heads / tp
         self._kv_layer_bytes = kv_bytes_per_token_per_layer_per_gpu(m, self.kv_cache_dtype, tp)
