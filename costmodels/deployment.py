@@ -103,3 +103,29 @@ class Deployment(BaseModel):
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_replica * self.replicas
+
+    def instance_gpus(self) -> list[int]:
+        """GPUs of each vLLM instance, replica by replica, prefill instances before decode ones."""
+        d = self.disaggregation
+        if d is None:
+            per_replica = [self.tp * self.pp]
+        else:
+            per_replica = [d.prefill_tp * self.pp] * d.prefill_instances + [d.decode_tp * self.pp] * d.decode_instances
+        return per_replica * self.replicas
+
+    def num_nodes(self, gpus_per_node: int) -> int:
+        """Nodes the fleet occupies when each instance goes whole onto the next node with room for it
+        (one that needs a node or more takes whole nodes of its own), as ``servopt export`` places them.
+
+        >>> Deployment(gpu="h100", tp=2, replicas=3).num_nodes(4)
+        2
+        """
+        nodes, used = 0, 0  # full nodes so far, GPUs taken on the open one
+        for gpus in self.instance_gpus():
+            if gpus >= gpus_per_node:
+                nodes, used = nodes + (1 if used else 0) + -(-gpus // gpus_per_node), 0
+            elif used + gpus > gpus_per_node:
+                nodes, used = nodes + 1, gpus
+            else:
+                used += gpus
+        return nodes + (1 if used else 0)
