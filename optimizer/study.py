@@ -138,8 +138,7 @@ class TrialBudget:
         if self.total is not None and self._held(trial.study, below=trial.number) >= self.total:
             reason = f"not run: other workers' trials spent the budget of {self.total} trials"
             trial.set_user_attr("reason", reason)
-            trial.study.stop()
-            raise BudgetSpent(reason)
+            raise BudgetSpent(reason)  # the trial fails; stop_when_spent then ends this worker
 
     def stop_when_spent(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         """An Optuna callback: stop this worker once no slot is left for another trial."""
