@@ -112,63 +112,84 @@ def front_marks(front: pd.DataFrame, objective: dict) -> dict[int, str]:
     return {int(cheapest): "cheapest", int(fastest): "fastest"}
 
 
+def log_ticks(values: pd.Series) -> list[float]:
+    """1-2-5 ticks over ``values`` (each labelled in full, not as a bare mantissa)."""
+    low, high = math.floor(math.log10(values.min())), math.ceil(math.log10(values.max()))
+    return [m * 10.0**e for e in range(low, high + 1) for m in (1, 2, 5)]
+
+
+def _trial_traces(fig: go.Figure, evaluated: pd.DataFrame, status: pd.Series, cost_col: str, col: str,
+                  colours: dict[str, str]) -> None:
+    for gpu, colour in colours.items():
+        rows = evaluated[(evaluated["gpu"] == gpu) & evaluated[col].notna()] if len(evaluated) else evaluated
+        # The legend entry is a filled marker whatever the GPU's first point is; it shows or hides
+        # every trace of its group.
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=gpu, legendgroup=gpu,
+                                 marker={"color": colour, "size": 9}, hoverinfo="skip"))
+        if not len(rows):
+            continue
+        kinds = status[rows.index]
+        fig.add_trace(go.Scatter(
+            x=rows[cost_col], y=rows[col], mode="markers", name=gpu, legendgroup=gpu, showlegend=False,
+            marker={"color": colour, "size": 8, "symbol": [STATUS_SYMBOLS[k] for k in kinds],
+                    "opacity": [0.35 if k == "infeasible" else 0.85 for k in kinds], "line": {"width": 1.2}},
+            hovertext=[_trial_hover(r, k) for r, k in zip(rows.to_dict("records"), kinds, strict=True)],
+            hoverinfo="text",
+        ))
+    for kind, symbol in STATUS_SYMBOLS.items():  # what the symbols mean, in grey
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=STATUS_LABELS[kind],
+                                 marker={"color": "#666", "symbol": symbol, "size": 8}, hoverinfo="skip"))
+
+
+def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, line: bool, log: bool,
+                  colours: dict[str, str], marks: dict[int, str]) -> None:
+    ordered = front.sort_values(cost_col)
+    fig.add_trace(go.Scatter(
+        x=ordered[cost_col], y=ordered[col], name=f"Pareto front, re-checked ({len(front)})",
+        mode="lines+markers" if line else "markers", line={"color": "#222", "width": 1.5, "shape": "hv"},
+        marker={"size": 13, "symbol": "diamond", "color": [colours[g] for g in ordered["gpu"]],
+                "line": {"color": "#222", "width": 1.5}},
+        hovertext=[_front_hover(r, marks) for r in ordered.to_dict("records")], hoverinfo="text",
+    ))
+    for row in ordered.to_dict("records"):
+        if row["trial"] in marks and pd.notna(row[col]):
+            # Annotations sit in axis units: log10 of the value on a log axis.
+            y = math.log10(row[col]) if log else row[col]
+            fig.add_annotation(x=row[cost_col], y=y, text=f"{marks[row['trial']]} (#{row['trial']})",
+                               showarrow=True, arrowhead=2, ax=40, ay=-34, font={"size": 12},
+                               bgcolor="rgba(255,255,255,0.85)", bordercolor="#222")
+
+
 def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, slo: dict) -> dict[str, go.Figure]:
     """One figure per panel metric (see :func:`panels`), keyed by the metric."""
     cost_col = f"cost_{objective['cost']}"
     evaluated = trials[trials["objective_latency_s"].notna()] if len(trials) else trials
-    gpus = sorted(set(evaluated["gpu"]) | set(front["gpu"] if len(front) else []))
-    colours = gpu_colours(gpus)
+    colours = gpu_colours(sorted(set(evaluated["gpu"] if len(evaluated) else []) | set(front["gpu"] if len(front) else [])))
     status = _status(evaluated) if len(evaluated) else pd.Series(dtype=str)
     marks = front_marks(front, objective)
     figures = {}
     for metric in panels(objective["latency"], slo):
         col = f"p99_{metric}_s"
-        fig = go.Figure()
-        for gpu in gpus:
-            rows = evaluated[(evaluated["gpu"] == gpu) & evaluated[col].notna()]
-            if not len(rows):
-                continue
-            kinds = status[rows.index]
-            fig.add_trace(go.Scatter(
-                x=rows[cost_col], y=rows[col], mode="markers", name=gpu, legendgroup=gpu,
-                marker={"color": colours[gpu], "size": 8, "symbol": [STATUS_SYMBOLS[k] for k in kinds],
-                        "opacity": [0.35 if k == "infeasible" else 0.85 for k in kinds], "line": {"width": 1.2}},
-                hovertext=[_trial_hover(r, k) for r, k in zip(rows.to_dict("records"), kinds, strict=True)],
-                hoverinfo="text",
-            ))
-        for kind, symbol in STATUS_SYMBOLS.items():  # symbol key, in grey
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=STATUS_LABELS[kind],
-                                     marker={"color": "#666", "symbol": symbol, "size": 8}, hoverinfo="skip"))
-        if len(front):
-            ordered = front.sort_values(cost_col)
-            fig.add_trace(go.Scatter(
-                x=ordered[cost_col], y=ordered[col], name=f"Pareto front, re-checked ({len(front)})",
-                mode="lines+markers" if metric == objective["latency"] else "markers",
-                line={"color": "#222", "width": 1.5, "shape": "hv"},
-                marker={"size": 13, "symbol": "diamond", "color": [colours[g] for g in ordered["gpu"]],
-                        "line": {"color": "#222", "width": 1.5}},
-                hovertext=[_front_hover(r, marks) for r in ordered.to_dict("records")], hoverinfo="text",
-            ))
-            for row in ordered.to_dict("records"):
-                if row["trial"] in marks and pd.notna(row[col]):
-                    fig.add_annotation(x=row[cost_col], y=row[col], text=f"{marks[row['trial']]} (#{row['trial']})",
-                                       showarrow=True, arrowhead=2, ax=40, ay=-34, font={"size": 12},
-                                       bgcolor="rgba(255,255,255,0.85)", bordercolor="#222")
         target = slo.get(SLO_KEYS[metric])
+        values = pd.concat([evaluated[col] if len(evaluated) else pd.Series(dtype=float),
+                            front[col] if len(front) else pd.Series(dtype=float), pd.Series([target or math.nan])])
+        values = values.dropna()
+        log = bool(len(values)) and values.min() > 0 and values.max() / values.min() > LOG_AXIS_RATIO
+        fig = go.Figure()
+        _trial_traces(fig, evaluated, status, cost_col, col, colours)
+        if len(front):
+            _front_traces(fig, front, cost_col, col, metric == objective["latency"], log, colours, marks)
         if target:
             fig.add_hline(y=target, line={"color": "#2ca02c", "dash": "dash", "width": 1.5},
-                          annotation_text=f"SLO {SLO_KEYS[metric]} = {target:g} s",
-                          annotation_position="top left")
-        values = evaluated[col].dropna() if len(evaluated) else pd.Series(dtype=float)
-        if target:
-            values = pd.concat([values, pd.Series([target])])
-        log = len(values) and values.min() > 0 and values.max() / values.min() > LOG_AXIS_RATIO
+                          annotation_text=f"SLO {SLO_KEYS[metric]} = {target:g} s", annotation_position="top left")
+        if log:
+            ticks = log_ticks(values)
+            fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
         fig.update_layout(
             title={"text": f"cost vs P99 {metric.upper()}" + (" (objective)" if metric == objective["latency"] else ""),
                    "x": 0.02},
             xaxis_title=COST_LABELS[objective["cost"]], yaxis_title=f"P99 {metric.upper()} (s)",
-            yaxis_type="log" if log else "linear", yaxis_dtick="D2" if log else None, template="plotly_white", hovermode="closest",
-            margin={"l": 60, "r": 20, "t": 50, "b": 10},
+            template="plotly_white", hovermode="closest", margin={"l": 60, "r": 20, "t": 50, "b": 10},
             # Under the plot, so the plot keeps the panel's width.
             legend={"font": {"size": 11}, "orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
             hoverlabel={"align": "left", "font": {"size": 12}},
