@@ -118,7 +118,7 @@ def open_storage(url: str) -> RDBStorage:
             module = getattr(err.__cause__, "name", None) or err.name or "?"
             package = _DRIVER_PACKAGES.get(module, module)
             raise InputError(f"storage {shown}: its database driver '{module}' is not installed "
-                             f"(pip install {package}), or name another driver in the URL") from None
+                             f"(pip install '{package}'), or name another driver in the URL") from None
         except sqlalchemy.exc.NoSuchModuleError:
             raise InputError(f"storage {shown}: SQLAlchemy knows no database '{parsed.drivername}'; "
                              "expected sqlite, postgresql or mysql") from None

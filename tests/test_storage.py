@@ -28,7 +28,7 @@ def test_masked_url():
     ("not a url", "is not a SQLAlchemy URL"),
     ("postgresql+psycopg2://servopt:{pw}@127.0.0.1:notaport/db", "is not a SQLAlchemy URL"),
     ("nosuchdb://servopt:{pw}@127.0.0.1/db", "knows no database 'nosuchdb'"),
-    ("postgresql+pg8000://servopt:{pw}@127.0.0.1/db", "driver 'pg8000' is not installed (pip install pg8000)"),
+    ("postgresql+pg8000://servopt:{pw}@127.0.0.1/db", "driver 'pg8000' is not installed (pip install 'pg8000')"),
 ])
 def test_bad_storage_is_one_line_without_the_password(tmp_path, capsys, url, expected):
     if "pg8000" in url and importlib.util.find_spec("pg8000"):
