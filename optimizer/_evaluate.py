@@ -66,21 +66,14 @@ class TrialOutcome:
     record: dict[str, Any]
 
     def attrs(self) -> dict[str, Any]:
-        """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``):
-        the deployment as run, its cost and, when predicted, its P99 latencies."""
+        """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``): the
+        deployment as run, its cost and, when predicted, its P99 latencies. The other knobs are the
+        trial's parameters already."""
         r, d = self.record, self.record["deployment"]
-        out: dict[str, Any] = {
-            "model": r["serve_id"], "gpu": d["gpu"], "quantization": d["quantization"],
-            "kv_cache_dtype": d["kv_cache_dtype"], "mode": "disaggregated" if d.get("disaggregation") else "aggregated",
-        }
+        out: dict[str, Any] = {"model": r["serve_id"], "gpu": d["gpu"], "quantization": d["quantization"]}
         if not d.get("disaggregation"):
             out["tp"] = d["tp"]
-        out.update({
-            "pp": d["pp"], "replicas": r["replicas"], "max_num_seqs": d["max_num_seqs"],
-            "max_num_batched_tokens": d["max_num_batched_tokens"],
-            "speculation": d["speculative"]["method"] if d.get("speculative") else "off",
-            "gpus_used": r["num_gpus"], "gpus_rented": r["gpus_rented"],
-        })
+        out.update({"replicas": r["replicas"], "gpus_used": r["num_gpus"], "gpus_rented": r["gpus_rented"]})
         out.update({key[len("cost_"):]: r[key] for key in COST_KEYS if r[key] is not None})
         summary = r.get("simulation") or r.get("estimate")
         if summary is not None:

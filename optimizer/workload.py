@@ -20,6 +20,7 @@ Every section but ``model`` and ``traffic`` is optional::
     sampler: nsga2                           # or tpe
     seed: 0
     storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
+    # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
     space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
     speculation: [{method: ngram, acceptance_rate: 0.6}]   # default: off
     checkpoints: {awq: hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4}
