@@ -98,7 +98,7 @@ def find_browser() -> str | None:
     """Chromium's path: ``$SERVOPT_CHROMIUM``, else the first of :data:`BROWSERS` on PATH."""
     explicit = os.environ.get(BROWSER_ENV)
     if explicit:
-        return explicit
+        return shutil.which(explicit)
     return next((path for path in map(shutil.which, BROWSERS) if path), None)
 
 
