@@ -45,9 +45,11 @@ class TrafficStats:
     max_context_tokens: int
     max_context_basis: str
 
-    def output_tokens_per_s(self, requests_per_s: float | None = None) -> float:
-        rate = requests_per_s if requests_per_s is not None else self.rate_per_s
-        return (rate or 0.0) * self.mean_output_tokens
+    def tokens_per_s(self) -> tuple[float, float]:
+        """Offered input and output tokens per second (zero for closed-loop clients, whose rate
+        only a prediction gives)."""
+        rate = self.rate_per_s or 0.0
+        return rate * self.mean_input_tokens, rate * self.mean_output_tokens
 
 
 def _quantiles(dist) -> np.ndarray:

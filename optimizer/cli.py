@@ -3,14 +3,17 @@
 Each subcommand lives in its own module under ``optimizer/commands/`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``handler`` (a function of the parsed
 arguments returning an exit code). Bad input raises :class:`~servopt.costmodels.errors.InputError`
-anywhere below; it is printed as one line and the process exits with code 2.
+anywhere below; it is printed as one line and the process exits with code 2. Output cut short by
+its reader (``servopt gpus | head``) ends quietly, as a command killed by SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from pydantic import ValidationError
 
@@ -18,6 +21,14 @@ from ..costmodels.errors import InputError, format_validation_error
 from .commands import COMMAND_MODULES
 
 EXIT_INPUT_ERROR = 2
+EXIT_BROKEN_PIPE = 128 + 13  # the status of a process that SIGPIPE ended
+
+
+def servopt_version() -> str:
+    try:
+        return version("servopt")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search-based deployment optimizer for LLM inference: predict cost and latency "
         "distributions, search deployments, export vLLM launch flags.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {servopt_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
@@ -39,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_INPUT_ERROR
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a reader that left shows here, not at exit
+        return code
     except InputError as err:
         print(f"servopt {args.command}: error: {err}", file=sys.stderr)
         return EXIT_INPUT_ERROR
@@ -49,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"servopt {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit: point stdout at
+        # /dev/null first (the recipe of Python's signal module docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -8,15 +8,19 @@ Every section but ``model`` and ``traffic`` is optional::
     traffic: {arrival: {kind: poisson, rate_per_s: 20}, input_tokens: ..., output_tokens: ...}
     slo: {p99_ttft_s: 1.0, p99_tpot_s: 0.05, p99_e2e_s: 20}
     objective: {latency: e2e, cost: usd_per_hour}   # P99 to minimize: e2e, ttft or tpot
+    # cost: usd_per_hour (the fleet), usd_per_output_mtoken ($ per million output tokens) or
+    # usd_per_total_mtoken ($ per million tokens, input + output), at the offered load
     accuracy: {max_drop_pct: 2.0, overrides: {awq: 3.0}}
     gpus: {h100: {price_per_gpu_hour: 2.50}, a100-80gb: {}}   # or a list of names
     profiles: {h100: my_h100_profile.json}   # default: the shipped calibration, else spec defaults
     limits: {max_gpus: 32, gpus_per_node: 8}
+    pricing: {whole_nodes: false}            # true: pay for every GPU of each node a fleet occupies
     redundancy: 0.2                          # spare replicas on top of what the traffic needs
     budget: {trials: 200, time_s: 120}
     sampler: nsga2                           # or tpe
     seed: 0
     storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
+    # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
     space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
     speculation: [{method: ngram, acceptance_rate: 0.6}]   # default: off
     checkpoints: {awq: hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4}
@@ -50,7 +54,7 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
-CostMetric = Literal["usd_per_hour", "usd_per_mtoken"]
+CostMetric = Literal["usd_per_hour", "usd_per_output_mtoken", "usd_per_total_mtoken"]
 
 
 class Objective(BaseModel):
@@ -60,8 +64,18 @@ class Objective(BaseModel):
 
     latency: LatencyMetric = Field(default="e2e", description="which P99 to minimize")
     cost: CostMetric = Field(
-        default="usd_per_hour", description="fleet $/hour, or $ per million output tokens at the offered load"
+        default="usd_per_hour",
+        description="fleet $/hour, or $ per million output tokens, or per million tokens (input + output), "
+        "at the offered load",
     )
+
+    @field_validator("cost", mode="before")
+    @classmethod
+    def _which_tokens(cls, value: Any) -> Any:
+        if value == "usd_per_mtoken":  # the name once meant output tokens only: make the choice explicit
+            raise ValueError("say which tokens: usd_per_output_mtoken (output tokens) or usd_per_total_mtoken "
+                             "(input + output tokens)")
+        return value
 
 
 class Accuracy(BaseModel):
@@ -116,6 +130,17 @@ class Limits(BaseModel):
 
     max_gpus: int = Field(default=64, ge=1, description="the whole fleet, all replicas and roles")
     gpus_per_node: int | None = Field(default=None, ge=1, description="default: each GPU's catalog value")
+
+
+class Pricing(BaseModel):
+    """How a fleet is billed. By default per GPU used; with ``whole_nodes: true`` every node the
+    instances occupy is rented whole, placed as ``servopt export`` places them (three TP1 prefill
+    instances and one TP8 decode instance use 11 GPUs and, on 8-GPU nodes, rent 16). Reports show GPUs
+    used and GPUs rented either way."""
+
+    model_config = _STRICT
+
+    whole_nodes: bool = Field(default=False, description="pay for every GPU of each node a fleet occupies")
 
 
 class Budget(BaseModel):
@@ -210,6 +235,7 @@ class Workload(BaseModel):
         default=None, description="a list of GPU names, or name -> {price_per_gpu_hour}; default: the whole catalog"
     )
     limits: Limits = Field(default_factory=Limits)
+    pricing: Pricing = Field(default_factory=Pricing)
     profiles: dict[str, str] = Field(
         default_factory=dict, description="GPU -> performance profile JSON (default: the shipped one)"
     )

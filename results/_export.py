@@ -42,6 +42,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.quantization import ONLINE_SCHEMES
 
@@ -133,34 +134,24 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
     d = point["deployment"]
     model, quantization, kv_auto = _weights(point)
     dis = d.get("disaggregation")
+    roles = {role: (tp, seqs, tokens, kv_role) for role, _, tp, seqs, tokens, kv_role in _roles(d)}
+    placements = Deployment.model_validate(d).placement(gpus_per_node)
     instances = []
-    node, next_gpu, port, side_port = 0, 0, BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
-    for replica in range(d["replicas"]):
-        for role, count, tp, seqs, tokens, kv_role in _roles(d):
-            gpus = tp * d["pp"]
-            for _ in range(count):
-                if next_gpu + min(gpus, gpus_per_node) > gpus_per_node:
-                    node, next_gpu = node + 1, 0
-                host_node = node
-                devices = ",".join(str(next_gpu + i) for i in range(min(gpus, gpus_per_node)))
-                span = -(-gpus // gpus_per_node)
-                if gpus >= gpus_per_node:  # whole nodes; pipeline stages span the next ones
-                    node, next_gpu = node + span, 0
-                else:
-                    next_gpu += gpus
-                env = {"CUDA_VISIBLE_DEVICES": devices}
-                args = ["--port", str(port), *engine_args(d, tp, seqs, tokens, quantization)]
-                if kv_role:
-                    env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_port)
-                    side_port += 1
-                    transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
-                    args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
-                instances.append({"replica": replica, "role": role, "node": host_node,
-                                  "nodes": list(range(host_node, host_node + span)), "port": port, "tp": tp,
-                                  "pp": d["pp"], "env": env, "model": model, "args": args,
-                                  "command": shell_command(env, ["vllm", "serve", model], args)})
-                port += 1
-    num_nodes = node + (1 if next_gpu else 0)
+    port, side_port = BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
+    for place in placements:
+        tp, seqs, tokens, kv_role = roles[place.role]
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.devices))}
+        args = ["--port", str(port), *engine_args(d, tp, seqs, tokens, quantization)]
+        if kv_role:
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_port)
+            side_port += 1
+            transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
+            args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+        instances.append({"replica": place.replica, "role": place.role, "node": place.node, "nodes": place.nodes,
+                          "port": port, "tp": tp, "pp": d["pp"], "env": env, "model": model, "args": args,
+                          "command": shell_command(env, ["vllm", "serve", model], args)})
+        port += 1
+    num_nodes = placements[-1].nodes[-1] + 1
     router = _router(instances, bool(dis), num_nodes)
     notes = []
     if d["kv_cache_dtype"] == "auto" and kv_auto != "auto":

@@ -26,7 +26,8 @@ def test_files_and_columns(job_dir):
     pareto = pd.read_csv(job_dir / "pareto.csv")
     assert len(pareto) >= 1
     for col in ("gpu", "num_gpus", "quantization", "kv_cache_dtype", "tp", "max_num_seqs", "max_num_batched_tokens",
-                "pd_split", "speculation", "cost_usd_per_hour", "cost_usd_per_mtoken", "p99_ttft_s", "p99_tpot_s",
+                "pd_split", "speculation", "cost_usd_per_hour", "cost_usd_per_output_mtoken",
+                "cost_usd_per_total_mtoken", "gpus_rented", "model", "profile_calibrated", "p99_ttft_s", "p99_tpot_s",
                 "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct", "memory_headroom_gib", "why"):
         assert col in pareto
     assert pareto["cost_usd_per_hour"].is_monotonic_increasing
@@ -35,8 +36,9 @@ def test_files_and_columns(job_dir):
 
 def test_html_is_self_contained(job_dir):
     html = (job_dir / "report.html").read_text()
-    assert "<svg" in html and "Pareto front" in html
-    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+    assert "Plotly.newPlot" in html and "Pareto front" in html
+    # plotly.js is inline: no script, style or image is fetched from anywhere.
+    assert not re.search(r"""<(script|link|img)[^>]*(src|href)=""", html)
 
 
 def test_report_flags_uncalibrated_gpus(job_dir):
