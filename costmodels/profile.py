@@ -221,6 +221,9 @@ class PerformanceProfile(BaseModel):
         description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
                     "tokenization on the way in, the first token's way back to the client",
     )
+    dynamo_request_overhead_s: float | None = Field(
+        default=None, ge=0, description="the same latency behind Dynamo's front end (Rust HTTP and tokenizer, a hop to "
+                                        "the vLLM worker); default: vLLM API server's")
     p2p_latency_s: float = Field(default=20e-6, ge=0)
     fit_report: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="median/p90 absolute % error per op family (train and held-out)"
@@ -351,6 +354,12 @@ class PerformanceProfile(BaseModel):
         """Memory-bound kernels (norms, RoPE, activations, residual adds)."""
         bw = gpu.memory_bandwidth_bytes_per_s * self.elementwise_memory_efficiency
         return np.asarray(bytes_moved, dtype=float) / bw + self.elementwise_overhead_s * kernels
+
+    def front_end_latency_s(self, frontend: str = "vllm") -> float:
+        """The front end's latency per request: vLLM's API server, or Dynamo's front end."""
+        if frontend == "dynamo" and self.dynamo_request_overhead_s is not None:
+            return self.dynamo_request_overhead_s
+        return self.request_overhead_s
 
     def engine_cpu_s(self, engine: str = "v1") -> tuple[float, float]:
         """(per step, per running sequence) CPU time of the 'v0' or 'v1' engine."""

@@ -171,7 +171,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
         # Each TP rank sends its shard over its own link.
         transfer = link * min(p.prefill_tp, p.decode_tp)
     return DeploymentModel(model, deployment, gpu, tuple(roles), speculation, max_model_len, transfer,
-                           profile.request_overhead_s,
+                           profile.front_end_latency_s(d.frontend),
                            tokenize_s_per_token(parse_vllm_version(d.vllm_version), d.frontend))
 
 
