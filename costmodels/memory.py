@@ -99,14 +99,19 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
     return max(model.num_kv_heads / tp, 1.0)
 
 
-def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) -> WeightBreakdown:
-    """Weight bytes per GPU and in total for a quantization scheme, TP and PP degree.
+def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, dp: int = 1) -> WeightBreakdown:
+    """Weight bytes per GPU and in total (one copy of the model) for a quantization scheme and TP, PP, DP degree.
 
     The scheme applies to the linear layers (for mxfp4 only to the MoE experts, as gpt-oss ships);
     embeddings, LM head and norms stay in the model dtype. K/V projections are replicated on ranks
     when TP exceeds the KV heads. Embeddings sit on the first stage and the LM head on the last.
+    With ``dp`` data-parallel ranks every rank holds the attention, dense and shared-expert weights
+    of its TP shard, and the routed experts are split over all ``dp x tp`` GPUs (vLLM's MoE group:
+    tensor-parallel slices of every expert, or whole experts with expert parallelism; same bytes).
     """
     _check_parallel(model, tp, pp)
+    if dp < 1:
+        raise InputError(f"data_parallel_size must be at least 1 (got {dp})")
     scheme = get_scheme(quantization)
     dense_bytes = MODEL_DTYPE_BYTES[model.dtype]
     h = model.hidden_size
@@ -128,8 +133,11 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
     head = model.lm_head_params
     unquantized = unquantized_linear + embed + head + model.norm_params + model.extra_params
     total = quantized * scheme.weight_bytes_per_param + unquantized * dense_bytes
-    # Per GPU: the layers of one stage split over TP, plus the vocabulary-parallel embedding or head.
-    layer_bytes = (quantized * scheme.weight_bytes_per_param + unquantized_linear * dense_bytes) / (tp * pp)
+    # Per GPU: the layers of one stage split over TP (routed experts over the MoE group of dp x tp GPUs),
+    # plus the vocabulary-parallel embedding or head.
+    expert_bytes = experts * scheme.weight_bytes_per_param
+    layer_bytes = ((quantized * scheme.weight_bytes_per_param - expert_bytes + unquantized_linear * dense_bytes) / (tp * pp)
+                   + expert_bytes / (dp * tp * pp))
     ends = max(embed + (0 if pp > 1 else head), head if pp > 1 else 0) * dense_bytes / tp
     rest = (model.norm_params / pp + model.extra_params / tp) * dense_bytes
     # Precomputed RoPE tables (large for Gemma 3's scaled RoPE) are replicated on every GPU.
@@ -176,7 +184,8 @@ def cuda_graph_bytes(model: ModelSpec, pp: int = 1) -> float:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per-GPU memory breakdown of one replica and the KV capacity it leaves."""
+    """Per-GPU memory breakdown of one replica and the KV capacity it leaves (with data parallelism:
+    the KV capacity of each of its ``dp`` ranks, which keep their own caches)."""
 
     model: str
     gpu: str
@@ -202,6 +211,7 @@ class MemoryPlan:
     kv_cache_blocks: int
     kv_capacity_tokens: int
     layout: KVLayout
+    dp: int = 1
     problems: tuple[str, ...] = field(default_factory=tuple)
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -211,7 +221,7 @@ class MemoryPlan:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     @property
     def headroom_bytes_per_gpu(self) -> float:
@@ -272,6 +282,7 @@ def plan_memory(
     kv_cache_dtype: str = "auto",
     tp: int = 1,
     pp: int = 1,
+    dp: int = 1,
     gpu_memory_utilization: float = 0.92,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
@@ -280,7 +291,7 @@ def plan_memory(
     extra_weights_bytes_per_gpu: float = 0.0,
     extra_kv_bytes_per_token_per_gpu: float = 0.0,
 ) -> MemoryPlan:
-    """Memory of one replica (tp x pp GPUs) as vLLM lays it out.
+    """Memory of one replica (tp x pp x dp GPUs) as vLLM lays it out (:func:`weight_bytes` for ``dp``).
 
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
@@ -291,12 +302,12 @@ def plan_memory(
         raise InputError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
     quantization = quantization or MODEL_DTYPE_SCHEME[model.dtype]
     check_supported(quantization, gpu)
-    weights = weight_bytes(model, quantization, tp, pp)
+    weights = weight_bytes(model, quantization, tp, pp, dp)
     layers_per_stage = math.ceil(model.num_layers / pp)
     per_layer = kv_bytes_per_token_per_layer_per_gpu(model, kv_cache_dtype, tp)
     layout = kv_layout(model, layers_per_stage)
     activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp)
-    non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp > 1 else 0.0)
+    non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp * dp > 1 else 0.0)
     budget = gpu_memory_utilization * gpu.memory_bytes
     kv_cache = budget - weights.per_gpu_bytes - extra_weights_bytes_per_gpu - activations - non_torch
     # A block id covers block_size tokens in one layer of every group (group_size layers).
@@ -321,7 +332,7 @@ def plan_memory(
         activation_peak_bytes_per_gpu=activations, non_torch_bytes_per_gpu=non_torch,
         cuda_graph_bytes_per_gpu=cuda_graph_bytes(model, pp), extra_weights_bytes_per_gpu=extra_weights_bytes_per_gpu,
         budget_bytes_per_gpu=budget, kv_cache_bytes_per_gpu=max(kv_cache, 0.0), kv_cache_blocks=blocks,
-        kv_capacity_tokens=capacity, layout=layout,
+        kv_capacity_tokens=capacity, layout=layout, dp=dp,
     )
     if not problems and plan.max_concurrency(context) < 1:
         problems.append(
