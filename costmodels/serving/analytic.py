@@ -489,10 +489,11 @@ class _Analysis:
         if compiled.disaggregated:
             self.front = EngineModel(roles["prefill"], m, "prefill", pp)
             self.dec = EngineModel(roles["decode"], m, "decode", pp)
-            self.shares = (roles["prefill"].instances * pp, roles["decode"].instances * pp)
+            self.shares = (roles["prefill"].engines * pp, roles["decode"].engines * pp)
         else:
             self.front = self.dec = EngineModel(roles["replica"], m, "mixed", pp)
-            self.shares = (roles["replica"].instances * pp,) * 2
+            # Data-parallel ranks share the load evenly (their step model pads each to the same tokens).
+            self.shares = (roles["replica"].engines * pp,) * 2
         self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
         # A closed-loop client's next request reaches the engine after its think time and the front end.
         self.cycle_gap_s = m.think_time_s + compiled.request_overhead_s

@@ -1,7 +1,10 @@
 """The driver: arrivals, routing, P/D hand-offs and closed-loop clients over many engines.
 
 Engines are grouped in pools: one pool for a plain deployment (every replica, each with ``pp``
-pipeline lanes), or a prefill pool and a decode pool under P/D disaggregation. A request enters the
+pipeline lanes or ``dp`` data-parallel ranks), or a prefill pool and a decode pool under P/D
+disaggregation. A replica's data-parallel ranks take requests by vLLM's DP load balancer; an MoE
+model's ranks step in lockstep as one :class:`~servopt.costmodels.serving.data_parallel.LockstepGroup`
+(:mod:`.data_parallel`). A request enters the
 front pool at its arrival; a prefill instance hands it, after the KV transfer, to the decode pool.
 
 Every request reaches its engine ``request_overhead_s`` after the client sent it (the profile's
@@ -30,6 +33,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .data_parallel import pick_rank
 from .engine import Engine
 from .requests import RequestTable
 from .router import Router
@@ -39,10 +43,12 @@ ARRIVAL, HANDOFF = 0, 1
 
 @dataclass
 class Pool:
-    """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes)."""
+    """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes, or its
+    data-parallel ranks when ``data_parallel``)."""
 
     groups: list[list[Engine]]
     router: Router
+    data_parallel: bool = False
 
     @property
     def engines(self) -> list[Engine]:
@@ -55,6 +61,8 @@ class Pool:
             group = self.groups[self.router.choose(loads)]
         if len(group) == 1:
             return group[0]
+        if self.data_parallel:
+            return pick_rank(group)
         return min(group, key=lambda e: e.outstanding_at(time_s))
 
 
