@@ -107,6 +107,8 @@ class ModelSpec(BaseModel):
     rope_cache_values: int = Field(
         default=0, ge=0, description="RoPE cos/sin values vLLM precomputes on the GPU, over its distinct tables"
     )
+    num_mtp_layers: int = Field(
+        default=0, ge=0, description="multi-token-prediction modules the checkpoint ships (num_nextn_predict_layers)")
     native_quantization: str | None = Field(default=None, description="quantization the release ships in")
     published_params_b: float | None = Field(default=None, description="size the model card states")
     aliases: tuple[str, ...] = ()
@@ -563,6 +565,8 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **
             "expert_bias": True,
         }
 
+    # DeepSeek-V3 (and GLM-4.5+, MiMo) ship MTP modules that vLLM's "mtp" speculation drafts with.
+    fields["num_mtp_layers"] = _int(config, "num_nextn_predict_layers", source, default=0)
     quant = config.get("quantization_config")
     if isinstance(quant, dict):
         fields["native_quantization"] = quantization_from_hf_config(quant)

@@ -40,7 +40,8 @@ SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s"
 # stores one row per named constraint, so fewer names keep a trial's storage writes down); the
 # record of each trial keeps every rule's own amount and reason.
 CONSTRAINT_GROUPS = {
-    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus", "simulator"),
+    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "speculation", "max_gpus",
+               "simulator"),
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),

@@ -13,6 +13,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GIB
 from ..costmodels.quantization import support_problem
+from ..costmodels.speculation import speculation_problem
 from ._context import SpaceContext
 
 
@@ -128,6 +129,19 @@ class BatchLimits(Constraint):
         return None
 
 
+class SpeculationSupported(Constraint):
+    """MTP only for models with MTP layers, EAGLE heads only for the model they were trained on."""
+
+    name = "speculation"
+
+    def check(self, deployment: Deployment, model: str, ctx: SpaceContext) -> Violation | None:
+        spec = deployment.speculative
+        if spec is None:
+            return None
+        problem = speculation_problem(spec.method, spec.draft_model, ctx.models[model].spec, spec.num_speculative_tokens)
+        return Violation(self.name, 1.0, problem) if problem else None
+
+
 class AccuracyBudget(Constraint):
     name = "accuracy"
 
@@ -172,8 +186,8 @@ class FleetSize(Constraint):
 
 
 CONSTRAINTS: tuple[Constraint, ...] = (
-    TensorParallelDividesHeads(), FitsNode(), QuantizationOnGPU(), BatchLimits(), AccuracyBudget(), FitsMemory(),
-    FleetSize(),
+    TensorParallelDividesHeads(), FitsNode(), QuantizationOnGPU(), BatchLimits(), SpeculationSupported(),
+    AccuracyBudget(), FitsMemory(), FleetSize(),
 )
 
 
