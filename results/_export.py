@@ -1,11 +1,12 @@
 """Launch commands for a front point, for vLLM 0.33 (``vllm serve``).
 
-Every searched value is written as chosen, never left to vLLM's per-GPU defaults: tensor and
-pipeline parallelism, weights (``--quantization``, or the pre-quantized checkpoint it needs),
+Every searched value is written as chosen, never left to vLLM's per-GPU defaults: tensor,
+pipeline and data parallelism with expert parallelism, weights (``--quantization``, or the pre-quantized checkpoint it needs),
 ``--kv-cache-dtype``, ``--max-num-seqs``, ``--max-num-batched-tokens``, chunked prefill on or off,
 ``--max-model-len``, ``--gpu-memory-utilization``, prefix caching, ``--speculative-config`` and,
 for prefill/decode disaggregation, ``--kv-transfer-config`` (NixlConnector) with one command per
-role plus the proxy. Replicas are packed onto nodes by ``CUDA_VISIBLE_DEVICES``.
+role plus the proxy. Replicas are packed onto nodes by ``CUDA_VISIBLE_DEVICES``; data-parallel ranks
+beyond one node get one command per node (the first serves, the others run ``--headless``).
 
 Example:
     >>> point = {"trial": 3, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
@@ -33,6 +34,7 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 NEEDS_CHECKPOINT = ("int8", "awq", "gptq")
 BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
+DP_RPC_PORT = 13345
 PROXY_PORT = 8192
 # The proxy is a script in vLLM's source tree (not in the wheel), as in vLLM's NixlConnector docs.
 PROXY_SCRIPT = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
@@ -69,6 +71,12 @@ def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_t
     args = ["--tensor-parallel-size", str(tp)]
     if d["pp"] > 1:
         args += ["--pipeline-parallel-size", str(d["pp"])]
+    if d.get("data_parallel_size", 1) > 1:
+        args += ["--data-parallel-size", str(d["data_parallel_size"])]
+    if d.get("enable_expert_parallel"):
+        args.append("--enable-expert-parallel")
+    if d.get("all2all_backend"):
+        args += ["--all2all-backend", d["all2all_backend"]]
     scheme = d["quantization"]
     if scheme in VLLM_QUANTIZATION:
         args += ["--quantization", VLLM_QUANTIZATION[scheme]]
@@ -82,6 +90,18 @@ def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_t
     if d.get("speculative"):
         args += ["--speculative-config", json.dumps(speculative_config(d["speculative"]), separators=(",", ":"))]
     return args
+
+
+def data_parallel_nodes(dp: int, tp: int, gpus_per_node: int, head_node: int) -> list[list[str]]:
+    """Extra flags per node of one instance whose data-parallel ranks fill more than a node (else one
+    empty list): vLLM's multi-node data parallelism, the head node serving and the others headless."""
+    local = max(gpus_per_node // tp, 1)
+    if dp <= local:
+        return [[]]
+    common = ["--data-parallel-size-local", str(local), "--data-parallel-address", f"node{head_node}",
+              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+    return [common + ([] if k == 0 else ["--headless", "--data-parallel-start-rank", str(k * local)])
+            for k in range(-(-dp // local))]
 
 
 def _shell(env: dict[str, str], model: str, args: list[str]) -> str:
@@ -110,7 +130,8 @@ def launch_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_
     for replica in range(d["replicas"]):
         group: dict[str, list[tuple[int, int]]] = {"prefill": [], "decode": []}
         for role, count, tp, seqs, tokens, kv_role in roles:
-            gpus = tp * d["pp"]
+            dp = d.get("data_parallel_size", 1) if role == "serve" else 1
+            gpus = tp * d["pp"] * dp
             for _ in range(count):
                 if next_gpu + min(gpus, gpus_per_node) > gpus_per_node:
                     node, next_gpu = node + 1, 0
@@ -128,9 +149,11 @@ def launch_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_
                     transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
                     args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
                     group[role].append((host_node, port))
-                instances.append({"replica": replica, "role": role, "node": host_node, "port": port, "tp": tp,
-                                  "pp": d["pp"], "env": env, "model": model, "args": args,
-                                  "command": _shell(env, model, args)})
+                parts = data_parallel_nodes(dp, tp, gpus_per_node, host_node)
+                for k, extra in enumerate(parts):
+                    instances.append({"replica": replica, "role": role, "node": host_node + k, "port": port, "tp": tp,
+                                      "pp": d["pp"], "dp": dp // len(parts), "env": env, "model": model,
+                                      "args": args + extra, "command": _shell(env, model, args + extra)})
                 port += 1
         if dis:
             proxy_args = ["--port", str(PROXY_PORT + replica),
@@ -147,7 +170,10 @@ def launch_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_
     if dis:
         notes.append("nodeN in the proxy commands stands for the host of node N; across hosts also set "
                      "VLLM_NIXL_SIDE_CHANNEL_HOST on each instance. The proxy script is in vLLM's source tree.")
-    if d["replicas"] > 1 or len(instances) > 1:
+    if any("--headless" in i["args"] for i in instances):
+        notes.append("data-parallel ranks span nodes: nodeN in --data-parallel-address stands for the host of node N "
+                     "(vLLM's multi-node data-parallel docs); only the first node of an instance serves requests.")
+    if d["replicas"] > 1 or sum("--headless" not in i["args"] for i in instances) > 1:
         notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
                      + ("proxies." if dis else "instances' ports."))
     return {"vllm_version": VLLM_VERSION, "trial": point["trial"], "model": model, "gpu": d["gpu"],
@@ -160,7 +186,7 @@ def render_shell(plan: dict[str, Any]) -> str:
     m = plan["metrics"]
     lines = [
         f"# servopt export for vLLM {plan['vllm_version']}: trial {plan['trial']}, {plan['replicas']} replica(s) on "
-        f"{sum(i['tp'] * i['pp'] for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))",
+        f"{sum(i['tp'] * i['pp'] * i.get('dp', 1) for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))",
     ]
     if m:
         lines.append(f"# predicted: ${m['cost_usd_per_hour']:.2f}/hour, P99 TTFT {m['p99_ttft_s']:.3g} s, "
@@ -200,7 +226,8 @@ def check_with_vllm(plan: dict[str, Any]) -> list[str]:
     for inst in plan["instances"]:
         args = [a for a in inst["args"]]
         port = args.index("--port")
-        del args[port:port + 2]  # a server flag, not an engine flag
+        del args[port:port + 2]  # server flags, not engine flags
+        args = [a for a in args if a != "--headless"]
         model = inst["model"] if not inst["model"].startswith("${") else "placeholder/pre-quantized-checkpoint"
         parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
         try:

@@ -16,7 +16,8 @@ from ._tables import pareto_frame, trials_frame
 
 FRONT_COLUMNS = [
     ("trial", "#"), ("gpu", "GPU"), ("num_gpus", "GPUs"), ("replicas", "replicas"), ("quantization", "quant"),
-    ("kv_cache_dtype", "KV"), ("tp", "TP"), ("max_num_seqs", "batch"), ("max_num_batched_tokens", "chunk"),
+    ("kv_cache_dtype", "KV"), ("tp", "TP"), ("data_parallel_size", "DP"),
+    ("enable_expert_parallel", "EP"), ("max_num_seqs", "batch"), ("max_num_batched_tokens", "chunk"),
     ("enable_chunked_prefill", "chunked"), ("pd_split", "PD split"), ("speculation", "speculation"),
     ("cost_usd_per_hour", "$/hour"), ("cost_usd_per_mtoken", "$/Mtoken"), ("p99_ttft_s", "P99 TTFT s"),
     ("p99_tpot_s", "P99 TPOT s"), ("p99_e2e_s", "P99 e2e s"), ("output_tokens_per_s", "tok/s"),
