@@ -1,15 +1,18 @@
-"""``servopt export DIR``: launch commands for a front point (vLLM 0.33)."""
+"""``servopt export DIR``: launch commands for a front point (vLLM 0.33, or SGLang)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 import yaml
 
 from ...costmodels.errors import InputError
 from ...results import check_with_vllm, launch_plan, render_shell
+from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,9 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
     parser.add_argument("--pick", default="cheapest",
                         help="cheapest, fastest, or a trial number from the report's # column (default cheapest)")
-    parser.add_argument("--format", choices=["vllm", "json", "yaml"], default="vllm",
-                        help="shell commands (default), or the launch plan as JSON or YAML")
-    parser.add_argument("--check", action="store_true", help="validate the flags with vLLM's own parser (needs vLLM)")
+    parser.add_argument("--format", choices=["vllm", "json", "yaml", "sglang"], default="vllm",
+                        help="vLLM shell commands (default), the vLLM launch plan as JSON or YAML, or "
+                             "`python -m sglang.launch_server` commands")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the flags with vLLM's own parser (needs vLLM), or SGLang's for --format sglang "
+                             "(SGLang importable, or SERVOPT_SGLANG_PYTHON naming a Python that has it)")
     parser.set_defaults(handler=run)
 
 
@@ -54,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
     w = front["workload"]
+    if args.format == "sglang":
+        return _export_sglang(args, point, w.get("checkpoints") or {})
     plan = launch_plan(point, w.get("checkpoints") or {}, gpus_per_node=point["gpus_per_node"])
     if args.format == "json":
         print(json.dumps(plan, indent=2))
@@ -69,4 +77,20 @@ def run(args: argparse.Namespace) -> int:
         if problems:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
         print("# --check: vLLM's parser accepts every instance's flags")
+    return 0
+
+
+def _export_sglang(args: argparse.Namespace, point: dict, checkpoints: dict) -> int:
+    plan = sglang_plan(point, checkpoints, gpus_per_node=point["gpus_per_node"])
+    print(render_sglang(plan), end="")
+    if args.check:
+        python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable
+        try:
+            problems = check_with_sglang(plan, python)
+        except (ImportError, OSError) as err:
+            raise InputError(f"--check --format sglang needs SGLang importable by {python} (pip install sglang, or "
+                             f"set SERVOPT_SGLANG_PYTHON to a Python that has it): {err}") from None
+        if problems:
+            raise InputError("SGLang rejects the exported flags: " + "; ".join(problems))
+        print("# --check: SGLang's parser accepts every server's flags")
     return 0
