@@ -143,6 +143,8 @@ class MoEParallelism(Constraint):
                              f"{model}: its data-parallel ranks would be replicas")
         if ep and dp * deployment.tp == 1:
             return Violation(self.name, 1.0, "enable_expert_parallel with one GPU per instance changes nothing")
+        if dp > 1 and deployment.pp > 1:
+            return Violation(self.name, 1.0, f"data_parallel_size {dp} with pp {deployment.pp} is not modelled")
         return None
 
 
