@@ -244,7 +244,17 @@ def allreduce_implementation_of(kernel_source: object) -> str | None:
     return ALLREDUCE_SOURCES.get(str(kernel_source).strip().lower())
 
 
-class AllReduceFit(FamilyFit):
+class _MeasuredCurveFit(FamilyFit):
+    """Families whose profile entry is the measurements themselves (no parameters to fit)."""
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        return np.zeros(0)
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        return profile
+
+
+class AllReduceFit(_MeasuredCurveFit):
     """Measured all-reduce curves: the median latency at each measured size, per implementation and GPU count.
 
     Nothing is fitted by least squares: a :class:`CollectiveCurve` interpolates the measurements
@@ -265,12 +275,6 @@ class AllReduceFit(FamilyFit):
         keep = [part[part["kernel_source"] == part["kernel_source"].value_counts().index[0]]
                 for _, part in rows.groupby("implementation")]
         return pd.concat(keep) if keep else rows
-
-    def initial(self, rows: pd.DataFrame) -> np.ndarray:
-        return np.zeros(0)
-
-    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
-        return profile
 
     def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
         return base.model_copy(update={"allreduce": _measured_curves(rows, "implementation", gpu)})
@@ -310,7 +314,7 @@ MOE_COLLECTIVES = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter
                    "all_to_all": "all_to_all"}
 
 
-class NcclCollectiveFit(FamilyFit):
+class NcclCollectiveFit(_MeasuredCurveFit):
     """Measured NCCL all-gather, reduce-scatter and all-to-all curves (nccl-tests), like :class:`AllReduceFit`:
     the measurements themselves, interpolated, so the held-out error is the interpolation error."""
 
@@ -322,12 +326,6 @@ class NcclCollectiveFit(FamilyFit):
         # 16-bit messages: the dispatch moves bf16 activations (nccl-tests also times int8).
         rows = rows[rows["dtype"].isin(["bf16", "fp16"])]
         return rows.assign(collective=rows["op"].map(MOE_COLLECTIVES))
-
-    def initial(self, rows: pd.DataFrame) -> np.ndarray:
-        return np.zeros(0)
-
-    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
-        return profile
 
     def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
         return base.model_copy(update={"collectives": _measured_curves(rows, "collective", gpu)})

@@ -111,20 +111,32 @@ def _shell(env: dict[str, str], model: str, args: list[str]) -> str:
     return (prefix + " " if prefix else "") + "vllm serve " + model_text + " " + " ".join(shlex.quote(a) for a in args)
 
 
+def instance_roles(d: dict[str, Any]) -> list[tuple[str, int, int, int, int]]:
+    """(role, instances per replica, tp, max_num_seqs, max_num_batched_tokens) of each kind of server."""
+    dis = d.get("disaggregation")
+    if not dis:
+        return [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"])]
+    return [(role, dis[f"{role}_instances"], dis[f"{role}_tp"], dis.get(f"{role}_max_num_seqs") or d["max_num_seqs"],
+             dis.get(f"{role}_max_num_batched_tokens") or d["max_num_batched_tokens"]) for role in ("prefill", "decode")]
+
+
+def commands_by_node(instances: list[dict[str, Any]]) -> list[str]:
+    """Each server's command in the background, under a comment per node."""
+    lines, node = [], None
+    for inst in instances:
+        if inst["node"] != node:
+            node = inst["node"]
+            lines.append(f"# --- node {node} ---")
+        lines.append(inst["command"] + " &")
+    return lines
+
+
 def launch_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_per_node: int = 8) -> dict[str, Any]:
     """Every instance to start (with its command), the proxy, and notes, as plain data."""
     d = point["deployment"]
     model, note = _checkpoint_note(d["quantization"], point["serve_id"], checkpoints)
     dis = d.get("disaggregation")
-    if dis:
-        roles = [("prefill", dis["prefill_instances"], dis["prefill_tp"],
-                  dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
-                  dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_producer"),
-                 ("decode", dis["decode_instances"], dis["decode_tp"],
-                  dis.get("decode_max_num_seqs") or d["max_num_seqs"],
-                  dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_consumer")]
-    else:
-        roles = [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)]
+    roles = [(*role, kv_role) for role, kv_role in zip(instance_roles(d), ("kv_producer", "kv_consumer") if dis else (None,))]
     instances, proxies = [], []
     node, next_gpu, port, side_port = 0, 0, BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
     for replica in range(d["replicas"]):
@@ -192,12 +204,7 @@ def render_shell(plan: dict[str, Any]) -> str:
         lines.append(f"# predicted: ${m['cost_usd_per_hour']:.2f}/hour, P99 TTFT {m['p99_ttft_s']:.3g} s, "
                      f"TPOT {m['p99_tpot_s']:.3g} s, e2e {m['p99_e2e_s']:.3g} s")
     lines += [f"# NOTE: {note}" for note in plan["notes"]]
-    node = None
-    for inst in plan["instances"]:
-        if inst["node"] != node:
-            node = inst["node"]
-            lines.append(f"# --- node {node} ---")
-        lines.append(inst["command"] + " &")
+    lines += commands_by_node(plan["instances"])
     for proxy in plan["proxies"]:
         lines.append(f"# proxy of replica {proxy['replica']}")
         lines.append(proxy["command"] + " &")

@@ -43,7 +43,7 @@ from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import builtin_catalog
 from ..costmodels.memory import plan_memory
-from ._export import BASE_PORT, _checkpoint_note
+from ._export import BASE_PORT, _checkpoint_note, commands_by_node, instance_roles
 
 ROUTER_PORT = 8192
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
@@ -110,15 +110,7 @@ def sglang_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_
     except InputError:
         moe = False
     dis = d.get("disaggregation")
-    if dis:
-        roles = [("prefill", dis["prefill_instances"], dis["prefill_tp"],
-                  dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
-                  dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"]),
-                 ("decode", dis["decode_instances"], dis["decode_tp"],
-                  dis.get("decode_max_num_seqs") or d["max_num_seqs"],
-                  dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"])]
-    else:
-        roles = [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"])]
+    roles = instance_roles(d)
     instances, routers, notes = [], [], [note] if note else []
     node, next_gpu, port = 0, 0, BASE_PORT
     for replica in range(d["replicas"]):
@@ -170,12 +162,7 @@ def render_sglang(plan: dict[str, Any]) -> str:
     lines = [f"# servopt export for SGLang: trial {plan['trial']}, {plan['replicas']} replica(s) on "
              f"{sum(i['gpus'] for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))"]
     lines += [f"# NOTE: {note}" for note in plan["notes"]]
-    node = None
-    for inst in plan["instances"]:
-        if inst["node"] != node:
-            node = inst["node"]
-            lines.append(f"# --- node {node} ---")
-        lines.append(inst["command"] + " &")
+    lines += commands_by_node(plan["instances"])
     for router in plan["routers"]:
         lines += [f"# router of replica {router['replica']}", router["command"] + " &"]
     lines.append("wait")
