@@ -92,3 +92,31 @@ def test_dp_load_balancer_spreads_a_burst_and_ranks_keep_their_own_requests():
     two, one = run(dense, pair, n=2), run(deployment(tp=1), single, n=1)
     assert two.summary.e2e_s.mean == pytest.approx(one.summary.e2e_s.mean, rel=1e-6)
     assert LLAMA_8B.moe is None
+
+
+def test_search_space_offers_dp_and_ep_for_moe_models_only():
+    from servopt.search_spaces import SearchSpace, example_context
+
+    dense = SearchSpace(example_context(), {"mode": "aggregated"})
+    assert dense.domain("data_parallel_size").pinned == 1 and dense.domain("enable_expert_parallel").pinned is False
+    moe = SearchSpace(example_context("qwen3-30b-a3b", ("h100",)), {"mode": "aggregated"})
+    assert moe.domain("data_parallel_size").values() == [1, 2, 4, 8, 16]
+    assert moe.domain("enable_expert_parallel").values() == [False, True]
+    values = {"gpu": "h100", "tp": 2, "data_parallel_size": 4, "enable_expert_parallel": True, "quantization": "bf16",
+              "kv_cache_dtype": "auto", "max_num_seqs": 64, "max_num_batched_tokens": 4096,
+              "enable_chunked_prefill": True, "speculation": "off", "headroom": 0.0}
+    candidate = moe.fixed(values)
+    d = moe.deployment(candidate, replicas=2)
+    assert (d.data_parallel_size, d.enable_expert_parallel, d.num_gpus) == (4, True, 16)
+    assert not [v for v in moe.violations(candidate) if v.constraint == "moe_parallelism"]
+    lone = moe.fixed({**values, "tp": 1, "data_parallel_size": 1})
+    assert [v.constraint for v in moe.violations(lone)] == ["moe_parallelism"]  # EP over one GPU
+
+
+def test_workload_with_a_method_no_model_has_is_an_input_error(tmp_path):
+    from servopt.optimizer.cli import main
+
+    path = tmp_path / "w.yaml"
+    path.write_text("model: llama-3.1-8b\ntraffic: {arrival: {kind: poisson, rate_per_s: 1}, input_tokens: "
+                    "{kind: fixed, value: 128}, output_tokens: {kind: fixed, value: 32}}\nspeculation: [{method: mtp}]\n")
+    assert main(["optimize", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
