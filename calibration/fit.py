@@ -270,10 +270,14 @@ class AllReduceFit(_MeasuredCurveFit):
         rows = rows[rows["dtype"].isin(["bf16", "fp16"]) | rows["dtype"].isna()]
         rows = rows.assign(implementation=rows["kernel_source"].map(allreduce_implementation_of))
         rows = rows[rows["implementation"].notna()]
-        # One source per implementation (the most measured): two benchmarks of the same kernel differ
-        # in their launch and timing overheads, and interleaving their sizes would make the curve zigzag.
-        keep = [part[part["kernel_source"] == part["kernel_source"].value_counts().index[0]]
-                for _, part in rows.groupby("implementation")]
+        # One source per implementation: two benchmarks of the same kernel differ in their launch and
+        # timing overheads, and interleaving their sizes would make the curve zigzag. NCCL's own
+        # benchmark (nccl-tests) wins over a framework's wrapper; otherwise the most measured.
+        keep = []
+        for _, part in rows.groupby("implementation"):
+            own = part[part["framework"].isin(SHARED_LIBRARY_FRAMEWORKS)]
+            part = own if len(own) else part
+            keep.append(part[part["kernel_source"] == part["kernel_source"].value_counts().index[0]])
         return pd.concat(keep) if keep else rows
 
     def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
@@ -281,7 +285,9 @@ class AllReduceFit(_MeasuredCurveFit):
 
     def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
         out = np.empty(len(rows))
-        keys = zip(rows["implementation"], rows["num_gpus"].astype(int))
+        implementation = (rows["implementation"] if "implementation" in rows
+                          else rows["kernel_source"].map(allreduce_implementation_of).fillna("nccl"))
+        keys = zip(implementation, rows["num_gpus"].astype(int))
         sizes = rows["message_bytes"].to_numpy(float)
         for i, (implementation, n) in enumerate(keys):
             out[i] = float(profile.allreduce_time_s(gpu, sizes[i], n, implementation)) * 1e3

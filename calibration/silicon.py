@@ -87,7 +87,7 @@ def silicon_run(row: dict, gpu: str | None = None, requests_per_client: int = RE
         quantization="fp8" if precision == "fp8" else None,
         max_num_seqs=batch, max_num_batched_tokens=batch + isl + GENERATOR_MARGIN_TOKENS,
         max_model_len=isl + osl + GENERATOR_MARGIN_TOKENS, enable_prefix_caching=False,
-        vllm_version=str(row.get("backend_version") or "0.12.0"),
+        vllm_version=str(row.get("backend_version") or "0.12.0"), frontend="dynamo",
     )
     traffic = Traffic.model_validate({
         "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": requests_per_client},

@@ -35,6 +35,7 @@ import pandas as pd
 
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import builtin_catalog
+from ..costmodels.outfiles import write_bytes, write_text
 from ..costmodels.userfiles import read_csv_table
 
 SHAPE_COLUMNS = [
@@ -206,10 +207,9 @@ def _read_parquet(path: str | Path) -> pd.DataFrame:
 def write_table(table: pd.DataFrame, path: str | Path) -> Path:
     """Write a table as CSV, or parquet when the name ends in .parquet."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".parquet":
         _require_pyarrow(path)
-        table.to_parquet(path, index=False)
-    else:
-        table.to_csv(path, index=False)
-    return path
+        buffer = io.BytesIO()
+        table.to_parquet(buffer, index=False)
+        return write_bytes(path, buffer.getvalue())
+    return write_text(path, table.to_csv(index=False))

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,9 @@ import pandas as pd
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
-from ..costmodels.memory import plan_memory
+from ..costmodels.hardware import GIB
+from ..costmodels.memory import kv_capacity, plan_memory
+from ..costmodels.vllm_defaults import BLOCK_SIZE, default_batch_limits
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_csv_table
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
@@ -103,7 +106,7 @@ class KernelValidator(Validator):
         if op in ("context_attention", "generation_attention"):
             return AttentionFit("prefill" if op == "context_attention" else "decode")
         if op == "all_reduce":
-            return AllReduceFit([int(num_gpus)])
+            return AllReduceFit()
         if op in ("elementwise", "memcpy"):
             return ElementwiseFit()
         return None
@@ -133,46 +136,111 @@ class KernelValidator(Validator):
         return out
 
 
+def _number(value) -> float | None:
+    """The leading number of a cell ('0.9 (default; not set)' -> 0.9); None when the cell is empty."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)", str(value))
+    return float(match.group(1)) if match else None
+
+
+def _gpu_from_cell(value) -> GPUSpec | None:
+    """A GPU named the way public logs name it ('A100 80GB (per filename)', 'H100 (80GB assumed)',
+    'AMD MI300X (ROCm; ...)'); None when it is unknown or not stated."""
+    if not isinstance(value, str) or value.strip().startswith("("):
+        return None
+    text = re.sub(r"\(.*?\)", "", value).strip().lower()
+    text = re.sub(r"^(nvidia|amd|geforce)\s+", "", text)
+    for candidate in (text, text.replace(" ", "-"), text.replace(" ", ""), text.split()[0] if text else ""):
+        try:
+            return get_gpu(candidate)
+        except InputError:
+            continue
+    return None
+
+
 class MemoryValidator(Validator):
-    """vLLM start-up memory logs: the KV-cache tokens vLLM reported against :func:`plan_memory`."""
+    """vLLM start-up memory logs: the KV-cache tokens vLLM reported, predicted two ways.
+
+    ``kv_cache_tokens`` is the whole prediction (:func:`plan_memory`: the GPU's memory budget less
+    weights, activations and non-torch memory, cut into paged blocks); it needs the GPU, the
+    memory utilization and the parallelism. ``kv_cache_tokens_from_memory`` starts from the KV pool
+    the log states ("Available KV cache memory", per GPU) and checks the rest of the chain (bytes
+    per token for the checkpoint's KV dtype, TP sharding, sliding-window groups, block rounding).
+    Tables may give ``kv_cache_blocks`` (V0 logs print blocks) and ``block_size`` instead of the
+    tokens, and ``max_num_batched_tokens`` / ``max_num_seqs`` (default: vLLM's for that GPU).
+    """
 
     kind = "memory"
-    metrics = ["kv_cache_tokens"]
+    metrics = ["kv_cache_tokens", "kv_cache_tokens_from_memory"]
     slice_columns = ["gpu", "framework", "model", "precision"]
-    required = ["model", "gpu", "tp", "pp", "max_model_len", "gpu_memory_utilization", "kv_cache_tokens"]
+    required = ["model"]
 
     def read(self, path: str | Path) -> pd.DataFrame:
         frame = _read_csv(path, self.kind)
         _require(frame, self.required, self.kind, str(path))
+        if "kv_cache_tokens" not in frame and "kv_cache_blocks" not in frame:
+            raise InputError(f"memory table '{path}' needs a kv_cache_tokens or kv_cache_blocks column")
         return frame
+
+    @staticmethod
+    def measured_tokens(row: dict) -> float | None:
+        tokens = _number(row.get("kv_cache_tokens"))
+        if tokens is None and _number(row.get("kv_cache_blocks")) is not None:
+            tokens = _number(row["kv_cache_blocks"]) * (_number(row.get("block_size")) or BLOCK_SIZE)
+        return tokens
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
         records = []
         for i, row in enumerate(table.to_dict("records")):
-            record = {"id": row.get("log_file", i), "gpu": row["gpu"], "framework": "vllm", "model": row["model"],
-                      "precision": row.get("quantization") if isinstance(row.get("quantization"), str) else "bf16",
-                      "measured_kv_cache_tokens": row["kv_cache_tokens"], "pred_kv_cache_tokens": np.nan,
-                      "calibrated": True, "reason": ""}
-            if str(row.get("status", "ok")) != "ok":
-                record["reason"] = f"run status '{row.get('status')}' (no KV figure logged)"
-            else:
-                try:
-                    gpu = get_gpu(str(row["gpu"]))
-                    record["gpu"] = gpu.name
-                    kv_dtype = str(row.get("kv_cache_dtype") or "auto")
-                    plan = plan_memory(
-                        resolve_model(row["model"]).spec, gpu, tp=int(row["tp"]), pp=int(row["pp"]),
-                        kv_cache_dtype="fp8" if kv_dtype.startswith("fp8") else "auto",
-                        gpu_memory_utilization=float(row["gpu_memory_utilization"]),
-                        max_model_len=int(row["max_model_len"]),
-                        # The logs come from vLLM's defaults on an 80 GB GPU (8192 tokens, 1024 sequences).
-                        max_num_batched_tokens=8192, max_num_seqs=1024,
-                    )
-                    record["pred_kv_cache_tokens"] = plan.kv_capacity_tokens
-                except InputError as err:
-                    record["reason"] = str(err)
+            ref = row.get("log_file") or row.get("source_url_or_ref") or i
+            quant = row.get("quantization")
+            record = {"id": ref, "gpu": str(row.get("gpu")), "framework": "vllm", "model": str(row["model"]),
+                      "precision": quant if isinstance(quant, str) and quant.strip() not in ("", "none") else "bf16",
+                      "measured_kv_cache_tokens": self.measured_tokens(row), "pred_kv_cache_tokens": np.nan,
+                      "measured_kv_cache_tokens_from_memory": self.measured_tokens(row),
+                      "pred_kv_cache_tokens_from_memory": np.nan, "calibrated": True, "reason": ""}
+            record["reason"] = self._predict_row(row, record)
             records.append(record)
         return pd.DataFrame(records)
+
+    def _predict_row(self, row: dict, record: dict) -> str:
+        """Fill the predictions of one row; returns why a prediction is missing ('' when none is)."""
+        if str(row.get("status", "ok")) != "ok":
+            return f"run status '{row.get('status')}' (no KV figure logged)"
+        if record["measured_kv_cache_tokens"] is None:
+            return "the log gives no KV-cache token or block count to compare with"
+        try:
+            spec = resolve_model(str(row["model"])).spec
+        except InputError as err:
+            return f"model not resolvable: {err}"
+        tp, pp = int(_number(row.get("tp")) or 0), int(_number(row.get("pp")) or 1)
+        if not tp:
+            return "tensor parallelism not stated"
+        kv_text = str(row.get("kv_cache_dtype") or "auto")
+        kv_dtype = "fp8" if kv_text.startswith("fp8") else "auto"
+        block = int(_number(row.get("block_size")) or BLOCK_SIZE)
+        reasons = []
+        memory_gib = _number(row.get("kv_cache_memory_gib"))
+        if memory_gib is not None:
+            record["pred_kv_cache_tokens_from_memory"] = kv_capacity(spec, memory_gib * GIB, kv_dtype, tp, pp, block)[1]
+        else:
+            reasons.append("no KV memory stated")
+        gpu = _gpu_from_cell(row.get("gpu"))
+        utilization = _number(row.get("gpu_memory_utilization"))
+        if gpu is None or utilization is None:
+            reasons.append("GPU or gpu_memory_utilization not stated: whole-budget prediction skipped")
+            return "; ".join(reasons)
+        record["gpu"] = gpu.name
+        default_tokens, default_seqs = default_batch_limits(gpu)
+        plan = plan_memory(
+            spec, gpu, tp=tp, pp=pp, kv_cache_dtype=kv_dtype, gpu_memory_utilization=utilization,
+            max_model_len=int(_number(row.get("max_model_len")) or spec.max_context), block_size=block,
+            max_num_batched_tokens=int(_number(row.get("max_num_batched_tokens")) or default_tokens),
+            max_num_seqs=int(_number(row.get("max_num_seqs")) or default_seqs),
+        )
+        record["pred_kv_cache_tokens"] = plan.kv_capacity_tokens
+        return ""
 
 
 class E2EValidator(Validator):

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .quantization import WeightScheme
 from .vllm_defaults import ALL2ALL_COLLECTIVES, BLOCK_SIZE, GPU_MEMORY_UTILIZATION, gpu_memory_utilization, parse_vllm_version
 
 SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
@@ -79,7 +80,7 @@ class Deployment(BaseModel):
     all2all_backend: Literal[tuple(ALL2ALL_COLLECTIVES)] | None = Field(  # type: ignore[valid-type]
         default=None, description="vLLM --all2all-backend for the MoE dispatch across DP ranks; default: vLLM's")
     replicas: int = Field(default=1, ge=1)
-    quantization: Literal["bf16", "fp16", "fp8", "int8", "awq", "gptq", "mxfp4"] | None = Field(
+    quantization: WeightScheme | None = Field(
         default=None, description="default: implied by the model id, else the model dtype"
     )
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
@@ -90,6 +91,8 @@ class Deployment(BaseModel):
     gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=1)
+    kv_cache_memory_gib: float | None = Field(
+        default=None, gt=0, description="KV cache per GPU (vLLM's --kv-cache-memory); default: what gpu_memory_utilization leaves")
     block_size: int = Field(default=BLOCK_SIZE, ge=1)
     speculative: SpeculativeConfig | None = None
     disaggregation: DisaggregationConfig | None = None
@@ -97,6 +100,8 @@ class Deployment(BaseModel):
     internode_gbps: float = Field(default=50.0, gt=0, description="link between nodes for PP sends, GB/s")
     vllm_version: str | None = Field(
         default=None, description="the vLLM release serving it (its defaults and scheduling); default: servopt's target")
+    frontend: Literal["vllm", "dynamo"] = Field(
+        default="vllm", description="the HTTP front end: vLLM's API server (one tokenizer thread) or Dynamo's (parallel)")
 
     @model_validator(mode="before")
     @classmethod

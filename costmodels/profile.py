@@ -226,8 +226,12 @@ class PerformanceProfile(BaseModel):
     weight_only_compute_factor: float = Field(
         default=0.85, gt=0, le=1, description="share of bf16 GEMM throughput an int4/fp8 weight-only kernel keeps"
     )
-    step_overhead_s: float = Field(ge=0, description="per-step CPU time: scheduling, input prep, sampling")
-    step_overhead_per_seq_s: float = Field(ge=0)
+    step_overhead_s: float = Field(ge=0, description="V1 engine's CPU time per step: scheduling, input prep, output processing")
+    step_overhead_per_seq_s: float = Field(ge=0, description="V1 engine's CPU time per step and running sequence")
+    v0_step_overhead_s: float | None = Field(
+        default=None, ge=0, description="the V0 engine's (vLLM before 0.8), which also detokenizes in its loop; "
+                                        "default: the V1 engine's")
+    v0_step_overhead_per_seq_s: float | None = Field(default=None, ge=0)
     request_overhead_s: float = Field(
         default=0.0, ge=0,
         description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
@@ -380,15 +384,23 @@ class PerformanceProfile(BaseModel):
         bw = gpu.memory_bandwidth_bytes_per_s * self.elementwise_memory_efficiency
         return np.asarray(bytes_moved, dtype=float) / bw + self.elementwise_overhead_s * kernels
 
-    def step_overhead(self, num_seqs: ArrayLike, gpu_step_s: ArrayLike = 0.0, async_scheduling: bool = False) -> np.ndarray:
+    def engine_cpu_s(self, engine: str = "v1") -> tuple[float, float]:
+        """(per step, per running sequence) CPU time of the 'v0' or 'v1' engine."""
+        if engine == "v0" and self.v0_step_overhead_s is not None:
+            return self.v0_step_overhead_s, self.v0_step_overhead_per_seq_s or 0.0
+        return self.step_overhead_s, self.step_overhead_per_seq_s
+
+    def step_overhead(self, num_seqs: ArrayLike, gpu_step_s: ArrayLike = 0.0, async_scheduling: bool = False,
+                      engine: str = "v1") -> np.ndarray:
         """Framework time a step adds to its GPU time ``gpu_step_s``.
 
         The engine's CPU work per step (scheduling, input preparation, output processing) costs
-        ``step_overhead_s + step_overhead_per_seq_s x sequences``. Without async scheduling the GPU
+        ``step + per_seq x sequences`` (:meth:`engine_cpu_s`). Without async scheduling the GPU
         waits for all of it; with it, the next step is scheduled while the GPU runs this one, so only
         the part longer than the GPU step shows.
         """
-        cpu = self.step_overhead_s + self.step_overhead_per_seq_s * np.asarray(num_seqs, dtype=float)
+        step_s, per_seq_s = self.engine_cpu_s(engine)
+        cpu = step_s + per_seq_s * np.asarray(num_seqs, dtype=float)
         if not async_scheduling:
             return cpu
         return np.maximum(cpu - np.asarray(gpu_step_s, dtype=float), 0.0)

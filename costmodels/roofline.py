@@ -39,9 +39,14 @@ from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .moe import ExpertLayout
 from .profile import PerformanceProfile, smooth_max
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
+from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
 from .vllm_defaults import (
-    ALL2ALL_COLLECTIVES, MAX_CUDAGRAPH_TOKENS, allreduce_limits, async_scheduling, default_all2all_backend,
+    ALL2ALL_COLLECTIVES,
+    MAX_CUDAGRAPH_TOKENS,
+    allreduce_limits,
+    async_scheduling,
+    default_all2all_backend,
+    engine_generation,
     parse_vllm_version,
 )
 
@@ -189,11 +194,12 @@ class StepCostModel:
         check_supported(self.quantization, self.gpu)
         weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp)  # validates tp/pp/dp
         m, tp = self.model, self.tp
-        self._scheme = get_scheme(self.quantization)
+        # A pre-quantized checkpoint's own format (group size, zero points) sets its bytes per weight.
+        self._scheme = m.weight_scheme(self.quantization)
         self._dense_dtype = "fp16" if m.dtype == "float16" else "bf16"
         self._math = math_dtype(self.quantization, self.gpu)
-        # fp8 without native fp8 math (Ampere) runs as a weight-only kernel, like int4.
-        self._weight_only = self._scheme.weight_only or (self._scheme.name == "fp8" and self._math != "fp8")
+        # fp8 or nvfp4 without native math (Ampere; nvfp4 before Blackwell) run as weight-only kernels.
+        self._weight_only = runs_weight_only(self.quantization, self.gpu)
         self._act_bytes = float(MODEL_DTYPE_BYTES[m.dtype])
         self._heads = m.num_attention_heads / tp
         self._kv_layer_bytes = kv_bytes_per_token_per_layer_per_gpu(m, self.kv_cache_dtype, tp)
@@ -212,7 +218,8 @@ class StepCostModel:
         if ALL2ALL_COLLECTIVES[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
             raise InputError(f"all2all_backend {self.all2all_backend} runs with tp 1 (one GPU per data-parallel "
                              "rank); use allgather_reducescatter with tp > 1")
-        self._async = async_scheduling(self._version, self.pp)
+        self._engine = engine_generation(self._version, self.pp)
+        self._async = self._engine == "v1" and async_scheduling(self._version, self.pp)
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._precompute_attention()
@@ -484,7 +491,7 @@ class StepCostModel:
         parts = [part for kind in self._attention_parts(agg).values() for part in kind]
         attention = sum(t for t, _, _, _ in parts)
         gpu_s = token_s + attention + self.lm_head_time_s(agg.num_sampled)
-        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async)
+        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async, self._engine)
         if not return_compute_bound:
             return total
         compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
@@ -555,7 +562,7 @@ class StepCostModel:
         breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
         memory_s = sum(breakdown.values()) - compute_s
         breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled, sum(breakdown.values()),
-                                                                      self._async)[0])
+                                                                      self._async, self._engine)[0])
         return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
@@ -642,7 +649,7 @@ class ScalarStepTime:
                      c._dec_overhead_per_seq)
         self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
                      c._pre_overhead, c._pre_overhead_per_seq)
-        self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
+        self._overhead = c.profile.engine_cpu_s(c._engine) if include_overhead else (0.0, 0.0)
         self._async = c._async
         self._tokens: list[float] = []
         self._lm_head: list[float] = []

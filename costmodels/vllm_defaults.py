@@ -8,6 +8,8 @@ Each rule cites where vLLM decides it:
 
 - ``gpu_memory_utilization``: 0.9 up to 0.19, 0.92 from 0.20 (``CacheConfig``).
 - batch limits (``EngineArgs.get_batch_defaults``, V1 engine from 0.8): see :func:`default_batch_limits`.
+- the engine: V1 from 0.8 (V0 before, and for pipeline parallelism in 0.8), whose CPU costs per
+  step differ (:func:`engine_generation`).
 - async scheduling (the next step is scheduled while the GPU runs the current one, so the
   scheduler's CPU time hides behind the GPU): off before 0.14, on by default from 0.14
   (PR #27614, "Enable async scheduling by default"), except with pipeline parallelism.
@@ -28,6 +30,9 @@ Each rule cites where vLLM decides it:
   became the default; the v0.12 documentation names it the default backend, the v0.10.1.1
   documentation does not list it. DeepEP backends run true all-to-alls. With one DP rank there is
   no dispatch (``use_all2all_kernels`` needs ``dp_size > 1``): the TP all-reduce combines.
+- the front end's tokenizer: vLLM's API server tokenizes every prompt on one thread
+  (``ThreadPoolExecutor(max_workers=1)`` in ``serving_engine.py``), so prompts wait for each other:
+  :func:`tokenize_s_per_token`.
 
 Example:
     >>> from servopt.costmodels.hardware import get_gpu
@@ -108,9 +113,33 @@ def default_all2all_backend(version: VllmVersion) -> str:
     return "allgather_reducescatter" if version >= (0, 12, 0) else "naive"
 
 
+# Tokenization time per prompt token in vLLM's API server, as measured in vLLM PR #19334 ("microbatch
+# tokenization", June 2025: 100 concurrent completions of a 10,000-token prompt took 1.34 s before
+# and 0.62 s after batching the tokenizer calls). Dynamo's front end tokenizes in parallel.
+TOKENIZE_S_PER_TOKEN_BEFORE_MICROBATCH = 1.34e-6
+TOKENIZE_S_PER_TOKEN = 0.62e-6
+MICROBATCH_TOKENIZATION_FROM = (0, 10, 0)
+
+
+def tokenize_s_per_token(version: VllmVersion, frontend: str = "vllm") -> float:
+    """Seconds the front end spends per prompt token, one request at a time (0 for a parallel front end)."""
+    if frontend != "vllm":
+        return 0.0
+    return TOKENIZE_S_PER_TOKEN if version >= MICROBATCH_TOKENIZATION_FROM else TOKENIZE_S_PER_TOKEN_BEFORE_MICROBATCH
+
+
 def gpu_memory_utilization(version: VllmVersion) -> float:
     """vLLM's default ``--gpu-memory-utilization``."""
     return 0.92 if version >= (0, 20, 0) else 0.9
+
+
+def engine_generation(version: VllmVersion, pp: int) -> str:
+    """'v0' or 'v1': which engine serves. V1 is the default from 0.8; 0.8 still fell back to V0 for
+    pipeline parallelism without Ray ("Pipeline Parallelism without Ray distributed executor is not
+    supported by the V1 Engine. Falling back to V0"), which the mp executor supports from 0.9."""
+    if version < (0, 8, 0) or (version < (0, 9, 0) and pp > 1):
+        return "v0"
+    return "v1"
 
 
 def async_scheduling(version: VllmVersion, pp: int) -> bool:
@@ -118,12 +147,20 @@ def async_scheduling(version: VllmVersion, pp: int) -> bool:
     return version >= (0, 14, 0) and pp == 1
 
 
-def default_batch_limits(gpu: GPUSpec) -> tuple[int, int]:
+def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of ``vllm serve`` on this GPU.
 
-    >= 160 GiB (B200): 16384 / 1024; >= 70 GiB and not A100 (H100, H200, MI300X): 8192 / 1024;
-    other GPUs, the A100 included (large budgets cut A100 throughput, vLLM PR #17885): 2048 / 256.
+    From 0.9 (``EngineArgs.get_batch_defaults``): >= 160 GiB (B200): 16384 / 1024; >= 70 GiB and not
+    A100 (H100, H200, MI300X): 8192 / 1024; other GPUs, the A100 included (large budgets cut A100
+    throughput, vLLM PR #17885): 2048 / 256. The V1 engine of 0.8 served 2048 / 256 everywhere; the
+    V0 engine before it chunked prefills into 512-token steps (``SchedulerConfig`` with chunked
+    prefill on).
     """
+    version = version or parse_vllm_version(None)
+    if version < (0, 8, 0):
+        return 512, 256
+    if version < (0, 9, 0):
+        return 2048, 256
     if gpu.memory_gib >= 160 and gpu.vendor == "nvidia":
         return 16384, 1024
     if gpu.memory_gib >= 70 and not gpu.name.startswith("a100"):

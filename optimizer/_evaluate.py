@@ -131,9 +131,9 @@ class Evaluator:
         if key not in self._cost_models:
             p = self.problem
             self._cost_models[key] = StepCostModel(
-                p.ctx.models[model].spec, p.gpu(d.gpu), p.profile(d.gpu), d.quantization, d.kv_cache_dtype, tp, d.pp,
-                internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version, dp=dp,
-                expert_parallel=d.enable_expert_parallel, all2all_backend=d.all2all_backend,
+                p.ctx.models[model].spec_for(d.quantization), p.gpu(d.gpu), p.profile(d.gpu), d.quantization,
+                d.kv_cache_dtype, tp, d.pp, internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
+                dp=dp, expert_parallel=d.enable_expert_parallel, all2all_backend=d.all2all_backend,
             )
         return self._cost_models[key]
 
@@ -209,8 +209,13 @@ class Evaluator:
         start = time.perf_counter()
         space, w = self.problem.space, self.problem.workload
         model = space.model_key(candidate)
+        choice = self.problem.ctx.models[model]
+        option = choice.option(str(candidate["quantization"]))
         record: dict[str, Any] = {
-            "knobs": dict(candidate.values), "model": model, "serve_id": self.problem.ctx.models[model].serve_id,
+            "knobs": dict(candidate.values), "model": model,
+            # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
+            "serve_id": option.serve_id if option else choice.serve_id,
+            "weights": option.describe() if option else None,
             "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
         }
         deployment = space.deployment(candidate, 1)

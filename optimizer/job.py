@@ -4,6 +4,12 @@ The folder holds ``job.json`` (the workload as validated, the storage URL and st
 SQLite study (unless ``--storage`` names another database), and the results. Running the same job
 again resumes it: finished trials are read back and the budget counts them.
 
+Every file is written atomically through :mod:`servopt.costmodels.outfiles`, so a killed run leaves
+the old ``job.json`` or the new one. A ``job.json`` that is unreadable all the same (truncated by an
+older version, edited by hand) is recovered: ``servopt optimize`` rewrites it once the study has
+confirmed the workload is the same (the study keeps its own copy of the workload), and
+``servopt report`` / ``export`` rebuild it from the folder's SQLite study.
+
 Example:
     >>> from servopt.optimizer.job import Job
     >>> from servopt.optimizer.defaults import default_workload
@@ -26,6 +32,7 @@ from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
 from ..costmodels.errors import InputError
+from ..costmodels.outfiles import ensure_folder, read_text, write_text
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
@@ -47,6 +54,23 @@ from .workload import Workload, parse_workload
 
 JOB_FILE = "job.json"
 WORKLOAD_HASH_ATTR = "workload_sha256"
+JOB_ATTR = "job"
+
+
+class _BrokenJobFile(Exception):
+    """job.json exists but does not hold a job (truncated, not JSON, keys missing)."""
+
+
+def _read_job_file(path: Path) -> dict[str, Any]:
+    """job.json's content. FileNotFoundError when there is none; _BrokenJobFile when unreadable."""
+    text = read_text(path, "job file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _BrokenJobFile(f"not valid JSON at line {err.lineno}: {err.msg}") from None
+    if not isinstance(data, dict) or not {"study", "storage", "workload"} <= set(data):
+        raise _BrokenJobFile("study, storage or workload missing")
+    return data
 
 
 # Keys a rerun may change without starting another study: how long to search and where it is stored.
@@ -73,6 +97,7 @@ class JobOutcome:
     simulations: int
     stale_failed: int = 0
     rechecked: int = 0
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -124,6 +149,7 @@ class Job:
         if stored is None:
             study.set_user_attr(WORKLOAD_HASH_ATTR, expected)
             study.set_user_attr("workload", w.model_dump(mode="json"))
+            study.set_user_attr(JOB_ATTR, {"hardware": self.hardware, "name": self.name})
         elif stored != expected:
             raise InputError(
                 f"study '{self.study_name}' in {self.storage_url} was started with a different workload; "
@@ -131,47 +157,80 @@ class Job:
             )
         return study
 
-    def write_job_file(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        data = {
+    def job_data(self) -> dict[str, Any]:
+        return {
             "study": self.study_name,
             "storage": self.storage_url,
             "hardware": self.hardware,
             "name": self.name,
             "workload": self.workload.model_dump(mode="json"),
         }
+
+    def check_folder(self) -> str | None:
+        """Refuse a folder that holds another job; returns a note when its job.json was unreadable
+        (the study, opened first, has then confirmed the workload)."""
         path = self.out_dir / JOB_FILE
-        if path.exists():
-            old = json.loads(path.read_text())
-            old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
-            if (old.get("study"), old.get("storage")) != (data["study"], data["storage"]) or \
-                    old_identity != workload_identity(self.workload):
-                raise InputError(
-                    f"{self.out_dir} holds another job (study '{old.get('study')}'); use another --out folder"
-                )
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        try:
+            old = _read_job_file(path)
+        except FileNotFoundError:
+            return None
+        except _BrokenJobFile as err:
+            return f"{path} was unreadable ({err}; a run killed mid-write by an older servopt?): rewritten"
+        old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
+        if (old.get("study"), old.get("storage")) != (self.study_name, self.storage_url) or \
+                old_identity != workload_identity(self.workload):
+            raise InputError(f"{self.out_dir} holds another job (study '{old.get('study')}'); use another --out folder")
+        return None
+
+    def write_job_file(self) -> Path:
+        return write_text(self.out_dir / JOB_FILE, json.dumps(self.job_data(), indent=2) + "\n")
 
     @classmethod
     def load(cls, out_dir: str | Path) -> Job:
-        """The job a folder holds (for ``servopt report`` and ``servopt export``)."""
+        """The job a folder holds (for ``servopt report`` and ``servopt export``); an unreadable
+        job.json is rebuilt from the folder's SQLite study."""
         path = Path(out_dir) / JOB_FILE
         try:
-            data = json.loads(path.read_text())
-        except OSError:
+            data = _read_job_file(path)
+        except FileNotFoundError:
             raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first") from None
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+        except _BrokenJobFile as err:
+            job = cls._recover(Path(out_dir), str(err))
+            job.write_job_file()
+            return job
         workload = parse_workload(data["workload"], str(path))
         return cls(workload, out_dir, study=data["study"], storage=data["storage"], hardware=data.get("hardware"),
                    name=data.get("name", "default"))
+
+    @classmethod
+    def _recover(cls, out_dir: Path, problem: str) -> Job:
+        """Rebuild a job from the one study in the folder's SQLite database."""
+        database = out_dir / "study.db"
+        fix = "rerun servopt optimize with the same workload file and --out to rewrite it"
+        if not database.is_file():
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no study.db to rebuild "
+                             f"it from; {fix}")
+        url = f"sqlite:///{database.resolve()}"
+        summaries = [s for s in optuna.get_all_study_summaries(open_storage(url))
+                     if "workload" in s.user_attrs]
+        if len(summaries) != 1:
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and study.db holds {len(summaries)} "
+                             f"studies with a workload; {fix}")
+        summary = summaries[0]
+        extra = summary.user_attrs.get(JOB_ATTR) or {}
+        workload = parse_workload(summary.user_attrs["workload"], f"study '{summary.study_name}' in {database}")
+        return cls(workload, out_dir, study=summary.study_name, storage=url, hardware=extra.get("hardware"),
+                   name=extra.get("name", summary.study_name))
 
     # --- running ----------------------------------------------------------------------------
     def run(self, progress: bool = True) -> JobOutcome:
         """Search (resuming what the study holds), re-check the front, and return the outcome."""
         start = time.perf_counter()
         problem = self.problem  # resolve names before anything is written
+        ensure_folder(self.out_dir)
+        note = self.check_folder()
+        study = self.open_study()  # refuses a study of another workload before job.json is touched
         self.write_job_file()
-        study = self.open_study()
         before = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         budget = self.workload.budget
         bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
@@ -192,6 +251,7 @@ class Job:
         return JobOutcome(
             trials=len(trials), new_trials=len(trials) - before, front=final_front(study),
             elapsed_s=time.perf_counter() - start, simulations=simulations, stale_failed=stale, rechecked=rechecked,
+            notes=(note,) if note else (),
         )
 
     def config(self) -> dict[str, Any]:
@@ -244,6 +304,8 @@ class Job:
             "rechecks": stored_rechecks(study),
             "front": final_front(study),
             "front_equivalents": front_equivalents(study),
+            "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
+                              for key, basis in problem.max_model_len_basis.items()},
         }
 
 

@@ -35,12 +35,13 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..costmodels.deployment import SpeculativeMethod
-from ..costmodels.errors import validate_spec
+from ..costmodels.errors import InputError, validate_spec
+from ..costmodels.model_sources import check_model_id
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_yaml_mapping
@@ -90,10 +91,10 @@ class Alternative(BaseModel):
 
     model_config = _STRICT
 
-    model: str
+    model: ModelId
     accuracy_drop_pct: float | None = Field(default=None, ge=0, description="drop against the main model")
     accuracy_score: float | None = Field(default=None, gt=0, description="its score (needs accuracy.model_score)")
-    checkpoint: str | None = Field(default=None, description="the id to serve, when not the model name")
+    checkpoint: ModelId | None = Field(default=None, description="the id to serve, when not the model name")
 
     @model_validator(mode="after")
     def _one_accuracy(self) -> Alternative:
@@ -151,7 +152,7 @@ class SpeculationOption(BaseModel):
     model_config = _STRICT
 
     method: SpeculativeMethod
-    draft_model: str | None = None
+    draft_model: ModelId | None = None
     acceptance_rate: float | None = Field(default=None, gt=0, lt=1)
 
     @model_validator(mode="after")
@@ -165,15 +166,33 @@ class SpeculationOption(BaseModel):
         return self.method if not self.draft_model else f"{self.method}:{self.draft_model}"
 
 
+def _model_id(value: str | None, info: ValidationInfo) -> str | None:
+    """Model ids are checked where they are read: no control characters, the Hugging Face id
+    grammar on the whole id, or an existing local path (they end up in launch scripts)."""
+    if value is None:
+        return value
+    try:
+        return check_model_id(value, info.field_name or "model")
+    except InputError as err:
+        raise ValueError(str(err).split(": ", 1)[1]) from None
+
+
+ModelId = Annotated[str, AfterValidator(_model_id)]
+
+
 class Checkpoints(BaseModel):
-    """Pre-quantized checkpoints to serve for weight schemes vLLM cannot apply online."""
+    """Pre-quantized checkpoints of the main model to serve for a weight scheme (each must be a
+    checkpoint of that scheme). Without one, the search uses servopt's catalog of public checkpoints;
+    a scheme with neither (and that vLLM cannot apply at start-up, as it does fp8) is not searched."""
 
     model_config = _STRICT
 
-    int8: str | None = None
-    awq: str | None = None
-    gptq: str | None = None
-    fp8: str | None = None
+    int8: ModelId | None = None
+    awq: ModelId | None = None
+    gptq: ModelId | None = None
+    fp8: ModelId | None = None
+    w8a16: ModelId | None = None
+    nvfp4: ModelId | None = None
 
 
 class Workload(BaseModel):
@@ -181,7 +200,7 @@ class Workload(BaseModel):
 
     model_config = _STRICT
 
-    model: str = Field(description="preset alias, Hugging Face id, or path to config.json")
+    model: ModelId = Field(description="catalog alias, Hugging Face id, or path to a checkpoint folder / config.json")
     alternatives: list[Alternative] = Field(default_factory=list)
     traffic: Traffic
     slo: SLO = Field(default_factory=SLO)

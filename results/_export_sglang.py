@@ -9,8 +9,8 @@ SGLang, and the plan says so):
   model (attention data-parallel, ``tp`` GPUs per rank; the MoE layers over all of them), and
   ``--ep-size`` equal to that TP size with expert parallelism; a dense model's DP ranks are SGLang
   data-parallel workers of ``--tp-size tp`` each; ``--pp-size`` for pipeline stages;
-- weights: ``--quantization fp8`` (quantized at load), else the pre-quantized checkpoint, whose
-  config SGLang reads; ``--dtype`` for bf16/fp16; ``--kv-cache-dtype fp8_e4m3`` for vLLM's fp8 KV
+- weights: ``--quantization fp8`` when the 16-bit checkpoint is quantized at load, else the
+  pre-quantized checkpoint the point serves, whose config SGLang reads; ``--dtype`` for bf16/fp16; ``--kv-cache-dtype fp8_e4m3`` for vLLM's fp8 KV
   (e4m3 is vLLM's ``fp8``);
 - batching: ``--chunked-prefill-size`` (vLLM's token budget; ``-1`` without chunked prefill),
   ``--max-running-requests`` (``max_num_seqs``), ``--context-length`` and ``--mem-fraction-static``:
@@ -27,7 +27,7 @@ Example:
     ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
     ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
     ...     "speculative": None, "disaggregation": None}}
-    >>> plan = sglang_plan(point, {})
+    >>> plan = sglang_plan(point)
     >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
     CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct
     --port 8000 --tp-size 2 --quantization fp8 --kv-cache-dtype fp8_e4m3 --max-running-requests 96
@@ -36,14 +36,13 @@ Example:
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import builtin_catalog
 from ..costmodels.memory import plan_memory
-from ._export import BASE_PORT, _checkpoint_note, commands_by_node, instance_roles
+from ._export import BASE_PORT, _roles, _weights, comment, shell_command
 
 ROUTER_PORT = 8192
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
@@ -80,8 +79,8 @@ def sglang_args(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs:
     if d["pp"] > 1:
         args += ["--pp-size", str(d["pp"])]
     scheme = d["quantization"]
-    if scheme == "fp8":
-        args += ["--quantization", "fp8"]
+    if scheme == "fp8" and (point.get("weights") or {}).get("serve_id", point["serve_id"]) == point["serve_id"]:
+        args += ["--quantization", "fp8"]  # a 16-bit checkpoint quantized at load
     elif scheme in DTYPES:
         args += ["--dtype", DTYPES[scheme]]
     args += ["--kv-cache-dtype", KV_DTYPES[d["kv_cache_dtype"]], "--max-running-requests", str(max_num_seqs),
@@ -101,21 +100,20 @@ def sglang_args(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs:
     return args
 
 
-def sglang_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_per_node: int = 8) -> dict[str, Any]:
+def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8) -> dict[str, Any]:
     """Every SGLang server to start (with its command), the PD router, and notes, as plain data."""
     d = point["deployment"]
-    model, note = _checkpoint_note(d["quantization"], point["serve_id"], checkpoints)
+    model = _weights(point)[0]
     try:
         moe = resolve_model(point.get("model") or point["serve_id"]).spec.moe is not None
     except InputError:
         moe = False
     dis = d.get("disaggregation")
-    roles = instance_roles(d)
-    instances, routers, notes = [], [], [note] if note else []
+    instances, routers, notes = [], [], []
     node, next_gpu, port = 0, 0, BASE_PORT
     for replica in range(d["replicas"]):
         urls: dict[str, list[str]] = {"prefill": [], "decode": []}
-        for role, count, tp, seqs, tokens in roles:
+        for role, count, tp, seqs, tokens, _ in _roles(d):
             gpus = tp * d["pp"] * (d.get("data_parallel_size", 1) if role == "serve" else 1)
             if gpus > gpus_per_node:
                 raise InputError(f"trial {point['trial']}: {gpus} GPUs per SGLang server span nodes; export it for "
@@ -131,13 +129,14 @@ def sglang_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_
                     args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
                     urls[role].append(f"http://node{node}:{port}")
                 instances.append({"replica": replica, "role": role, "node": node, "port": port, "gpus": gpus,
-                                  "env": env, "args": args, "command": _shell(env, args)})
+                                  "env": env, "args": args,
+                                  "command": shell_command(env, ["python", "-m", "sglang.launch_server"], args)})
                 port += 1
         if dis:
             router = ["--pd-disaggregation", *[a for url in urls["prefill"] for a in ("--prefill", url)],
                       *[a for url in urls["decode"] for a in ("--decode", url)], "--port", str(ROUTER_PORT + replica)]
             routers.append({"replica": replica, "args": router,
-                            "command": "python -m sglang_router.launch_router " + " ".join(shlex.quote(a) for a in router)})
+                            "command": shell_command({}, ["python", "-m", "sglang_router.launch_router"], router)})
     notes.append("latencies were predicted for vLLM; SGLang's kernels and scheduler differ, so measure before relying "
                  "on them")
     if dis:
@@ -150,19 +149,17 @@ def sglang_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_
             "notes": notes, "deployment": d, "metrics": point.get("metrics", {})}
 
 
-def _shell(env: dict[str, str], args: list[str]) -> str:
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    # The model may be a ${VAR:?...} expansion, which must stay expandable.
-    words = [f'"{a}"' if a.startswith("${") else shlex.quote(a) for a in args]
-    return f"{prefix} python -m sglang.launch_server " + " ".join(words)
-
-
 def render_sglang(plan: dict[str, Any]) -> str:
     """The SGLang plan as a commented shell script."""
-    lines = [f"# servopt export for SGLang: trial {plan['trial']}, {plan['replicas']} replica(s) on "
-             f"{sum(i['gpus'] for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))"]
-    lines += [f"# NOTE: {note}" for note in plan["notes"]]
-    lines += commands_by_node(plan["instances"])
+    lines = [comment(f"# servopt export for SGLang: trial {plan['trial']}, {plan['replicas']} replica(s) on "
+             f"{sum(i['gpus'] for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))")]
+    lines += [comment(f"# NOTE: {note}") for note in plan["notes"]]
+    node = None
+    for inst in plan["instances"]:
+        if inst["node"] != node:
+            node = inst["node"]
+            lines.append(f"# --- node {node} ---")
+        lines.append(inst["command"] + " &")
     for router in plan["routers"]:
         lines += [f"# router of replica {router['replica']}", router["command"] + " &"]
     lines.append("wait")
@@ -183,7 +180,6 @@ for args in json.load(sys.stdin):
         problems.append(f"{err}: {' '.join(args)}")
 print(json.dumps(problems))
 """
-PLACEHOLDER_CHECKPOINT = "placeholder/pre-quantized-checkpoint"
 
 
 def check_with_sglang(plan: dict[str, Any], python: str) -> list[str]:
@@ -192,7 +188,7 @@ def check_with_sglang(plan: dict[str, Any], python: str) -> list[str]:
     import json
     import subprocess
 
-    servers = [[PLACEHOLDER_CHECKPOINT if a.startswith("${") else a for a in inst["args"]] for inst in plan["instances"]]
+    servers = [inst["args"] for inst in plan["instances"]]
     done = subprocess.run([python, "-c", _CHECK_SCRIPT], input=json.dumps(servers), capture_output=True, text=True,
                           timeout=600)
     if done.returncode != 0:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..costmodels.outfiles import write_text
 from ._plot import pareto_svg
 from ._tables import pareto_frame, trials_frame
 
@@ -36,6 +37,14 @@ def _fmt(value: Any) -> str:
             return f"{value:,.0f}"
         return f"{value:.3g}"
     return str(value)
+
+
+def _cell(row: dict[str, Any], col: str) -> str:
+    """A front-table cell; the GPU of a point whose profile is not calibrated is marked."""
+    text = _fmt(row[col])
+    if col == "gpu" and not row.get("profile_calibrated", True):
+        text += " (UNCALIBRATED)"
+    return text
 
 
 def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
@@ -118,8 +127,11 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
         lines.append("| " + " | ".join(label for _, label in FRONT_COLUMNS) + " | why |")
         lines.append("|" + "---|" * (len(FRONT_COLUMNS) + 1))
         for row in front.to_dict(orient="records"):
-            cells = [_fmt(row[col]) for col, _ in FRONT_COLUMNS] + [_why_cell(row)]
+            cells = [_cell(row, col) for col, _ in FRONT_COLUMNS] + [_why_cell(row)]
             lines.append("| " + " | ".join(cells) + " |")
+        if not front["profile_calibrated"].astype(bool).all():
+            lines += ["", "Rows marked UNCALIBRATED are predicted on a GPU without a calibration profile (datasheet "
+                          "defaults): measure before relying on them."]
         lines += ["", f"Export one: `servopt export {data['job']['out_dir']} --pick cheapest` (or `fastest`, or a # above)."]
     else:
         lines += ["**The front is empty.**", "", *explain_empty(data, trials)]
@@ -149,7 +161,7 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
     if len(front):
         parts.append("<table><tr>" + "".join(f"<th>{esc(label)}</th>" for _, label in FRONT_COLUMNS) + "<th class='l'>why</th></tr>")
         for row in front.to_dict(orient="records"):
-            parts.append("<tr>" + "".join(f"<td>{esc(_fmt(row[col]))}</td>" for col, _ in FRONT_COLUMNS)
+            parts.append("<tr>" + "".join(f"<td>{esc(_cell(row, col))}</td>" for col, _ in FRONT_COLUMNS)
                          + f"<td class='l'>{esc(_why_cell(row))}</td></tr>")
         parts.append("</table>")
         parts.append(f"<p>Export one: <code>servopt export {esc(data['job']['out_dir'])} --pick cheapest</code></p>")
@@ -179,6 +191,8 @@ def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, An
         points.append({
             "trial": row["trial"],
             "serve_id": record["serve_id"],
+            "weights": record.get("weights"),
+            "profile_calibrated": bool(row["profile_calibrated"]),
             "model": record["model"],
             "deployment": record["deployment"],
             "knobs": record["knobs"],
@@ -192,17 +206,19 @@ def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, An
 def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:
     """Write trials.csv, pareto.csv, front.json, report.md and report.html; return their paths."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     trials = trials_frame(data)
     front = pareto_frame(data)
-    paths = {name: out / name for name in ("trials.csv", "pareto.csv", "front.json", "report.md", "report.html")}
-    trials.to_csv(paths["trials.csv"], index=False)
-    front.to_csv(paths["pareto.csv"], index=False)
-    front_doc = {"study": data["job"]["study"], "workload": data["workload"], "points": front_points(data, front)}
-    paths["front.json"].write_text(json.dumps(front_doc, indent=2, default=_json_default) + "\n")
-    paths["report.md"].write_text(render_markdown(data, trials, front))
-    paths["report.html"].write_text(render_html(data, trials, front))
-    return paths
+    front_doc = {"study": data["job"]["study"], "workload": data["workload"], "gpus": data["gpus"],
+                 "max_model_len": data.get("max_model_len", {}), "points": front_points(data, front)}
+    texts = {
+        "trials.csv": trials.to_csv(index=False),
+        "pareto.csv": front.to_csv(index=False),
+        "front.json": json.dumps(front_doc, indent=2, default=_json_default) + "\n",
+        "report.md": render_markdown(data, trials, front),
+        "report.html": render_html(data, trials, front),
+    }
+    # Atomic, and a link planted in the folder is replaced rather than written through.
+    return {name: write_text(out / name, text) for name, text in texts.items()}
 
 
 def _json_default(value: Any) -> Any:

@@ -101,9 +101,12 @@ class QuantizationOnGPU(Constraint):
         problem = support_problem(deployment.quantization, ctx.gpus[deployment.gpu])
         if problem:
             return Violation(self.name, 1.0, problem)
-        fixed = ctx.models[model].checkpoint_quantization
-        if fixed and fixed != deployment.quantization:
-            return Violation(self.name, 1.0, f"{ctx.models[model].serve_id} is a {fixed} checkpoint, not {deployment.quantization}")
+        choice = ctx.models[model]
+        if deployment.quantization not in choice.weights:
+            servable = ", ".join(choice.weights)
+            return Violation(self.name, 1.0, f"{choice.serve_id} cannot be served as {deployment.quantization}: vLLM "
+                             f"does not quantize to it at start-up and no checkpoint is known (servable: {servable}; "
+                             f"name one under checkpoints.{deployment.quantization})")
         return None
 
 

@@ -186,19 +186,18 @@ class PipelineParallelKnob(_IntKnob):
 
 class QuantizationKnob(_NameKnob):
     name = "quantization"
-    help = "weight quantization: bf16, fp8, int8 (W8A8), awq or gptq (int4)"
-    SEARCHED: ClassVar[tuple[str, ...]] = ("bf16", "fp8", "int8", "awq", "gptq")
+    help = ("weight quantization: the schemes some candidate model can be served in (16-bit, fp8 quantized "
+            "by vLLM at start-up, and pre-quantized checkpoints: int8, w8a16, awq, gptq, nvfp4, mxfp4)")
+    ORDER: ClassVar[tuple[str, ...]] = ("bf16", "fp16", "fp8", "int8", "w8a16", "awq", "gptq", "nvfp4", "mxfp4")
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
-        fixed = {m.checkpoint_quantization for m in ctx.models.values()}
-        if len(fixed) == 1 and None not in fixed:
-            return Choices((fixed.pop(),))  # every model is a pre-quantized checkpoint of one scheme
-        return Choices(self.SEARCHED)
+        servable = {scheme for m in ctx.models.values() for scheme in m.weights}
+        return Choices(tuple(s for s in self.ORDER if s in servable))
 
     def coerce(self, value: Any) -> Value:
         value = super().coerce(value).lower()
         if value not in SCHEMES:
-            raise ValueError(f"unknown quantization '{value}'; known: {', '.join(self.SEARCHED)}")
+            raise ValueError(f"unknown quantization '{value}'; known: {', '.join(self.ORDER)}")
         return value
 
 

@@ -40,7 +40,7 @@ def flags(args: list[str]) -> dict:
 
 
 def test_moe_data_and_expert_parallel_map_to_dp_attention_and_ep():
-    plan = sglang_plan(point(data_parallel_size=8, enable_expert_parallel=True), {})
+    plan = sglang_plan(point(data_parallel_size=8, enable_expert_parallel=True))
     f = flags(plan["instances"][0]["args"])
     assert f["--tp-size"] == "8" and f["--dp-size"] == "8" and f["--enable-dp-attention"] is True
     assert f["--ep-size"] == "8" and f["--quantization"] == "fp8" and f["--max-running-requests"] == "64"
@@ -49,22 +49,22 @@ def test_moe_data_and_expert_parallel_map_to_dp_attention_and_ep():
     assert plan["instances"][0]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     dense = flags(sglang_plan(point("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", tp=2, data_parallel_size=2,
                                     kv_cache_dtype="fp8", enable_chunked_prefill=False,
-                                    enable_prefix_caching=False), {})["instances"][0]["args"])
+                                    enable_prefix_caching=False))["instances"][0]["args"])
     assert dense["--tp-size"] == "2" and dense["--dp-size"] == "2" and "--enable-dp-attention" not in dense
     assert dense["--kv-cache-dtype"] == "fp8_e4m3" and dense["--chunked-prefill-size"] == "-1"
     assert dense["--disable-radix-cache"] is True
     with pytest.raises(InputError, match="span nodes"):
-        sglang_plan(point(data_parallel_size=16), {})
+        sglang_plan(point(data_parallel_size=16))
 
 
 def test_speculation_disaggregation_and_shell_quoting():
     spec = {"method": "eagle3", "num_speculative_tokens": 3, "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
-    plan = sglang_plan(point("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct; rm -rf /", speculative=spec), {})
+    plan = sglang_plan(point("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct; rm -rf /", speculative=spec))
     f = flags(plan["instances"][0]["args"])
     assert f["--speculative-algorithm"] == "EAGLE3" and f["--speculative-num-draft-tokens"] == "4"
     assert shlex.split(plan["instances"][0]["command"])[5] == "meta-llama/Llama-3.1-8B-Instruct; rm -rf /"
     dis = {"prefill_instances": 1, "prefill_tp": 2, "decode_instances": 2, "decode_tp": 2}
-    plan = sglang_plan(point("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", disaggregation=dis), {})
+    plan = sglang_plan(point("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", disaggregation=dis))
     assert [flags(i["args"])["--disaggregation-mode"] for i in plan["instances"]] == ["prefill", "decode", "decode"]
     assert "--pd-disaggregation" in plan["routers"][0]["args"] and "router" in render_sglang(plan)
 
@@ -96,14 +96,14 @@ def test_sglang_parser_accepts_the_default_jobs_front_and_moe_exports(sglang, tm
     assert main(["optimize", str(path), "--out", str(tmp_path / "out"), "--no-progress", "--json"]) == 0
     capsys.readouterr()
     front = json.loads((tmp_path / "out" / "front.json").read_text())
-    plans = [sglang_plan(p, {}, p["gpus_per_node"]) for p in front["points"]]
+    plans = [sglang_plan(p, p["gpus_per_node"]) for p in front["points"]]
     spec = {"method": "mtp", "num_speculative_tokens": 1, "draft_model": None}
     plans += [sglang_plan(point(data_parallel_size=8, enable_expert_parallel=True, kv_cache_dtype="fp8",
-                                speculative=spec), {}),
+                                speculative=spec)),
               sglang_plan(point("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", quantization="bf16",
                                 disaggregation={"prefill_instances": 1, "prefill_tp": 1, "decode_instances": 1,
-                                                "decode_tp": 1}), {})]
-    bad = sglang_plan(point(), {})["instances"][0]
+                                                "decode_tp": 1}))]
+    bad = sglang_plan(point())["instances"][0]
     bad = {**bad, "args": bad["args"] + ["--kv-cache-dtype", "fp9"]}
     # One run of SGLang's parser over every server (importing SGLang takes seconds).
     problems = check_with_sglang({"instances": [i for plan in plans for i in plan["instances"]] + [bad]}, sglang)

@@ -85,12 +85,13 @@ def test_dp_load_balancer_spreads_a_burst_and_ranks_keep_their_own_requests():
     burst = traffic({"kind": "closed_loop", "concurrency": 8, "requests_per_client": 1}, 512, 64)
     frame = run(dep, burst, n=8, model=QWEN_MOE).requests
     assert sorted(frame["instance"].value_counts().tolist()) == [4, 4]
-    # A dense model's ranks are independent engines: two requests on two ranks finish like one alone.
+    # A dense model's ranks are independent engines: two requests on two ranks finish like one alone
+    # (but for the instance's one front end, which tokenizes them one after the other).
     dense = deployment(tp=1, data_parallel_size=2)
     pair = traffic({"kind": "closed_loop", "concurrency": 2, "requests_per_client": 1}, 512, 64)
     single = traffic({"kind": "closed_loop", "concurrency": 1, "requests_per_client": 1}, 512, 64)
     two, one = run(dense, pair, n=2), run(deployment(tp=1), single, n=1)
-    assert two.summary.e2e_s.mean == pytest.approx(one.summary.e2e_s.mean, rel=1e-6)
+    assert two.summary.e2e_s.mean == pytest.approx(one.summary.e2e_s.mean, rel=1e-3)
     assert LLAMA_8B.moe is None
 
 

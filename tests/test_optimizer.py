@@ -20,7 +20,8 @@ def tiny_job(tmp_path, **changes):
 
 
 def test_tiny_job_records_every_trial_with_a_reason(tmp_path, serving):  # noqa: F811
-    job = tiny_job(tmp_path, space={**TINY["space"], "quantization": ["bf16", "gptq"]})
+    job = tiny_job(tmp_path, space={**TINY["space"], "quantization": ["bf16", "gptq"]},
+                   checkpoints={"gptq": "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16"})
     outcome = job.run(progress=False)
     data = job.collect()
     assert outcome.trials == 12 == len(data["trials"])

@@ -43,12 +43,12 @@ from ..architectures import ModelSpec
 from ..deployment import Deployment
 from ..errors import InputError
 from ..hardware import GPUSpec
-from ..memory import MemoryPlan, kv_bytes_per_token, plan_memory
+from ..memory import GIB, MemoryPlan, kv_bytes_per_token, plan_memory
 from ..profile import PerformanceProfile
 from ..quantization import MODEL_DTYPE_SCHEME
 from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
-from ..vllm_defaults import default_batch_limits
+from ..vllm_defaults import default_batch_limits, parse_vllm_version, tokenize_s_per_token
 from .cluster import ClosedLoop, Cluster, Pool
 from .data_parallel import LockstepGroup
 from .engine import Engine, PipelineStages
@@ -108,6 +108,7 @@ class DeploymentModel:
     max_model_len: int
     transfer_bytes_per_s: float
     request_overhead_s: float = 0.0
+    tokenize_s_per_token: float = 0.0
 
     @property
     def disaggregated(self) -> bool:
@@ -122,7 +123,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
                        profile: PerformanceProfile) -> DeploymentModel:
     """Memory plans, limits and step-time predictors of every engine role; InputError if it cannot run."""
     d = deployment
-    default_tokens, default_seqs = default_batch_limits(gpu)
+    default_tokens, default_seqs = default_batch_limits(gpu, parse_vllm_version(d.vllm_version))
     max_tokens = d.max_num_batched_tokens or default_tokens
     max_seqs = d.max_num_seqs or default_seqs
     max_model_len = d.max_model_len or model.max_context
@@ -160,6 +161,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
             block_size=d.block_size, max_model_len=max_model_len,
             extra_weights_bytes_per_gpu=spec.head.weights_bytes_per_gpu if spec else 0.0,
             extra_kv_bytes_per_token_per_gpu=spec.head.kv_bytes_per_token_per_gpu if spec else 0.0,
+            kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None,
         )
         if not plan.fits:
             where = f"{name} instances (tp={tp}, pp={d.pp})" if name != "replica" else f"tp={tp}, pp={d.pp}"
@@ -181,7 +183,8 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
         # Each TP rank sends its shard over its own link.
         transfer = link * min(p.prefill_tp, p.decode_tp)
     return DeploymentModel(model, deployment, gpu, tuple(roles), speculation, max_model_len, transfer,
-                           profile.request_overhead_s)
+                           profile.request_overhead_s,
+                           tokenize_s_per_token(parse_vllm_version(d.vllm_version), d.frontend))
 
 
 def _build_engines(compiled: DeploymentModel, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
@@ -244,7 +247,8 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     table = RequestTable(drawn)
     pools = _build_engines(compiled, table, rng)
     front, decode = pools[0], (pools[1] if len(pools) > 1 else None)
-    cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None, compiled.request_overhead_s)
+    cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None, compiled.request_overhead_s,
+                      compiled.tokenize_s_per_token)
     closed = None
     if traffic.arrival.kind == "closed_loop":
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)

@@ -97,13 +97,45 @@ class ClosedLoopArrival(BaseModel):
         return None if self.requests_per_client is None else self.concurrency * self.requests_per_client
 
 
+class TraceRecords(BaseModel):
+    """A trace given inline, one list entry per request: what a benchmark client sent.
+
+    ``cached_tokens`` (optional) is each prompt's prefix that the server's prefix cache already
+    holds, its own (a prompt an earlier run sent), not shared with the other requests.
+    """
+
+    model_config = _STRICT
+    arrival_s: list[float] = Field(min_length=1)
+    input_tokens: list[int] = Field(min_length=1)
+    output_tokens: list[int] = Field(min_length=1)
+    cached_tokens: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceRecords:
+        n = len(self.arrival_s)
+        if any(len(v) != n for v in (self.input_tokens, self.output_tokens, self.cached_tokens or self.arrival_s)):
+            raise ValueError("arrival_s, input_tokens, output_tokens and cached_tokens need one entry per request")
+        if any(not np.isfinite(t) or t < 0 for t in self.arrival_s):
+            raise ValueError("arrival_s must be finite and non-negative")
+        if min(self.input_tokens) < 1 or min(self.output_tokens) < 1 or min(self.cached_tokens or [0]) < 0:
+            raise ValueError("input and output tokens must be at least 1, cached tokens at least 0")
+        return self
+
+
 class TraceArrival(BaseModel):
-    """Replay a CSV or JSONL trace of (arrival time, input tokens, output tokens)."""
+    """Replay a trace of (arrival time, input tokens, output tokens): a CSV or JSONL file (``path``) or ``records``."""
 
     model_config = _STRICT
     kind: Literal["trace"]
-    path: str
+    path: str | None = None
+    records: TraceRecords | None = None
     time_scale: float = Field(default=1.0, gt=0, description="multiply arrival times (0.5 = twice the rate)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TraceArrival:
+        if (self.path is None) == (self.records is None):
+            raise ValueError("a trace needs exactly one of path (a CSV or JSONL file) and records")
+        return self
 
 
 Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival, Field(discriminator="kind")]
@@ -263,6 +295,14 @@ class Traffic(BaseModel):
         ``input_tokens`` and ``output_tokens`` distributions."""
         if self.arrival.kind != "trace":
             raise InputError("traffic.arrival.kind is not 'trace'")
+        records = self.arrival.records
+        if records is not None:
+            arrival = np.asarray(records.arrival_s, dtype=float)
+            order = np.argsort(arrival, kind="stable")
+            column = lambda values: None if values is None else np.asarray(values, dtype=np.int64)[order]  # noqa: E731
+            return RequestTrace((arrival[order] - arrival[order][0]) * self.arrival.time_scale,
+                                column(records.input_tokens), column(records.output_tokens),
+                                column(records.cached_tokens))
         need = self.input_tokens is None or self.output_tokens is None
         return read_trace(self.arrival.path, need_lengths=need, time_scale=self.arrival.time_scale)
 
@@ -273,16 +313,21 @@ TRACE_COLUMNS = {
     "arrival_s": ("arrival_s", "arrival_time_s", "arrival_time", "timestamp_s", "timestamp", "time_s", "time"),
     "input_tokens": ("input_tokens", "input_len", "prompt_tokens", "input_length", "prompt_len"),
     "output_tokens": ("output_tokens", "output_len", "completion_tokens", "output_length"),
+    "cached_tokens": ("cached_tokens", "prefix_cached_tokens"),
 }
 
 
 @dataclass(frozen=True)
 class RequestTrace:
-    """Arrival times (seconds, sorted) and token counts of a replayed trace; lengths may be absent."""
+    """Arrival times (seconds, sorted) and token counts of a replayed trace; lengths may be absent.
+
+    ``cached_tokens``, when the trace has them, is each prompt's own prefix-cache hit.
+    """
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray | None
     output_tokens: np.ndarray | None
+    cached_tokens: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -345,14 +390,15 @@ def read_trace(path: str | Path, *, need_lengths: bool = True, time_scale: float
     if np.any(arrival < 0):
         raise InputError(f"trace '{path}': arrival times cannot be negative")
     lengths = {}
-    for field in ("input_tokens", "output_tokens"):
-        values = _column(rows, field, path, need_lengths)
+    for field in ("input_tokens", "output_tokens", "cached_tokens"):
+        values = _column(rows, field, path, need_lengths and field != "cached_tokens")
         if values is not None:
-            if np.any(values < 1) or np.any(values != np.round(values)):
-                raise InputError(f"trace '{path}': {field} must be whole numbers of at least 1")
+            least = 0 if field == "cached_tokens" else 1
+            if np.any(values < least) or np.any(values != np.round(values)):
+                raise InputError(f"trace '{path}': {field} must be whole numbers of at least {least}")
             values = values.astype(np.int64)
         lengths[field] = values
     order = np.argsort(arrival, kind="stable")
     arrival = (arrival[order] - arrival[order][0]) * time_scale
     pick = {k: (v[order] if v is not None else None) for k, v in lengths.items()}
-    return RequestTrace(arrival, pick["input_tokens"], pick["output_tokens"])
+    return RequestTrace(arrival, pick["input_tokens"], pick["output_tokens"], pick["cached_tokens"])

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         "study": job.study_name, "out_dir": str(job.out_dir), "trials": outcome.trials,
         "new_trials": outcome.new_trials, "simulated": outcome.simulations, "rechecked": outcome.rechecked,
         "elapsed_s": round(outcome.elapsed_s, 2), "front": outcome.front,
-        "files": {name: str(path) for name, path in paths.items()},
+        "files": {name: str(path) for name, path in paths.items()}, "notes": list(outcome.notes),
     }
     empty = not front
     if empty:
@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
+        for note in outcome.notes:
+            print(f"note: {note}")
         print(f"study '{job.study_name}': {outcome.trials} trials ({outcome.new_trials} new, {outcome.simulations} "
               f"simulated), front of {len(outcome.front)} re-checked in {outcome.elapsed_s:.1f} s")
         if empty:

@@ -48,7 +48,7 @@ def load_deployment(path: str | Path) -> Deployment:
 def _resolve_trace(traffic: Traffic, workload_path: Path) -> Traffic:
     """A relative trace path is relative to the workload file (when the file is there)."""
     arrival = traffic.arrival
-    if arrival.kind != "trace" or Path(arrival.path).is_absolute():
+    if arrival.kind != "trace" or arrival.path is None or Path(arrival.path).is_absolute():
         return traffic
     beside = workload_path.parent / arrival.path
     if not beside.exists():

@@ -12,6 +12,7 @@ from ...calibration.registry import read_profile
 from ...calibration.validate import VALIDATORS, summarize
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
+from ...costmodels.outfiles import write_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
     overall = summarize(scores.assign(gpu="all", framework="all", slice="all", calibrated=scores["calibrated"].all()))
     skipped = predicted[predicted["reason"] != ""]
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        predicted.to_csv(args.out, index=False)
+        write_text(args.out, predicted.to_csv(index=False))
     if args.json:
         print(json.dumps({
             "summary": summary.to_dict("records"),
