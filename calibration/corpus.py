@@ -82,7 +82,13 @@ class MeasuredRun:
 
     @property
     def group(self) -> tuple[str, str, str]:
-        return (self.model.split("/")[-1], self.gpu, self.dtype)
+        """(model, GPU, weight dtype): the model as servopt's catalog names it (a quantized
+        checkpoint counts as its base model, the dtype says how it was served)."""
+        try:
+            name = resolve_model(self.model).spec.name
+        except InputError:
+            name = self.model
+        return (name.split("/")[-1], self.gpu, self.dtype)
 
 
 def _text(value: object) -> str:
@@ -240,8 +246,10 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
     if gpu not in {g for g in ("h100", "h200", "a100-80gb", "a100-40gb", "l40s", "b200", "l4")}:
         return MeasuredRun(**base, skip=f"GPU '{gpu}' not in the catalog")
     lower = notes.lower()
-    if "different node" in lower or "4 gpu pods" in lower:
-        return MeasuredRun(**base, skip="tensor parallelism across Kubernetes pods on different nodes (unknown network)")
+    if re.search(r"\d+ gpu pods", lower) and int(_number(row["tp"])) > 1:
+        # Ray places each TP rank in its own pod: NCCL then talks between containers (sockets, or
+        # across nodes), over an interconnect the source does not record.
+        return MeasuredRun(**base, skip="tensor parallelism across Kubernetes pods (interconnect between pods unknown)")
     run_json = _run_json(ref, folders)
     dataset = _text(row.get("dataset")).lower()
     n = int(_number(row.get("num_prompts")) or 0)
