@@ -38,7 +38,8 @@ SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s"
 # stores one row per named constraint, so fewer names keep a trial's storage writes down); the
 # record of each trial keeps every rule's own amount and reason.
 CONSTRAINT_GROUPS = {
-    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus", "simulator"),
+    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "moe_parallelism", "speculation",
+               "max_gpus", "simulator"),
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
@@ -145,13 +146,14 @@ class Evaluator:
             self._summaries[key] = self.engine.simulate(model, deployment, num_requests, seed)
         return self._summaries[key]
 
-    def _cost_model(self, model: str, d: Deployment, tp: int) -> StepCostModel:
-        key = (model, d.gpu, d.quantization, d.kv_cache_dtype, tp, d.pp)
+    def _cost_model(self, model: str, d: Deployment, tp: int, dp: int = 1) -> StepCostModel:
+        key = (model, d.gpu, d.quantization, d.kv_cache_dtype, tp, d.pp, dp, d.enable_expert_parallel)
         if key not in self._cost_models:
             p = self.problem
             self._cost_models[key] = StepCostModel(
                 p.ctx.models[model].spec_for(d.quantization), p.gpu(d.gpu), p.profile(d.gpu), d.quantization,
                 d.kv_cache_dtype, tp, d.pp, internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
+                dp=dp, expert_parallel=d.enable_expert_parallel, all2all_backend=d.all2all_backend,
             )
         return self._cost_models[key]
 
@@ -163,11 +165,11 @@ class Evaluator:
         dis = deployment.disaggregation
         needed, capacities = 0.0, []
         for inst in instances(deployment):
-            cost = self._cost_model(model, deployment, inst.tp)
+            cost = self._cost_model(model, deployment, inst.tp, inst.dp)
             plan = self.problem.ctx.memory_plan(
                 model, deployment.gpu, deployment.quantization, deployment.kv_cache_dtype, inst.tp, deployment.pp,
                 inst.max_num_seqs, inst.max_num_batched_tokens, deployment.gpu_memory_utilization,
-                speculation_label(deployment, self.problem.ctx),
+                speculation_label(deployment, self.problem.ctx), inst.dp,
             )
             if inst.role == "prefill":
                 cap = _prefill_capacity(cost, stats.mean_input_tokens, inst.max_num_batched_tokens)
@@ -184,7 +186,7 @@ class Evaluator:
                     decode_s = cost.decode_step_time_s(max(int(cap.concurrency), 1),
                                                        math.ceil(stats.mean_input_tokens + output / 2), drafts)
                     cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
-                count = dis.decode_instances if dis else 1
+                count = dis.decode_instances if dis else inst.dp  # each data-parallel rank holds its share
             capacities.append(cap)
             if stats.rate_per_s is not None:
                 needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * count))

@@ -110,16 +110,17 @@ class SpaceContext:
 
     def memory_plan(self, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int, pp: int,
                     max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
-                    speculation: str = "off") -> MemoryPlan:
-        """The memory plan of one instance (a draft model's weights and KV share its pool)."""
+                    speculation: str = "off", dp: int = 1) -> MemoryPlan:
+        """The memory plan of one instance (a draft model's weights and KV share its pool; with ``dp``
+        data-parallel ranks, one rank's)."""
         return _memory_plan(self, model, gpu, quantization, kv_cache_dtype, tp, pp, max_num_seqs,
-                            max_num_batched_tokens, gpu_memory_utilization, speculation)
+                            max_num_batched_tokens, gpu_memory_utilization, speculation, dp)
 
 
 @lru_cache(maxsize=4096)
 def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int,
                  pp: int, max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
-                 speculation: str) -> MemoryPlan:
+                 speculation: str, dp: int) -> MemoryPlan:
     spec = ctx.models[model].spec_for(quantization)
     draft = DraftMemory(0.0, 0.0)
     if speculation != "off":
@@ -128,7 +129,7 @@ def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_
         config = SpeculativeConfig(method=choice.method, num_speculative_tokens=1, draft_model=choice.draft_model)
         draft = draft_memory(config, spec, kv_cache_dtype, tp)
     return plan_memory(
-        spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,
+        spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp,
         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, max_model_len=ctx.max_model_len[model],
         extra_weights_bytes_per_gpu=draft.weights_bytes_per_gpu,
