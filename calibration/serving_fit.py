@@ -13,6 +13,9 @@ vLLM's costs, not the GPU's, so one set serves every GPU profile:
   ``dynamo_request_overhead_s`` behind Dynamo's front end (another HTTP stack and tokenizer, and a
   hop to the worker): each fitted on the runs that went through it.
 
+Only dense-model runs fit them: servopt's fused-MoE kernel time has no kernel data behind it yet,
+and a host cost fitted to MoE runs would absorb that kernel's error; MoE runs are scored, never fitted.
+
 They are fitted in two stages with a clear attribution: the engine costs to the mean TPOT of the
 runs (a decode step is GPU time plus these), then the front-end latency to their mean TTFT with
 the engine costs held. Each stage minimises the soft-L1 loss of log errors (a run far off for
@@ -53,6 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import PerformanceProfile
@@ -88,6 +92,7 @@ def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: di
             profiles[name] = profile_for(get_gpu(name)).model_copy(update=params)
         predicted = predict_run(run, profiles[name])
         row = {"run_id": run.run_id, "group": "/".join(run.group), "model": run.group[0], "gpu": run.gpu,
+               "moe": resolve_model(run.model).spec.moe is not None,
                "dtype": run.dtype, "engine": engine_of(run), "frontend": run.deployment.frontend,
                "protocol": run.protocol,
                "saturated": bool(predicted.pop("saturated")), "calibrated": profiles[name].calibrated}
@@ -136,19 +141,21 @@ def fit_framework(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: d
     if not runs:
         raise InputError("no runs to fit the serving framework's costs to")
     params = {**START, **(start or {})}
-    engines = {engine_of(r) for r in runs}
-    frontends = {r.deployment.frontend for r in runs}
+    dense = [r for r in runs if resolve_model(r.model).spec.moe is None]
+    engines = {engine_of(r) for r in dense}
+    frontends = {r.deployment.frontend for r in dense}
     # The front end's latency shifts when closed-loop clients return, so the engines' fit is
     # repeated once with the fitted front end.
     for _ in range(2 if fit_front_end else 1):
         for engine in ("v1", "v0"):
             if engine in engines:
                 params = _stage(runs, profile_for, params, list(ENGINE_PARAMS[engine]), "mean_tpot_ms",
-                                lambda frame, e=engine: (frame["engine"] == e).to_numpy())
+                                lambda frame, e=engine: (~frame["moe"] & (frame["engine"] == e)).to_numpy())
         for frontend, name in FRONT_ENDS.items() if fit_front_end else ():
             if frontend in frontends:
                 params = _stage(runs, profile_for, params, [name], "mean_ttft_ms",
-                                lambda frame, f=frontend: (~frame["saturated"] & (frame["frontend"] == f)).to_numpy())
+                                lambda frame, f=frontend: (~frame["moe"] & ~frame["saturated"]
+                                                           & (frame["frontend"] == f)).to_numpy())
     if "v0" not in engines:
         params.update(v0_step_overhead_s=None, v0_step_overhead_per_seq_s=None)
     if "dynamo" not in frontends:
@@ -194,6 +201,7 @@ class Linearization:
     def refit(self, train: np.ndarray) -> dict[str, float]:
         """Parameters fitted on the runs ``train`` selects (the two stages of :func:`fit_framework`)."""
         params = dict(self.params)
+        train = train & ~self.base["moe"].to_numpy()
         for engine in ("v1", "v0"):
             names = [n for n in ENGINE_PARAMS[engine] if n in self.names]
             mask = train & (self.base["engine"] == engine).to_numpy()
