@@ -78,6 +78,11 @@ ROBUST_SCALE = 0.1
 GAUSS_NEWTON_ROUNDS = 3
 
 
+def host_cost_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
+    """The runs the host costs are fitted on: simulated runs of dense models (module docstring)."""
+    return [r for r in runs if not r.skip and resolve_model(r.model).spec.moe is None]
+
+
 def engine_of(run: MeasuredRun) -> str:
     return engine_generation(parse_vllm_version(run.vllm_version), run.deployment.pp)
 
@@ -138,10 +143,10 @@ def fit_framework(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: d
                   fit_front_end: bool = True) -> dict[str, float]:
     """The host-side parameters that best explain ``runs`` (see the module docstring)."""
     runs = [r for r in runs if not r.skip]
-    if not runs:
-        raise InputError("no runs to fit the serving framework's costs to")
+    dense = host_cost_runs(runs)
+    if not dense:
+        raise InputError("no dense-model runs to fit the serving framework's costs to")
     params = {**START, **(start or {})}
-    dense = [r for r in runs if resolve_model(r.model).spec.moe is None]
     engines = {engine_of(r) for r in dense}
     frontends = {r.deployment.frontend for r in dense}
     # The front end's latency shifts when closed-loop clients return, so the engines' fit is

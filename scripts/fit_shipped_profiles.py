@@ -25,7 +25,7 @@ import pandas as pd
 from servopt.calibration.corpus import load_corpus
 from servopt.calibration.fit import fit_profile
 from servopt.calibration.registry import spec_default_profile, write_profile
-from servopt.calibration.serving_fit import fit_framework
+from servopt.calibration.serving_fit import fit_framework, host_cost_runs
 from servopt.calibration.tables import read_kernel_tables
 from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.profile import PerformanceProfile
@@ -67,7 +67,7 @@ def main() -> None:
     runs = [run for run in load_corpus() if not run.skip]
     # GPUs without their own fit take a reference GPU's new fit, as load_profile will once written.
     framework = fit_framework(runs, lambda gpu: profiles.get(gpu.name) or spec_default_profile(gpu, profiles.get))
-    print(f"vLLM host-side costs fitted to {len(runs)} measured runs: "
+    print(f"vLLM host-side costs fitted to {len(host_cost_runs(runs))} measured runs of dense models: "
           + ", ".join(f"{key} = {value:.4g}" for key, value in framework.items() if value is not None))
     for name, profile in profiles.items():
         path = args.out / f"{name}.json"
