@@ -22,7 +22,7 @@ from servopt.optimizer._evaluate import Evaluator
 from servopt.optimizer._problem import build_problem
 from servopt.optimizer.defaults import default_workload_text
 from servopt.optimizer.job import Job
-from servopt.optimizer.study import RECORD_ATTR, completed_records, pareto_mask
+from servopt.optimizer.study import RECORD_ATTR, evaluated_trials, pareto_mask
 from servopt.optimizer.workload import parse_workload
 
 SPACE = {
@@ -97,7 +97,7 @@ def main() -> None:
             found = []
             unique = set()
             simulated = 0
-            for trial in completed_records(study):
+            for trial in evaluated_trials(study):
                 record = trial.user_attrs[RECORD_ATTR]
                 key = problem.space.fixed(record["knobs"]).key
                 unique.add(key)

@@ -33,9 +33,12 @@ from scipy.optimize import least_squares
 
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec
-from ..costmodels.profile import AttentionEfficiency, CollectiveModel, GemmEfficiency, PerformanceProfile
+from ..costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, PerformanceProfile
+from ..costmodels.roofline import activation_quant_bytes
 from .tables import DTYPE_BYTES, KERNEL_COLUMNS
 
+# GEMM dtypes whose kernel benchmarks include quantizing the bf16 input (W8A8 linear layers).
+QUANTIZED_INPUT_DTYPES = ("fp8", "int8")
 # Knots of the GEMM efficiency curves: log2 M where the tile shape and the bound change, and
 # log2 N, K over the 1k..16k range of LLM projections (ends extrapolate flat).
 GEMM_LOG2_M_KNOTS = [0.0, 4.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0, 14.0]
@@ -163,7 +166,12 @@ class GemmFit(FamilyFit):
     def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
         weight_bytes = DTYPE_BYTES.get(self.dtype, 2)
         m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
-        return profile.gemm_time_s(gpu, self.dtype, m, n, k, weight_bytes, 2.0) * 1e3
+        gemm_s = profile.gemm_time_s(gpu, self.dtype, m, n, k, weight_bytes, 2.0)
+        if self.dtype in QUANTIZED_INPUT_DTYPES:
+            # The 8-bit benchmarks time a whole vLLM linear layer: it quantizes its bf16 input with a
+            # dynamic per-tensor scale (a max reduction, then the quantization) before the GEMM.
+            gemm_s = gemm_s + profile.elementwise_time_s(gpu, activation_quant_bytes(m, k, True), 2.0)
+        return gemm_s * 1e3
 
 
 def attention_flops_bytes(rows: pd.DataFrame, phase: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -222,52 +230,137 @@ class AttentionFit(FamilyFit):
         ) * 1e3
 
 
-class AllReduceFit(FamilyFit):
-    """All-reduce latency + bandwidth, one pair per GPU count."""
+# Collective tables' kernel sources -> the all-reduce implementations vLLM dispatches between
+# (servopt.costmodels.vllm_defaults.allreduce_implementation). torch.distributed runs NCCL.
+ALLREDUCE_SOURCES = {
+    "vllm_custom_graph": "custom_graph", "vllm_custom_eager": "custom_eager", "ca_1stage": "custom_graph",
+    "symm_mem": "symm_mem", "symm_mem_multimem": "symm_mem", "symm_mem_two_shot": "symm_mem",
+    "nccl": "nccl", "pynccl": "nccl", "torch.distributed": "nccl",
+}
+
+
+def allreduce_implementation_of(kernel_source: object) -> str | None:
+    """The implementation a collective row measured, or None for kernels vLLM does not run."""
+    return ALLREDUCE_SOURCES.get(str(kernel_source).strip().lower())
+
+
+class _MeasuredCurveFit(FamilyFit):
+    """Families whose profile entry is the measurements themselves (no parameters to fit)."""
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        return np.zeros(0)
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        return profile
+
+
+class AllReduceFit(_MeasuredCurveFit):
+    """Measured all-reduce curves: the median latency at each measured size, per implementation and GPU count.
+
+    Nothing is fitted by least squares: a :class:`CollectiveCurve` interpolates the measurements
+    themselves, so the held-out error is the interpolation error at sizes left out.
+    """
 
     family = "all_reduce"
     holdout_columns = ["message_bytes"]
 
-    def __init__(self, gpu_counts: list[int]):
-        self.gpu_counts = gpu_counts
-
     def select(self, table: pd.DataFrame) -> pd.DataFrame:
         rows = table[(table["op"] == "all_reduce") & table["message_bytes"].notna() & (table["num_gpus"] > 1)]
-        # CUDA-graph captured kernels where both exist: serving replays graphs in decode.
-        graph = rows["kernel_source"].astype("string").str.contains("graph", case=False, na=False)
-        return rows[graph] if graph.any() else rows
+        # 16-bit messages only: serving all-reduces bf16 activations (nccl-tests also times int8).
+        rows = rows[rows["dtype"].isin(["bf16", "fp16"]) | rows["dtype"].isna()]
+        rows = rows.assign(implementation=rows["kernel_source"].map(allreduce_implementation_of))
+        rows = rows[rows["implementation"].notna()]
+        # One source per implementation: two benchmarks of the same kernel differ in their launch and
+        # timing overheads, and interleaving their sizes would make the curve zigzag. NCCL's own
+        # benchmark (nccl-tests) wins over a framework's wrapper; otherwise the most measured.
+        keep = []
+        for _, part in rows.groupby("implementation"):
+            own = part[part["framework"].isin(SHARED_LIBRARY_FRAMEWORKS)]
+            part = own if len(own) else part
+            keep.append(part[part["kernel_source"] == part["kernel_source"].value_counts().index[0]])
+        return pd.concat(keep) if keep else rows
 
-    def initial(self, rows: pd.DataFrame) -> np.ndarray:
-        return np.concatenate([np.full(len(self.gpu_counts), np.log(1e-5)), np.full(len(self.gpu_counts), _logit(0.5))])
-
-    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
-        count = len(self.gpu_counts)
-        efficiencies = {n: float(1.5 * _sigmoid(params[count + i])) for i, n in enumerate(self.gpu_counts)}
-        model = CollectiveModel.model_construct(
-            latency_s={n: float(np.exp(params[i])) for i, n in enumerate(self.gpu_counts)},
-            bandwidth_efficiency=float(np.median(list(efficiencies.values()))),
-            bandwidth_efficiency_by_gpus=efficiencies,
-        )
-        return profile.model_copy(update={"allreduce": model})
+    def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
+        return base.model_copy(update={"allreduce": _measured_curves(rows, "implementation", gpu)})
 
     def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
         out = np.empty(len(rows))
-        counts = rows["num_gpus"].to_numpy(int)
+        implementation = (rows["implementation"] if "implementation" in rows
+                          else rows["kernel_source"].map(allreduce_implementation_of).fillna("nccl"))
+        keys = zip(implementation, rows["num_gpus"].astype(int))
         sizes = rows["message_bytes"].to_numpy(float)
-        for n in np.unique(counts):
-            mask = counts == n
-            out[mask] = profile.allreduce_time_s(gpu, sizes[mask], int(n)) * 1e3
+        for i, (implementation, n) in enumerate(keys):
+            out[i] = float(profile.allreduce_time_s(gpu, sizes[i], n, implementation)) * 1e3
         return out
 
 
+# Elementwise rows of hand-written CUDA kernels that vLLM V1 no longer runs: its compiled model
+# generates the norms, the activation and RoPE with Inductor (custom ops are off under torch.compile
+# by default), so the streaming kernels a table times (copies, PyTorch's own elementwise ops) are
+# what those kernels are fitted to; Vidur's timings of the old kernels (about a third of the memory
+# bandwidth for RMSNorm) are not.
+LEGACY_ELEMENTWISE_KERNELS = frozenset({"input_layernorm", "post_attention_layernorm", "mlp_act"})
+
+
+def _measured_curves(rows: pd.DataFrame, by: str, gpu: GPUSpec) -> dict[str, CollectiveCurve]:
+    """One :class:`CollectiveCurve` per value of ``by``: the median latency at each measured size and GPU count."""
+    curves = {}
+    for key, part in rows.groupby(by):
+        medians = part.groupby(["num_gpus", "message_bytes"])["latency_ms"].median().reset_index()
+        points = {int(n): [(float(b), float(ms) / 1e3) for b, ms in zip(g["message_bytes"], g["latency_ms"])]
+                  for n, g in medians.groupby("num_gpus")}
+        collective = str(part["collective"].iloc[0]) if "collective" in part else "all_reduce"
+        curves[str(key)] = CollectiveCurve(link_gbps=gpu.interconnect_gbps, points=points, collective=collective)
+    return curves
+
+
+# Kernel-table op names of the NCCL collectives an MoE layer's dispatch and combine run, and the
+# profile's names for them (PerformanceProfile.collectives).
+MOE_COLLECTIVES = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all",
+                   "all_to_all": "all_to_all"}
+
+
+class NcclCollectiveFit(_MeasuredCurveFit):
+    """Measured NCCL all-gather, reduce-scatter and all-to-all curves (nccl-tests), like :class:`AllReduceFit`:
+    the measurements themselves, interpolated, so the held-out error is the interpolation error."""
+
+    family = "moe_collectives"
+    holdout_columns = ["message_bytes"]
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        rows = table[table["op"].isin(list(MOE_COLLECTIVES)) & table["message_bytes"].notna() & (table["num_gpus"] > 1)]
+        # 16-bit messages: the dispatch moves bf16 activations (nccl-tests also times int8).
+        rows = rows[rows["dtype"].isin(["bf16", "fp16"])]
+        return rows.assign(collective=rows["op"].map(MOE_COLLECTIVES))
+
+    def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
+        return base.model_copy(update={"collectives": _measured_curves(rows, "collective", gpu)})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        sizes, counts = rows["message_bytes"].to_numpy(float), rows["num_gpus"].astype(int).to_numpy()
+        return np.array([float(profile.collective_time_s(gpu, c, b, n)) * 1e3
+                         for c, b, n in zip(rows["collective"], sizes, counts)])
+
+
+# Below this size a streaming kernel is bound by its launch; above the second it streams from HBM
+# (larger than any GPU's L2 cache: 50 MB on H100, 126 MB on B200).
+LAUNCH_BOUND_BYTES = 2**20
+HBM_BOUND_BYTES = 2**27
+
+
 class ElementwiseFit(FamilyFit):
-    """Memory-bound kernels (norms, activations, copies): overhead + bytes / (bandwidth x efficiency)."""
+    """Memory-bound streaming kernels (fused norms, activations, copies): overhead + bytes / (bandwidth x efficiency)."""
 
     family = "elementwise"
     holdout_columns = ["message_bytes"]
 
     def select(self, table: pd.DataFrame) -> pd.DataFrame:
-        return table[table["op"].isin(["elementwise", "memcpy"]) & table["message_bytes"].notna()]
+        rows = table[table["op"].isin(["elementwise", "memcpy"]) & table["message_bytes"].notna()]
+        rows = rows[~rows["kernel_source"].isin(LEGACY_ELEMENTWISE_KERNELS)]
+        # The model has a launch floor and an HBM bandwidth, no cache: sizes between (which can
+        # stay in L2 and beat the HBM peak) would bend the bandwidth above 100%.
+        size = rows["message_bytes"]
+        return rows[(size <= LAUNCH_BOUND_BYTES) | (size >= HBM_BOUND_BYTES)]
 
     def initial(self, rows: pd.DataFrame) -> np.ndarray:
         return np.array([np.log(3e-6), _logit(0.6 / 1.2)])
@@ -282,14 +375,11 @@ class ElementwiseFit(FamilyFit):
 
 def family_fits(table: pd.DataFrame) -> list[FamilyFit]:
     """The fitters for everything a (one-GPU) kernel table measures."""
-    fits: list[FamilyFit] = []
+    # Elementwise first: the 8-bit GEMM benchmarks include quantization kernels timed by its fit.
+    fits: list[FamilyFit] = [ElementwiseFit()]
     gemm = table[table["op"] == "gemm"]
     fits += [GemmFit(dtype) for dtype in sorted(gemm["dtype"].dropna().unique())]
-    fits += [AttentionFit("prefill"), AttentionFit("decode"), ElementwiseFit()]
-    reduce_rows = AllReduceFit([]).select(table)
-    counts = sorted(int(n) for n in reduce_rows["num_gpus"].dropna().unique())
-    if counts:
-        fits.append(AllReduceFit(counts))
+    fits += [AttentionFit("prefill"), AttentionFit("decode"), AllReduceFit(), NcclCollectiveFit()]
     return fits
 
 
@@ -309,12 +399,19 @@ def summarize_errors(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
                        p90_abs_pct=lambda e: float(np.percentile(e, 90))).reset_index()
 
 
+# Libraries every serving framework calls alike (NCCL, through nccl-tests or torch.distributed):
+# their rows count as the framework's own.
+SHARED_LIBRARY_FRAMEWORKS = frozenset({"nccl-tests"})
+SHARED_LIBRARY_SOURCES = frozenset({"torch.distributed"})
+
+
 def _rows_for_framework(table: pd.DataFrame, framework: str) -> pd.DataFrame:
-    """Per op, the framework's own rows when the table has them, else all rows of that op."""
+    """Per op, the framework's own rows (and shared libraries') when the table has them, else all rows of that op."""
     parts = []
     for _, rows in table.groupby("op", sort=False):
-        mine = rows[rows["framework"] == framework.lower()]
-        parts.append(mine if len(mine) else rows)
+        shared = rows["framework"].isin(SHARED_LIBRARY_FRAMEWORKS) | rows["kernel_source"].isin(SHARED_LIBRARY_SOURCES)
+        mine = rows[(rows["framework"] == framework.lower()) | shared]
+        parts.append(mine if (mine["framework"] == framework.lower()).any() else rows)
     return pd.concat(parts) if parts else table
 
 

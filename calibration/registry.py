@@ -3,8 +3,9 @@
 Shipped profiles are JSON files in ``calibration/profiles/<gpu>.json`` (fitted by
 ``scripts/fit_shipped_profiles.py``). A GPU without one gets
 :meth:`PerformanceProfile.spec_default`, whose ``calibrated`` flag is False so that every report
-can say the prediction is uncalibrated; when a GPU of the same architecture has a shipped fit, its
-efficiencies are transferred onto this GPU's datasheet peaks (still marked uncalibrated).
+can say the prediction is uncalibrated; when a reference GPU (:data:`REFERENCE_BY_ARCHITECTURE`) has
+a shipped fit, its efficiencies are transferred onto this GPU's datasheet peaks (still marked
+uncalibrated).
 
 Example:
     >>> from servopt.costmodels.hardware import get_gpu
@@ -21,12 +22,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 
 from ..costmodels.errors import validate_spec
 from ..costmodels.hardware import GPUSpec, builtin_catalog
+from ..costmodels.outfiles import write_text
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_json, shown
 
@@ -44,14 +47,18 @@ def shipped_profile(gpu_name: str) -> PerformanceProfile | None:
     return PerformanceProfile.model_validate(json.loads(entry.read_text()))
 
 
-# Which fitted GPU stands in for an unmeasured one of its architecture (the most common part).
-REFERENCE_BY_ARCHITECTURE = {"hopper": "h100", "ampere": "a100-80gb"}
+# Which fitted GPU stands in for an unmeasured one: the most common part of its architecture, else
+# the fitted part whose kernels are built the same way (Ada runs Ampere-style mma.sync kernels;
+# Blackwell's descend from Hopper's TMA/warpgroup kernels). Its efficiencies are a better prior than
+# textbook values; the profile stays marked uncalibrated.
+REFERENCE_BY_ARCHITECTURE = {"hopper": "h100", "ampere": "a100-80gb", "ada": "a100-80gb", "blackwell": "h100"}
 
 
-def spec_default_profile(gpu: GPUSpec) -> PerformanceProfile:
-    """Uncalibrated defaults: a same-generation fit moved onto this datasheet, else textbook values."""
+def spec_default_profile(gpu: GPUSpec,
+                         fitted: Callable[[str], PerformanceProfile | None] = shipped_profile) -> PerformanceProfile:
+    """Uncalibrated defaults: a reference GPU's fit (``fitted(name)``) moved onto this datasheet, else textbook values."""
     reference_name = REFERENCE_BY_ARCHITECTURE.get(gpu.architecture)
-    reference = shipped_profile(reference_name) if reference_name else None
+    reference = fitted(reference_name) if reference_name else None
     if reference is None:
         return PerformanceProfile.spec_default(gpu)
     return PerformanceProfile.spec_default(gpu, reference, builtin_catalog().get(reference_name))
@@ -79,9 +86,6 @@ def write_profile(profile: PerformanceProfile, path: str | Path) -> Path:
     """Write a profile as indented JSON with 4 significant digits (validated again after rounding)."""
     data = _rounded(profile.model_dump(mode="json"))
     PerformanceProfile.model_validate(data)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # One line per list of numbers keeps the knots readable at a glance.
     text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", json.dumps(data, indent=1))
-    path.write_text(text + "\n")
-    return path
+    return write_text(path, text + "\n")

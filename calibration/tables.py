@@ -35,6 +35,7 @@ import pandas as pd
 
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import builtin_catalog
+from ..costmodels.outfiles import write_bytes, write_text
 from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
 
 SHAPE_COLUMNS = [
@@ -192,9 +193,10 @@ def _from_vidur_mlp(raw: pd.DataFrame) -> pd.DataFrame:
     inter = raw["n_expanded_embd"].astype(float) / raw["tp"].astype(float)
     value_bytes = 2.0
     # Bytes each elementwise kernel moves: RMSNorm reads x and writes y; the gated activation reads
-    # gate and up and writes their product. (Vidur's residual add runs in place at above the HBM
-    # peak for its nominal bytes, so what it moves is unknown: it is left out.)
-    moved = {"input_layernorm": 2 * hidden, "post_attention_layernorm": 2 * hidden, "mlp_act": 3 * inter}
+    # gate and up and writes their product; the residual add (PyTorch's own kernel) reads both
+    # operands and writes the sum. Below the L2 size the add can beat the HBM peak on these bytes.
+    moved = {"input_layernorm": 2 * hidden, "post_attention_layernorm": 2 * hidden, "mlp_act": 3 * inter,
+             "add": 3 * hidden}
     for name, values in moved.items():
         rows.append(pd.DataFrame({**common, "op": "elementwise", "kernel_source": name,
                                   "message_bytes": tokens * values * value_bytes, "latency_ms": raw[f"{name}_median_ms"]}))
@@ -280,10 +282,9 @@ def _read_parquet(path: str | Path) -> pd.DataFrame:
 def write_table(table: pd.DataFrame, path: str | Path) -> Path:
     """Write a table as CSV, or parquet when the name ends in .parquet."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".parquet":
         _require_pyarrow(path)
-        table.to_parquet(path, index=False)
-    else:
-        table.to_csv(path, index=False)
-    return path
+        buffer = io.BytesIO()
+        table.to_parquet(buffer, index=False)
+        return write_bytes(path, buffer.getvalue())
+    return write_text(path, table.to_csv(index=False))

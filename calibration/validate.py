@@ -2,8 +2,8 @@
 
 One validator per table kind, behind :class:`Validator`: :class:`KernelValidator` (kernel tables:
 latency of each GEMM, attention or all-reduce configuration), :class:`MemoryValidator` (vLLM
-start-up memory logs: KV-cache tokens) and :class:`E2EValidator` (closed-loop serving runs with fixed
-ISL/OSL: mean TTFT and TPOT, through the serving simulator). Each returns one row per input row
+start-up memory logs: KV-cache tokens) and :class:`E2EValidator` (serving runs: aiconfigurator's closed-loop
+rows and ``vllm bench serve`` results, through the serving simulator). Each returns one row per input row
 with the measured and predicted values and, for a row it cannot predict, the reason; nothing is
 dropped. :func:`summarize` gives the median and p90 absolute % error per slice.
 
@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -30,29 +31,30 @@ import pandas as pd
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
-from ..costmodels.memory import plan_memory
+from ..costmodels.hardware import GIB
+from ..costmodels.memory import kv_capacity, plan_memory
+from ..costmodels.vllm_defaults import BLOCK_SIZE, default_batch_limits
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.userfiles import Number, read_csv_table
+from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
 from .registry import load_profile
-from .silicon import silicon_run
+from .corpus import METRICS, STATS, predict_run, table_runs
 from .tables import KERNEL_COLUMNS, normalize_kernel_frame, read_kernel_table
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
 
-_COUNT = Number(integer=True, minimum=1)
-_MEASURED = Number(minimum=0)
+_AMOUNT = Number(minimum=0)
 
 
-def _absent_or_one(value) -> bool:
-    """Whether a parallelism column says 'none': tools write it empty or as 1."""
-    return pd.isna(value) or value == 1
+def _read_csv(path: str | Path, kind: str, numbers: dict[str, Number] | None = None) -> pd.DataFrame:
+    """A measured table, its ``numbers`` columns read strictly (a bad cell is named by line and column)."""
+    return read_csv_table(path, f"{kind} table", columns=numbers)
 
 
-def _empty_reason(row: dict, columns: list[str]) -> str:
-    """'column X is empty' for the first of ``columns`` this row leaves empty ('' when all are filled)."""
-    empty = next((column for column in columns if pd.isna(row.get(column))), None)
-    return f"column {empty} is empty" if empty else ""
+def _require(frame: pd.DataFrame, columns: list[str], kind: str, name: str) -> None:
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise InputError(f"{kind} table '{name}' lacks the column(s) {', '.join(missing)}")
 
 
 class Validator(ABC):
@@ -61,8 +63,6 @@ class Validator(ABC):
     kind: str
     metrics: list[str]  # measured column -> pred_<name>, scored as abs % error
     slice_columns: list[str]
-    required: list[str] = []  # columns the table must have
-    numbers: dict[str, Number] = {}  # numeric columns, read strictly when present
 
     def __init__(self, profile_for: ProfileFor | None = None):
         self.profile_for = profile_for or load_profile
@@ -74,8 +74,7 @@ class Validator(ABC):
         return self._profiles[gpu.name]
 
     def read(self, path: str | Path) -> pd.DataFrame:
-        """The table as measured; a missing column or a bad cell is an InputError naming it."""
-        return read_csv_table(path, f"{self.kind} table", columns=self.numbers, required=self.required)
+        return _read_csv(path, self.kind)
 
     @abstractmethod
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
@@ -110,7 +109,7 @@ class KernelValidator(Validator):
         if op in ("context_attention", "generation_attention"):
             return AttentionFit("prefill" if op == "context_attention" else "decode")
         if op == "all_reduce":
-            return AllReduceFit([int(num_gpus)])
+            return AllReduceFit()
         if op in ("elementwise", "memcpy"):
             return ElementwiseFit()
         return None
@@ -140,97 +139,156 @@ class KernelValidator(Validator):
         return out
 
 
+def _number(value) -> float | None:
+    """A numeric cell as :meth:`MemoryValidator.read` parsed it; None when the cell is empty."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return float(value)
+
+
+def _gpu_from_cell(value) -> GPUSpec | None:
+    """A GPU named the way public logs name it ('A100 80GB (per filename)', 'H100 (80GB assumed)',
+    'AMD MI300X (ROCm; ...)'); None when it is unknown or not stated."""
+    if not isinstance(value, str) or value.strip().startswith("("):
+        return None
+    text = re.sub(r"\(.*?\)", "", value).strip().lower()
+    text = re.sub(r"^(nvidia|amd|geforce)\s+", "", text)
+    for candidate in (text, text.replace(" ", "-"), text.replace(" ", ""), text.split()[0] if text else ""):
+        try:
+            return get_gpu(candidate)
+        except InputError:
+            continue
+    return None
+
+
 class MemoryValidator(Validator):
-    """vLLM start-up memory logs: the KV-cache tokens vLLM reported against :func:`plan_memory`."""
+    """vLLM start-up memory logs: the KV-cache tokens vLLM reported, predicted two ways.
+
+    ``kv_cache_tokens`` is the whole prediction (:func:`plan_memory`: the GPU's memory budget less
+    weights, activations and non-torch memory, cut into paged blocks); it needs the GPU, the
+    memory utilization and the parallelism. ``kv_cache_tokens_from_memory`` starts from the KV pool
+    the log states ("Available KV cache memory", per GPU) and checks the rest of the chain (bytes
+    per token for the checkpoint's KV dtype, TP sharding, sliding-window groups, block rounding).
+    Tables may give ``kv_cache_blocks`` (V0 logs print blocks) and ``block_size`` instead of the
+    tokens, and ``max_num_batched_tokens`` / ``max_num_seqs`` (default: vLLM's for that GPU).
+    """
 
     kind = "memory"
-    metrics = ["kv_cache_tokens"]
+    metrics = ["kv_cache_tokens", "kv_cache_tokens_from_memory"]
     slice_columns = ["gpu", "framework", "model", "precision"]
-    required = ["model", "gpu", "tp", "pp", "max_model_len", "gpu_memory_utilization", "kv_cache_tokens"]
-    numbers = {"tp": _COUNT, "pp": _COUNT, "dp": _COUNT, "max_model_len": _COUNT, "kv_cache_tokens": _MEASURED,
-               "gpu_memory_utilization": Number(positive=True, maximum=1)}
+    required = ["model"]
+    # Hand-collected logs note a value's origin in parentheses ('0.9 (default; not set)').
+    numbers = {**{c: Number(integer=True, minimum=1, annotated=True)
+                  for c in ("tp", "pp", "dp", "max_model_len", "block_size", "max_num_batched_tokens", "max_num_seqs")},
+               **{c: Number(minimum=0, annotated=True) for c in ("kv_cache_tokens", "kv_cache_blocks", "kv_cache_memory_gib")},
+               "gpu_memory_utilization": Number(positive=True, maximum=1, annotated=True)}
+
+    def read(self, path: str | Path) -> pd.DataFrame:
+        frame = _read_csv(path, self.kind, self.numbers)
+        _require(frame, self.required, self.kind, str(path))
+        if "kv_cache_tokens" not in frame and "kv_cache_blocks" not in frame:
+            raise InputError(f"memory table '{path}' needs a kv_cache_tokens or kv_cache_blocks column")
+        return frame
+
+    @staticmethod
+    def measured_tokens(row: dict) -> float | None:
+        tokens = _number(row.get("kv_cache_tokens"))
+        if tokens is None and _number(row.get("kv_cache_blocks")) is not None:
+            tokens = _number(row["kv_cache_blocks"]) * (_number(row.get("block_size")) or BLOCK_SIZE)
+        return tokens
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
         records = []
         for i, row in enumerate(table.to_dict("records")):
-            record = {"id": row.get("log_file", i), "gpu": row["gpu"], "framework": "vllm", "model": row["model"],
-                      "precision": row.get("quantization") if isinstance(row.get("quantization"), str) else "bf16",
-                      "measured_kv_cache_tokens": row["kv_cache_tokens"], "pred_kv_cache_tokens": np.nan,
-                      "calibrated": True, "reason": ""}
-            if str(row.get("status") if isinstance(row.get("status"), str) else "ok") != "ok":
-                record["reason"] = f"run status '{row.get('status')}' (no KV figure logged)"
-            elif _empty_reason(row, self.required):
-                record["reason"] = _empty_reason(row, self.required)
-            else:
-                try:
-                    gpu = get_gpu(str(row["gpu"]))
-                    record["gpu"] = gpu.name
-                    kv_dtype = str(row.get("kv_cache_dtype") or "auto")
-                    plan = plan_memory(
-                        resolve_model(row["model"]).spec, gpu, tp=int(row["tp"]), pp=int(row["pp"]),
-                        kv_cache_dtype="fp8" if kv_dtype.startswith("fp8") else "auto",
-                        gpu_memory_utilization=float(row["gpu_memory_utilization"]),
-                        max_model_len=int(row["max_model_len"]),
-                        # The logs come from vLLM's defaults on an 80 GB GPU (8192 tokens, 1024 sequences).
-                        max_num_batched_tokens=8192, max_num_seqs=1024,
-                    )
-                    record["pred_kv_cache_tokens"] = plan.kv_capacity_tokens
-                except InputError as err:
-                    record["reason"] = str(err)
+            ref = row.get("log_file") or row.get("source_url_or_ref") or i
+            quant = row.get("quantization")
+            record = {"id": ref, "gpu": str(row.get("gpu")), "framework": "vllm", "model": str(row["model"]),
+                      "precision": quant if isinstance(quant, str) and quant.strip() not in ("", "none") else "bf16",
+                      "measured_kv_cache_tokens": self.measured_tokens(row), "pred_kv_cache_tokens": np.nan,
+                      "measured_kv_cache_tokens_from_memory": self.measured_tokens(row),
+                      "pred_kv_cache_tokens_from_memory": np.nan, "calibrated": True, "reason": ""}
+            record["reason"] = self._predict_row(row, record)
             records.append(record)
         return pd.DataFrame(records)
 
-
-class E2EValidator(Validator):
-    """Closed-loop serving runs (aiconfigurator's silicon layout): mean TTFT and TPOT by simulation,
-    each row run as it was measured (:func:`~servopt.calibration.silicon.silicon_run`)."""
-
-    kind = "e2e"
-    metrics = ["ttft_ms", "tpot_ms"]
-    slice_columns = ["gpu", "framework", "model", "precision"]
-    required = ["backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
-    numbers = {"isl": _COUNT, "osl": _COUNT, "tp_size": _COUNT, "batch_size": _COUNT, "pp_size": _COUNT,
-               "attention_dp_size": _COUNT, "silicon_concurrency": _COUNT, "silicon_ttft_ms": _MEASURED,
-               "silicon_tpot_ms": _MEASURED}
-
-    def unsupported_reason(self, row: dict) -> str:
-        """Why a row cannot be simulated ('' when it can). Optional columns may be absent or empty."""
-        if str(row["backend"]).lower() != "vllm":
-            return f"framework '{row['backend']}' is not modelled (servopt predicts vLLM)"
-        if isinstance(row.get("mode"), str) and row["mode"] != "agg":
-            return "disaggregated run (per-worker layout not recorded in enough detail)"
-        empty = _empty_reason(row, ["model_path", "system", "isl", "osl", "tp_size", "silicon_concurrency",
-                                    "silicon_ttft_ms", "silicon_tpot_ms"])
-        if empty:
-            return f"{empty} (an aggregated closed-loop run needs it)"
-        if not (_absent_or_one(row.get("pp_size")) and _absent_or_one(row.get("attention_dp_size"))):
-            return "pipeline or attention-DP runs are not in this table's closed-loop format"
+    def _predict_row(self, row: dict, record: dict) -> str:
+        """Fill the predictions of one row; returns why a prediction is missing ('' when none is)."""
+        if str(row.get("status", "ok")) != "ok":
+            return f"run status '{row.get('status')}' (no KV figure logged)"
+        if record["measured_kv_cache_tokens"] is None:
+            return "the log gives no KV-cache token or block count to compare with"
+        try:
+            spec = resolve_model(str(row["model"])).spec
+        except InputError as err:
+            return f"model not resolvable: {err}"
+        tp, pp = int(_number(row.get("tp")) or 0), int(_number(row.get("pp")) or 1)
+        if not tp:
+            return "tensor parallelism not stated"
+        kv_text = str(row.get("kv_cache_dtype") or "auto")
+        kv_dtype = "fp8" if kv_text.startswith("fp8") else "auto"
+        block = int(_number(row.get("block_size")) or BLOCK_SIZE)
+        reasons = []
+        memory_gib = _number(row.get("kv_cache_memory_gib"))
+        if memory_gib is not None:
+            record["pred_kv_cache_tokens_from_memory"] = kv_capacity(spec, memory_gib * GIB, kv_dtype, tp, pp, block)[1]
+        else:
+            reasons.append("no KV memory stated")
+        gpu = _gpu_from_cell(row.get("gpu"))
+        utilization = _number(row.get("gpu_memory_utilization"))
+        if gpu is None or utilization is None:
+            reasons.append("GPU or gpu_memory_utilization not stated: whole-budget prediction skipped")
+            return "; ".join(reasons)
+        record["gpu"] = gpu.name
+        default_tokens, default_seqs = default_batch_limits(gpu)
+        plan = plan_memory(
+            spec, gpu, tp=tp, pp=pp, kv_cache_dtype=kv_dtype, gpu_memory_utilization=utilization,
+            max_model_len=int(_number(row.get("max_model_len")) or spec.max_context), block_size=block,
+            max_num_batched_tokens=int(_number(row.get("max_num_batched_tokens")) or default_tokens),
+            max_num_seqs=int(_number(row.get("max_num_seqs")) or default_seqs),
+        )
+        record["pred_kv_cache_tokens"] = plan.kv_capacity_tokens
         return ""
 
+
+class E2EValidator(Validator):
+    """Measured serving runs, each simulated as it was run (:mod:`.corpus`): aiconfigurator's
+    closed-loop silicon rows (mean TTFT and TPOT) and ``vllm bench serve`` results (mean, median and
+    P99 of TTFT, TPOT and ITL, whichever the table has)."""
+
+    kind = "e2e"
+    metrics = [f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS]
+    slice_columns = ["gpu", "framework", "model", "precision"]
+
+    # aiconfigurator's silicon layout: its counts and latencies are read strictly (empty, 0 or 1 all
+    # say a parallelism is not used); vllm bench tables keep free-text cells (the corpus reads them).
+    silicon_numbers = {**{c: Number(integer=True, minimum=0) for c in (
+        "isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+        "silicon_concurrency")}, "silicon_ttft_ms": _AMOUNT, "silicon_tpot_ms": _AMOUNT}
+
+    def read(self, path: str | Path) -> pd.DataFrame:
+        frame = _read_csv(path, self.kind)
+        if "silicon_ttft_ms" in frame:
+            for column, number in self.silicon_numbers.items():
+                if column in frame:
+                    frame[column] = numeric_column(frame[column], number, f"{self.kind} table '{shown(path)}'", column)
+        runs = table_runs(Path(path), frame)
+        return pd.DataFrame({"run": runs})
+
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        try:
-            from ..costmodels.serving import simulate
-        except ImportError:
-            simulate = None
         records = []
-        for i, row in enumerate(table.to_dict("records")):
-            precision = row.get("precision") if isinstance(row.get("precision"), str) else "bf16"
-            record = {"id": row.get("id", i), "gpu": row["system"], "framework": str(row["backend"]).lower(),
-                      "model": row["model_path"], "precision": precision,
-                      "measured_ttft_ms": row["silicon_ttft_ms"], "measured_tpot_ms": row["silicon_tpot_ms"],
-                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False,
-                      "reason": self.unsupported_reason(row)}
-            if not record["reason"] and simulate is None:
-                record["reason"] = "the serving simulator (servopt.costmodels.serving.simulate) is not in this build"
-            if not record["reason"]:
+        for run in table["run"]:
+            record = {"id": run.extra.get("row_id", run.run_id), "gpu": run.gpu, "framework": "vllm", "model": run.model,
+                      "precision": run.dtype, "calibrated": False, "reason": run.skip}
+            if run.skip.startswith("framework '"):
+                record["framework"] = run.skip.split("'")[1]
+            for metric in self.metrics:
+                record[f"measured_{metric}"] = run.measured.get(metric, np.nan)
+                record[f"pred_{metric}"] = np.nan
+            if not run.skip:
                 try:
-                    gpu = get_gpu(row["system"])
-                    record["gpu"] = gpu.name
-                    profile = self.profile(gpu)
-                    run = silicon_run(row, gpu.name)
-                    result = simulate(resolve_model(run.model).spec, run.deployment, run.traffic, gpu, profile, seed=0)
-                    record["pred_ttft_ms"] = result.summary.ttft_s.mean * 1e3
-                    record["pred_tpot_ms"] = result.summary.tpot_s.mean * 1e3
+                    profile = self.profile(get_gpu(run.deployment.gpu))
+                    predicted = predict_run(run, profile)
+                    record.update({f"pred_{m}": v for m, v in predicted.items() if m in self.metrics})
                     record["calibrated"] = profile.calibrated
                 except InputError as err:
                     record["reason"] = str(err)

@@ -1,10 +1,18 @@
-"""Model architectures: a pydantic spec, a Hugging Face ``config.json`` reader, and shipped presets.
+"""Model architectures: a pydantic spec, a Hugging Face ``config.json`` reader, and shipped configs.
 
 A :class:`ModelSpec` holds what the cost model needs: layer count and widths, the attention kind
-(MHA, GQA, MQA or MLA), MoE routing, sliding windows and the context limit. Presets are stored as
-the relevant fields of each model's Hugging Face ``config.json`` under ``data/models/`` and read with
-the same :func:`spec_from_hf_config` a user's local file goes through, so every family's reader is
-exercised by the presets.
+(MHA, GQA, MQA or MLA), MoE routing, sliding windows, the context limit and, for a pre-quantized
+checkpoint, its :class:`~servopt.costmodels.checkpoints.CheckpointFormat` (bytes per weight, the
+vLLM method, what ``kv_cache_dtype auto`` means). The shipped catalog stores the relevant fields of
+each model's Hugging Face ``config.json`` under ``data/models/`` (written by
+``scripts/build_model_catalog.py``, with the source of each file) and reads them with the same
+:func:`spec_from_hf_config` a user's file goes through.
+
+:func:`resolve_model` turns any name into a spec, in this order: a local path; the Hugging Face
+cache; the shipped catalog (canonical ids, aliases, catalogued pre-quantized checkpoints); the Hub
+through ``huggingface_hub`` when it is installed and online; a derivative of a catalogued model by
+its name (``-Instruct``, ``-AWQ``, ...), with the quantization the name implies. Anything else is
+one clear error.
 
 Parameter counts include every weight the checkpoint loads (norms, biases, QK-norms, MLA's low-rank
 projections, routers, a multimodal checkpoint's vision tower) and come within 1% of the published
@@ -13,13 +21,16 @@ what its "Model loading took" line reports for an unquantized checkpoint on one 
 
 Example:
     >>> from servopt.costmodels.architectures import resolve_model
-    >>> resolved = resolve_model("meta-llama/Llama-3.1-8B-Instruct-FP8")
-    >>> resolved.spec.name, resolved.quantization, round(resolved.spec.num_params / 1e9, 2)
-    ('meta-llama/Llama-3.1-8B', 'fp8', 8.03)
+    >>> resolved = resolve_model("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16")
+    >>> resolved.spec.name, resolved.quantization, resolved.spec.checkpoint.method
+    ('meta-llama/Llama-3.1-8B', 'gptq', 'compressed-tensors')
+    >>> round(resolved.spec.num_params / 1e9, 2), resolved.spec.kv_cache_dtype("auto")
+    (8.03, 'auto')
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -30,8 +41,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from . import model_sources
+from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_format, format_from_id
 from .errors import InputError, unknown_name_error, validate_spec
-from .userfiles import read_json
+from .quantization import QuantScheme, get_scheme
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
 ModelDType = Literal["bfloat16", "float16", "float32"]
@@ -107,7 +120,10 @@ class ModelSpec(BaseModel):
     rope_cache_values: int = Field(
         default=0, ge=0, description="RoPE cos/sin values vLLM precomputes on the GPU, over its distinct tables"
     )
-    native_quantization: str | None = Field(default=None, description="quantization the release ships in")
+    num_mtp_layers: int = Field(
+        default=0, ge=0, description="multi-token-prediction modules the checkpoint ships (num_nextn_predict_layers)")
+    checkpoint: CheckpointFormat | None = Field(
+        default=None, description="how a pre-quantized checkpoint stores its weights (None: 16-bit weights)")
     published_params_b: float | None = Field(default=None, description="size the model card states")
     aliases: tuple[str, ...] = ()
 
@@ -125,6 +141,26 @@ class ModelSpec(BaseModel):
         if self.moe is not None and self.moe.num_dense_layers > self.num_layers:
             raise ValueError("moe.num_dense_layers cannot exceed num_layers")
         return self
+
+    # --- the checkpoint's format ----------------------------------------------------------------
+    @property
+    def native_quantization(self) -> str | None:
+        """The scheme the checkpoint ships in (fp8, int8, awq, gptq, w8a16, nvfp4, mxfp4), or None."""
+        return None if self.checkpoint is None else self.checkpoint.scheme
+
+    def weight_scheme(self, quantization: str) -> QuantScheme:
+        """The scheme ``quantization`` as this checkpoint stores it (its own group size and zero
+        points when it ships in that scheme; the scheme's defaults otherwise)."""
+        if self.checkpoint is not None and self.checkpoint.scheme == quantization:
+            return self.checkpoint.quant_scheme()
+        return get_scheme(quantization)
+
+    def kv_cache_dtype(self, requested: str) -> str:
+        """What vLLM stores the KV cache in for ``--kv-cache-dtype requested``: 'auto' is the
+        model dtype, except for checkpoints that carry FP8 KV scales (fp8)."""
+        if requested == "auto" and self.checkpoint is not None and self.checkpoint.kv_cache_dtype:
+            return self.checkpoint.kv_cache_dtype
+        return requested
 
     # --- shapes -------------------------------------------------------------------------------
     @property
@@ -312,8 +348,11 @@ class ModelSpec(BaseModel):
 
 _SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma2", "gemma3", "gemma3_text",
-    "granite", "phi3", "deepseek_v2", "deepseek_v3", "gpt_oss",
+    "granite", "phi3", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
 )
+
+# Qwen vision-language checkpoints: the text model they wrap (vLLM serves the vision tower beside it).
+_QWEN_VL_TEXT = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
 
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "half": "float16",
            "fp16": "float16", "bf16": "bfloat16", "float": "float32"}
@@ -373,6 +412,36 @@ def _siglip_vision_params(vision: dict, text_hidden: int) -> int:
     return embeddings + layers * per_layer + 2 * h + head + projector
 
 
+def _qwen_vision_params(vision: dict, gated: bool) -> int:
+    """Parameters of a Qwen2.5-VL / Qwen3-VL vision tower and its patch merger(s).
+
+    Patch embedding (a 3D conv over ``temporal_patch_size`` frames), ``depth`` pre-norm blocks
+    (qkv and output projections with biases; Qwen2.5-VL's gated SiLU MLP with RMSNorms, Qwen3-VL's
+    two-layer GELU MLP with LayerNorms), Qwen3-VL's learned position embeddings, and the merger
+    that maps ``spatial_merge_size``^2 patches to the text width (Qwen3-VL adds one per
+    ``deepstack_visual_indexes`` entry).
+    """
+    h = int(vision.get("hidden_size") or vision.get("embed_dim") or 1280)
+    depth = int(vision.get("depth") or vision.get("num_hidden_layers") or 32)
+    inter = int(vision.get("intermediate_size") or 4 * h)
+    out = int(vision.get("out_hidden_size") or h)
+    patch = int(vision.get("patch_size") or 14)
+    frames = int(vision.get("temporal_patch_size") or 2)
+    channels = int(vision.get("in_channels") or vision.get("in_chans") or 3)
+    merge = int(vision.get("spatial_merge_size") or 2)
+    attention = 4 * h * h + 4 * h
+    if gated:
+        mlp, norms = 3 * h * inter + 2 * inter + h, 2 * h
+    else:
+        mlp, norms = 2 * h * inter + inter + h, 4 * h
+    merged = h * merge * merge
+    merger = merged * merged + merged + merged * out + out + (h if gated else 2 * h)
+    embed = channels * frames * patch * patch * h + (0 if gated else h)
+    positions = int(vision.get("num_position_embeddings") or 0) * h
+    deepstack = len(vision.get("deepstack_visual_indexes") or []) * merger
+    return embed + positions + depth * (attention + mlp + norms) + merger + deepstack
+
+
 def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: int, has_sliding: bool) -> int:
     """cos/sin values of the RoPE tables vLLM's ``get_rope`` precomputes (one per distinct RoPE).
 
@@ -396,12 +465,14 @@ def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: 
     return positions * rotary_dim
 
 
-def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **extra: Any) -> ModelSpec:
+def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf_quant_config: dict | None = None,
+                        **extra: Any) -> ModelSpec:
     """Build a :class:`ModelSpec` from the dict of a Hugging Face ``config.json``.
 
     Multimodal configs (Gemma 3) are read through their ``text_config``; their SigLIP vision tower
     is counted in ``extra_params`` unless ``extra`` sets it. ``extra`` sets fields the config does
-    not hold (aliases, published size, vision-tower parameters).
+    not hold (aliases, published size, vision-tower parameters). ``hf_quant_config`` is ModelOpt's
+    ``hf_quant_config.json`` when the checkpoint ships one.
     """
     if not isinstance(config, dict):
         raise InputError(f"{source}: config.json must hold a JSON object")
@@ -420,11 +491,23 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **
         if isinstance(config.get("vision_config"), dict):
             vision = config["vision_config"]
         config = {**text, "model_type": "gemma3"}
+    vision_family = None
+    if family in _QWEN_VL_TEXT:
+        # Newer configs nest the text model in text_config; Qwen2.5-VL's original keeps it on top.
+        text = {**config.get("text_config", config)}
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key in config and key not in text:
+                text[key] = config[key]
+        vision_family, vision = family, config.get("vision_config") if isinstance(config.get("vision_config"), dict) else None
+        config = {**text, "model_type": _QWEN_VL_TEXT[family]}
+        family = config["model_type"]
     if family not in _SUPPORTED_FAMILIES:
         raise InputError(
             f"{source}: model_type '{family}' is not supported; supported: {', '.join(_SUPPORTED_FAMILIES)}"
         )
     family = "gemma3" if family == "gemma3_text" else family
+    # Kimi K2 is DeepSeek-V3's architecture under another name (vLLM serves it with the same class).
+    family = "deepseek_v3" if family == "kimi_k2" else family
     if family == "gemma3":
         config = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
     heads = _int(config, "num_attention_heads", source)
@@ -456,7 +539,8 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **
         "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3"),
     }
     if vision is not None:
-        fields["extra_params"] = _siglip_vision_params(vision, hidden)
+        fields["extra_params"] = (_qwen_vision_params(vision, gated=vision_family == "qwen2_5_vl") if vision_family
+                                  else _siglip_vision_params(vision, hidden))
     # Per-family biases. Qwen2 hard-codes q/k/v biases (its config has no attention_bias key) but
     # not on o_proj. Phi-3 has none (its fused qkv_proj / gate_up_proj hold the same weights as
     # separate projections). gpt-oss puts biases on q/k/v and on o_proj.
@@ -563,64 +647,30 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", **
             "expert_bias": True,
         }
 
-    quant = config.get("quantization_config")
-    if isinstance(quant, dict):
-        fields["native_quantization"] = quantization_from_hf_config(quant)
+    # DeepSeek-V3 (and GLM-4.5+, MiMo) ship MTP modules that vLLM's "mtp" speculation drafts with.
+    fields["num_mtp_layers"] = _int(config, "num_nextn_predict_layers", source, default=0)
+    fields["checkpoint"] = checkpoint_format(config.get("quantization_config"), hf_quant_config, source)
     fields.update(extra)
     return validate_spec(ModelSpec, fields, source)
 
 
-def quantization_from_hf_config(quant: dict) -> str | None:
-    """Map a config's ``quantization_config`` to servopt's scheme names (fp8, int8, awq, gptq, mxfp4)."""
-    method = str(quant.get("quant_method") or "").lower()
-    if method in ("awq", "awq_marlin"):
-        return "awq"
-    if method in ("gptq", "gptq_marlin"):
-        return "gptq"
-    if method in ("fp8", "fbgemm_fp8"):
-        return "fp8"
-    if method == "mxfp4":
-        return "mxfp4"
-    if method == "compressed-tensors":
-        groups = quant.get("config_groups") or {}
-        for group in groups.values():
-            weights = (group or {}).get("weights") or {}
-            bits, kind = weights.get("num_bits"), weights.get("type")
-            if kind == "float" and bits == 8:
-                return "fp8"
-            if kind == "int" and bits == 8:
-                return "int8"  # w8a8 (and the rarer w8a16) run on vLLM's int8 kernels
-            if kind == "int" and bits == 4:
-                return "gptq"  # w4a16: packed int4 weights on the Marlin kernels GPTQ uses
-        # Without config_groups the format string still tells the weight type.
-        fmt = str(quant.get("format") or "").lower()
-        if fmt == "float-quantized":
-            return "fp8"
-        if fmt == "int-quantized":
-            return "int8"
-        if fmt in ("pack-quantized", "marlin-24"):
-            return "gptq"
-        return None
-    return None
-
-
 def load_hf_config(path: str | Path, **extra: Any) -> ModelSpec:
-    """Read a local Hugging Face ``config.json`` (or a directory holding one). No network."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    config = read_json(path, "model config")
-    name = extra.pop("name", None) or (config.get("_name_or_path") if isinstance(config, dict) else None)
-    return spec_from_hf_config(config, str(name or path.parent.name), source=str(path), **extra)
+    """Read a local Hugging Face ``config.json`` (or a folder holding one, with its
+    ``hf_quant_config.json`` when there is one). No network."""
+    fetched = model_sources.read_local(path)
+    config = fetched.config
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    name = extra.pop("name", None) or config.get("_name_or_path") or folder.name
+    return spec_from_hf_config(config, str(name), source=str(path), hf_quant_config=fetched.hf_quant_config, **extra)
 
 
 # ---------------------------------------------------------------------------------------------
-# Presets and name resolution
+# The shipped catalog and name resolution
 # ---------------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
 def preset_models() -> dict[str, ModelSpec]:
-    """All shipped presets keyed by canonical Hugging Face id."""
+    """Every shipped config, keyed by canonical Hugging Face id."""
     folder = resources.files(__package__).joinpath("data/models")
     presets = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -635,7 +685,8 @@ def preset_models() -> dict[str, ModelSpec]:
         # An explicit size wins over the reader's estimate from vision_config (Gemma 3).
         if "extra_params" in meta:
             extra["extra_params"] = int(meta["extra_params"])
-        spec = spec_from_hf_config(stored, meta["hf_id"], source=f"preset {entry.name}", **extra)
+        spec = spec_from_hf_config(stored, meta["hf_id"], source=f"shipped config {entry.name}",
+                                   hf_quant_config=meta.get("hf_quant_config"), **extra)
         presets[spec.name] = spec
     return presets
 
@@ -644,34 +695,35 @@ def preset_models() -> dict[str, ModelSpec]:
 # re-uploads (-FP8-dynamic, -quantized.w8a8, -AWQ, -GPTQ-Int4), post-trained releases (-Instruct,
 # -Chat, -it, -Thinking), pre-trained ones (-Base, -pt, -hf) and version or date tags (-v0.1, -2501).
 _DERIVATIVE_SUFFIXES = (
-    r"[-_.]quantized[-_.]w\d+a\d+$", r"[-_.]fp8[-_.](?:dynamic|static)$", r"[-_.]fp8$", r"[-_.]w\d+a\d+$",
-    r"[-_.]int[48]$", r"[-_.]awq$", r"[-_.]gptq$", r"[-_.]instruct(?:[-_.]?\d+)?$", r"[-_.]chat$", r"[-_.]it$",
-    r"[-_.]thinking$", r"[-_.]base$", r"[-_.]pt$", r"[-_.]hf$", r"[-_.]v\d+(?:\.\d+)?$", r"[-_.]\d{4}$",
-)
-
-# Keywords of a checkpoint id and the quantization they imply, most specific first.
-_QUANT_KEYWORDS = (
-    (r"awq", "awq"), (r"gptq|w4a16|int4", "gptq"), (r"fp8", "fp8"), (r"w8a8|int8", "int8"),
+    r"[-_.]quantized[-_.]w\d+a\d+$", r"[-_.]fp8[-_.](?:dynamic|static|block)$", r"[-_.](?:fp8|nvfp4|fp4)$",
+    r"[-_.]w\d+a\d+$", r"[-_.]int[48]$", r"[-_.]awq$", r"[-_.]gptq$", r"[-_.]instruct(?:[-_.]?\d+)?$", r"[-_.]chat$",
+    r"[-_.]it$", r"[-_.]thinking$", r"[-_.]base$", r"[-_.]pt$", r"[-_.]hf$", r"[-_.]v\d+(?:\.\d+)?$", r"[-_.]\d{4}$",
 )
 
 
 def quantization_from_id(model_id: str) -> str | None:
     """The weight quantization a checkpoint id implies (e.g. ``-AWQ`` -> awq), or None."""
-    text = model_id.lower()
-    for pattern, scheme in _QUANT_KEYWORDS:
-        # The group keeps the delimiters around every alternative, so "w8a8" must be a whole token.
-        if re.search(rf"(?:^|[-_./])(?:{pattern})(?:$|[-_./])", text):
-            return scheme
-    return None
+    fmt = format_from_id(model_id)
+    return None if fmt is None else fmt.scheme
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """A model name resolved to its architecture, with the quantization its id implies."""
+    """A model name resolved to its architecture and checkpoint format, and where they came from.
+
+    ``quantization`` is the scheme the checkpoint ships in (None for 16-bit weights); ``origin``
+    says where its configuration was read (a local file, the Hugging Face cache or Hub, the
+    shipped catalog, or a name that derives from a catalogued model).
+    """
 
     spec: ModelSpec
     quantization: str | None
     requested: str
+    origin: str = ""
+
+    @property
+    def checkpoint(self) -> CheckpointFormat | None:
+        return self.spec.checkpoint
 
 
 def _key(name: str) -> str:
@@ -697,35 +749,80 @@ def _strip_suffix(name: str) -> str:
     return name
 
 
-def resolve_model(name_or_path: str) -> ResolvedModel:
-    """Resolve a preset alias, a Hugging Face id (derivatives included) or a local config path."""
-    text = str(name_or_path).strip()
-    if not text:
-        raise InputError("model: empty model name; give a preset alias, a Hugging Face id or a config.json path")
-    path = Path(text)
-    if text.endswith(".json") or path.is_dir() and (path / "config.json").exists():
-        spec = load_hf_config(path)
-        return ResolvedModel(spec, spec.native_quantization, text)
+def _preset_by_name(text: str, exact: bool) -> ModelSpec | None:
+    """The catalogued model an id names: exactly (id, its name, an alias), or (``exact=False``) a
+    derivative whose id adds known suffixes or changes the org (neuralmagic/, RedHatAI/)."""
     index = _preset_index()
-    quant = quantization_from_id(text)
-    # Re-uploads change the org (neuralmagic/, RedHatAI/) and add or drop Meta's "Meta-" prefix.
     base = _key(text).split("/", 1)[-1]
-    candidates = [_key(text), base, re.sub(r"^meta-", "", base)]
-    for _ in range(8):
+    # Re-uploads add or drop Meta's "Meta-" prefix.
+    candidates = [_key(text)] if exact else [_key(text), base, re.sub(r"^meta-", "", base)]
+    for _ in range(1 if exact else 8):
         for candidate in candidates:
             if candidate in index:
-                spec = preset_models()[index[candidate]]
-                return ResolvedModel(spec, quant or spec.native_quantization, text)
+                return preset_models()[index[candidate]]
         stripped = [_strip_suffix(c) for c in candidates]
         if stripped == candidates:
             break
         candidates = stripped
-    raise unknown_name_error(
-        "model", text, sorted({s.aliases[0] if s.aliases else s.name for s in preset_models().values()}),
-        "Or pass the path of a local config.json.",
-    )
+    return None
+
+
+def _with_format(spec: ModelSpec, fmt: CheckpointFormat | None) -> ModelSpec:
+    return spec if fmt is None else spec.model_copy(update={"checkpoint": fmt})
+
+
+def resolve_model(name_or_path: str) -> ResolvedModel:
+    """Resolve a local config path, a Hugging Face id (cached, catalogued, on the Hub, or a
+    derivative of a catalogued model) or a catalog alias. See the module docstring for the order."""
+    text = model_sources.check_model_id(str(name_or_path).strip(), "model")
+    path = Path(text)
+    if text.endswith(".json") or path.is_dir():
+        spec = load_hf_config(path)
+        return ResolvedModel(spec, spec.native_quantization, text, f"local {path}")
+    if "/" in text:
+        cached = model_sources.from_cache(text)
+        if cached is not None:
+            spec = spec_from_hf_config(cached.config, text, source=f"{cached.origin} ({text})",
+                                       hf_quant_config=cached.hf_quant_config)
+            return ResolvedModel(spec, spec.native_quantization, text, cached.origin)
+    exact = _preset_by_name(text, exact=True)
+    if exact is not None:
+        return ResolvedModel(exact, exact.native_quantization, text, "shipped config")
+    entry = catalog_entry(text)
+    if entry is not None:
+        base = next((spec for b in entry.bases if (spec := _preset_by_name(b, exact=False)) is not None), None)
+        if base is not None:
+            return ResolvedModel(_with_format(base, entry.format), entry.format.scheme, text,
+                                 f"checkpoint catalog (base {entry.bases[0]})")
+    hub_error: InputError | None = None
+    if "/" in text and model_sources.hub_status() is None:
+        try:
+            fetched = model_sources.from_hub(text)
+        except InputError as err:
+            hub_error = err
+        else:
+            spec = spec_from_hf_config(fetched.config, text, source=f"Hugging Face Hub ({text})",
+                                       hf_quant_config=fetched.hf_quant_config)
+            return ResolvedModel(spec, spec.native_quantization, text, fetched.origin)
+    derived = _preset_by_name(text, exact=False)
+    if derived is not None:
+        fmt = format_from_id(text)
+        spec = _with_format(derived, fmt) if fmt is not None else derived
+        return ResolvedModel(spec, spec.native_quantization, text, f"named as a derivative of {derived.name}")
+    if "/" not in text:
+        close = difflib.get_close_matches(_key(text), sorted(_preset_index()), n=4, cutoff=0.6)
+        hint = f" close matches: {', '.join(close)};" if close else ""
+        raise InputError(f"unknown model '{text}': not a catalog alias nor a Hugging Face org/name id;{hint} "
+                         "`servopt models` lists the catalog, or pass a local config.json path")
+    why = str(hub_error).removeprefix(f"model '{text}': ") if hub_error else (
+        f"the Hugging Face Hub cannot be asked: {model_sources.hub_status()}")
+    raise InputError(
+        f"unknown model '{text}': not in the Hugging Face cache ({model_sources.hub_cache_dir()}) nor in servopt's "
+        f"catalog, and {why}. Download it once where the Hub is reachable "
+        f"(huggingface-cli download {text} config.json), or pass a local config.json path; `servopt models` "
+        "lists the catalog")
 
 
 def get_model(name_or_path: str) -> ModelSpec:
-    """The architecture for a preset alias, Hugging Face id or local config path."""
+    """The architecture for a catalog alias, Hugging Face id or local config path."""
     return resolve_model(name_or_path).spec

@@ -8,17 +8,19 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from .errors import MAX_TOKENS, Name, Spec
-from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION
+from .quantization import WeightScheme
+from .vllm_defaults import ALL2ALL_COLLECTIVES, BLOCK_SIZE, GPU_MEMORY_UTILIZATION, gpu_memory_utilization, parse_vllm_version
 
 # Bounds of what servopt models: beyond them a file is mistyped, and the simulator's work (one
-# engine per instance and pipeline lane) would run for hours.
-MAX_PARALLEL = 512  # TP or PP degree
-MAX_ENGINES = 512  # replicas x instances x pipeline lanes
+# engine per instance, data-parallel rank and pipeline lane) would run for hours.
+MAX_PARALLEL = 512  # TP, PP or DP degree
+MAX_ENGINES = 512  # replicas x instances (or DP ranks) x pipeline lanes
 MAX_SEQS = 2**20
 MAX_BATCHED_TOKENS = 2**24
 MIN_LINK_GBPS = 0.01  # 10 MB/s: slower than any datacenter link
@@ -50,6 +52,28 @@ class SpeculativeConfig(Spec):
         return self
 
 
+@dataclass(frozen=True)
+class Placement:
+    """One vLLM instance's place: its replica, role, first node, first GPU there, and GPU count."""
+
+    replica: int
+    role: str
+    node: int
+    first_gpu: int
+    gpus: int
+    gpus_per_node: int
+
+    @property
+    def nodes(self) -> list[int]:
+        """Every node it occupies (pipeline stages beyond the first node take whole nodes)."""
+        return list(range(self.node, self.node + -(-self.gpus // self.gpus_per_node)))
+
+    @property
+    def devices(self) -> list[int]:
+        """Its GPUs on the first node (CUDA_VISIBLE_DEVICES there)."""
+        return list(range(self.first_gpu, self.first_gpu + min(self.gpus, self.gpus_per_node)))
+
+
 class DisaggregationConfig(Spec):
     """Prefill/decode disaggregation: P prefill instances and D decode instances.
 
@@ -70,13 +94,25 @@ class DisaggregationConfig(Spec):
 
 
 class Deployment(Spec):
-    """One replica configuration, replicated ``replicas`` times behind a router."""
+    """One replica configuration, replicated ``replicas`` times behind a router.
+
+    A replica is one ``vllm serve`` instance of ``data_parallel_size`` ranks of ``tp x pp`` GPUs
+    (vLLM's ``--data-parallel-size``): each rank has its own scheduler, ``max_num_seqs`` and KV
+    cache, the instance's load balancer spreads requests over them, and for MoE models the routed
+    experts span all ``data_parallel_size x tp`` GPUs, as tensor-parallel slices or, with
+    ``enable_expert_parallel``, as whole experts (:mod:`.moe`).
+    """
 
     gpu: Name
     tp: Degree = 1
     pp: Degree = 1
+    data_parallel_size: Degree = Field(default=1, description="vLLM --data-parallel-size: ranks of tp GPUs per replica")
+    enable_expert_parallel: bool = Field(
+        default=False, description="vLLM --enable-expert-parallel: whole experts per GPU over the dp x tp GPUs")
+    all2all_backend: Literal[tuple(ALL2ALL_COLLECTIVES)] | None = Field(  # type: ignore[valid-type]
+        default=None, description="vLLM --all2all-backend for the MoE dispatch across DP ranks; default: vLLM's")
     replicas: Instances = 1
-    quantization: Literal["bf16", "fp16", "fp8", "int8", "awq", "gptq", "mxfp4"] | None = Field(
+    quantization: WeightScheme | None = Field(
         default=None, description="default: implied by the model id, else the model dtype"
     )
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
@@ -84,13 +120,37 @@ class Deployment(Spec):
     max_num_batched_tokens: BatchedTokens | None = Field(default=None, description="default: vLLM's for the GPU")
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
+                                          description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS)
+    kv_cache_memory_gib: float | None = Field(
+        default=None, gt=0, le=8192,
+        description="KV cache per GPU (vLLM's --kv-cache-memory); default: what gpu_memory_utilization leaves")
     block_size: int = Field(default=BLOCK_SIZE, ge=1, le=1024)
     speculative: SpeculativeConfig | None = None
     disaggregation: DisaggregationConfig | None = None
     router: Literal["least_outstanding", "round_robin"] = "least_outstanding"
     internode_gbps: LinkGBps = Field(default=50.0, description="link between nodes for PP sends, GB/s")
+    vllm_version: Name | None = Field(
+        default=None, description="the vLLM release serving it (its defaults and scheduling); default: servopt's target")
+    frontend: Literal["vllm", "dynamo"] = Field(
+        default="vllm", description="the HTTP front end: vLLM's API server (one tokenizer thread) or Dynamo's (parallel)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_defaults(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("gpu_memory_utilization") is None and data.get("vllm_version"):
+            version = parse_vllm_version(data.get("vllm_version"))
+            data = {**data, "gpu_memory_utilization": gpu_memory_utilization(version)}
+        return data
+
+    @model_validator(mode="after")
+    def _check_data_parallel(self) -> Deployment:
+        if self.data_parallel_size > 1 and self.pp > 1:
+            raise ValueError("data_parallel_size > 1 with pp > 1 is not modelled; use tp x data_parallel_size")
+        if self.data_parallel_size > 1 and self.disaggregation is not None:
+            raise ValueError("data_parallel_size > 1 with disaggregation is not modelled; give each role tp only")
+        return self
 
     @model_validator(mode="after")
     def _check_limits(self) -> Deployment:
@@ -101,16 +161,15 @@ class Deployment(Spec):
                 f"({self.max_num_seqs}), as vLLM requires"
             )
         if self.engines > MAX_ENGINES:
-            raise ValueError(
-                f"{self.engines} engines (replicas x instances x pp) is more than the {MAX_ENGINES} servopt simulates"
-            )
+            raise ValueError(f"{self.engines} engines (replicas x instances or data-parallel ranks x pp) is more "
+                             f"than the {MAX_ENGINES} servopt simulates")
         return self
 
     @property
     def engines(self) -> int:
-        """Engine instances the simulator runs: one per replica (or P/D instance) and pipeline lane."""
+        """Engines the simulator runs: one per instance (or data-parallel rank) and pipeline lane."""
         d = self.disaggregation
-        instances = 1 if d is None else d.prefill_instances + d.decode_instances
+        instances = self.data_parallel_size if d is None else d.prefill_instances + d.decode_instances
         return self.replicas * instances * self.pp
 
     @property
@@ -118,8 +177,49 @@ class Deployment(Spec):
         if self.disaggregation is not None:
             d = self.disaggregation
             return d.prefill_instances * d.prefill_tp * self.pp + d.decode_instances * d.decode_tp * self.pp
-        return self.tp * self.pp
+        return self.tp * self.pp * self.data_parallel_size
 
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_replica * self.replicas
+
+    def instance_roles(self) -> list[tuple[str, int]]:
+        """(role, GPUs) of each vLLM instance, replica by replica, prefill instances before decode ones;
+        the role is 'serve' for an aggregated instance."""
+        d = self.disaggregation
+        if d is None:
+            per_replica = [("serve", self.tp * self.pp * self.data_parallel_size)]
+        else:
+            per_replica = ([("prefill", d.prefill_tp * self.pp)] * d.prefill_instances
+                           + [("decode", d.decode_tp * self.pp)] * d.decode_instances)
+        return per_replica * self.replicas
+
+    def placement(self, gpus_per_node: int) -> list[Placement]:
+        """Where each instance runs: whole onto the next node with room for it; one that needs a node
+        or more takes whole nodes of its own (its pipeline stages span the next ones). ``servopt
+        export`` starts them there and whole-node pricing rents those nodes.
+
+        >>> [(p.node, p.first_gpu) for p in Deployment(gpu="h100", tp=2, replicas=3).placement(4)]
+        [(0, 0), (0, 2), (1, 0)]
+        """
+        out, node, used = [], 0, 0  # the open node and the GPUs taken on it
+        replicas_roles = self.instance_roles()
+        per_replica = len(replicas_roles) // self.replicas
+        for index, (role, gpus) in enumerate(replicas_roles):
+            if used and used + min(gpus, gpus_per_node) > gpus_per_node:
+                node, used = node + 1, 0
+            out.append(Placement(index // per_replica, role, node, used, gpus, gpus_per_node))
+            if gpus >= gpus_per_node:
+                node, used = node + -(-gpus // gpus_per_node), 0
+            else:
+                used += gpus
+        return out
+
+    def num_nodes(self, gpus_per_node: int) -> int:
+        """Nodes the fleet occupies as :meth:`placement` places it.
+
+        >>> Deployment(gpu="h100", tp=2, replicas=3).num_nodes(4)
+        2
+        """
+        last = self.placement(gpus_per_node)[-1]
+        return last.nodes[-1] + 1

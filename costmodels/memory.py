@@ -31,7 +31,7 @@ import numpy as np
 from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GIB, GPUSpec
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, kv_bytes_per_value
+from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, kv_bytes_per_value
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -99,15 +99,20 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
     return max(model.num_kv_heads / tp, 1.0)
 
 
-def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) -> WeightBreakdown:
-    """Weight bytes per GPU and in total for a quantization scheme, TP and PP degree.
+def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, dp: int = 1) -> WeightBreakdown:
+    """Weight bytes per GPU and in total (one copy of the model) for a quantization scheme and TP, PP, DP degree.
 
     The scheme applies to the linear layers (for mxfp4 only to the MoE experts, as gpt-oss ships);
     embeddings, LM head and norms stay in the model dtype. K/V projections are replicated on ranks
     when TP exceeds the KV heads. Embeddings sit on the first stage and the LM head on the last.
+    With ``dp`` data-parallel ranks every rank holds the attention, dense and shared-expert weights
+    of its TP shard, and the routed experts are split over all ``dp x tp`` GPUs (vLLM's MoE group:
+    tensor-parallel slices of every expert, or whole experts with expert parallelism; same bytes).
     """
     _check_parallel(model, tp, pp)
-    scheme = get_scheme(quantization)
+    if dp < 1:
+        raise InputError(f"data_parallel_size must be at least 1 (got {dp})")
+    scheme = model.weight_scheme(quantization)  # a checkpoint's own group size and zero points
     dense_bytes = MODEL_DTYPE_BYTES[model.dtype]
     h = model.hidden_size
     attention = model.attention_params_per_layer
@@ -128,8 +133,11 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
     head = model.lm_head_params
     unquantized = unquantized_linear + embed + head + model.norm_params + model.extra_params
     total = quantized * scheme.weight_bytes_per_param + unquantized * dense_bytes
-    # Per GPU: the layers of one stage split over TP, plus the vocabulary-parallel embedding or head.
-    layer_bytes = (quantized * scheme.weight_bytes_per_param + unquantized_linear * dense_bytes) / (tp * pp)
+    # Per GPU: the layers of one stage split over TP (routed experts over the MoE group of dp x tp GPUs),
+    # plus the vocabulary-parallel embedding or head.
+    expert_bytes = experts * scheme.weight_bytes_per_param
+    layer_bytes = ((quantized * scheme.weight_bytes_per_param - expert_bytes + unquantized_linear * dense_bytes) / (tp * pp)
+                   + expert_bytes / (dp * tp * pp))
     ends = max(embed + (0 if pp > 1 else head), head if pp > 1 else 0) * dense_bytes / tp
     rest = (model.norm_params / pp + model.extra_params / tp) * dense_bytes
     # Precomputed RoPE tables (large for Gemma 3's scaled RoPE) are replicated on every GPU.
@@ -138,8 +146,9 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
 
 
 def kv_bytes_per_token_per_layer_per_gpu(model: ModelSpec, kv_cache_dtype: str, tp: int = 1) -> float:
-    """Bytes one token adds to one layer's KV cache on one TP rank."""
-    value_bytes = kv_bytes_per_value(kv_cache_dtype, model.dtype)
+    """Bytes one token adds to one layer's KV cache on one TP rank ('auto' as vLLM resolves it
+    for this checkpoint: fp8 when it carries FP8 KV scales)."""
+    value_bytes = kv_bytes_per_value(model.kv_cache_dtype(kv_cache_dtype), model.dtype)
     if model.mla is not None:
         return model.mla.cache_dim * value_bytes
     return 2 * kv_heads_per_rank(model, tp) * model.head_dim * value_bytes
@@ -176,7 +185,8 @@ def cuda_graph_bytes(model: ModelSpec, pp: int = 1) -> float:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per-GPU memory breakdown of one replica and the KV capacity it leaves."""
+    """Per-GPU memory breakdown of one replica and the KV capacity it leaves (with data parallelism:
+    the KV capacity of each of its ``dp`` ranks, which keep their own caches)."""
 
     model: str
     gpu: str
@@ -202,6 +212,7 @@ class MemoryPlan:
     kv_cache_blocks: int
     kv_capacity_tokens: int
     layout: KVLayout
+    dp: int = 1
     problems: tuple[str, ...] = field(default_factory=tuple)
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -211,7 +222,7 @@ class MemoryPlan:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     @property
     def headroom_bytes_per_gpu(self) -> float:
@@ -264,6 +275,22 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def kv_capacity(model: ModelSpec, kv_cache_bytes_per_gpu: float, kv_cache_dtype: str = "auto", tp: int = 1,
+                pp: int = 1, block_size: int = DEFAULT_BLOCK_SIZE,
+                extra_kv_bytes_per_token_per_gpu: float = 0.0) -> tuple[int, int, KVLayout]:
+    """Paged blocks and the token capacity vLLM reports for a KV pool of this size per GPU.
+
+    A block id covers ``block_size`` tokens in one layer of every KV-cache group; the capacity
+    vLLM logs is ``blocks x block_size / groups``.
+    """
+    layers_per_stage = math.ceil(model.num_layers / pp)
+    layout = kv_layout(model, layers_per_stage)
+    per_layer = kv_bytes_per_token_per_layer_per_gpu(model, kv_cache_dtype, tp)
+    block_bytes = block_size * (per_layer * layout.group_size + extra_kv_bytes_per_token_per_gpu)
+    blocks = max(int(kv_cache_bytes_per_gpu // block_bytes), 0)
+    return blocks, blocks * block_size // layout.groups, layout
+
+
 def plan_memory(
     model: ModelSpec,
     gpu: GPUSpec,
@@ -272,6 +299,7 @@ def plan_memory(
     kv_cache_dtype: str = "auto",
     tp: int = 1,
     pp: int = 1,
+    dp: int = 1,
     gpu_memory_utilization: float = 0.92,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
@@ -279,30 +307,34 @@ def plan_memory(
     max_model_len: int | None = None,
     extra_weights_bytes_per_gpu: float = 0.0,
     extra_kv_bytes_per_token_per_gpu: float = 0.0,
+    kv_cache_memory_bytes: float | None = None,
 ) -> MemoryPlan:
-    """Memory of one replica (tp x pp GPUs) as vLLM lays it out.
+    """Memory of one replica (tp x pp x dp GPUs) as vLLM lays it out (:func:`weight_bytes` for ``dp``).
 
+    ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one).
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
+    ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory``, per GPU) sizes the KV cache directly
+    instead of what ``gpu_memory_utilization`` leaves.
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     if block_size < 1 or max_num_batched_tokens < 1 or max_num_seqs < 1:
         raise InputError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
-    quantization = quantization or MODEL_DTYPE_SCHEME[model.dtype]
+    # A pre-quantized checkpoint is served in its own format unless another scheme is asked for.
+    quantization = quantization or model.native_quantization or MODEL_DTYPE_SCHEME[model.dtype]
     check_supported(quantization, gpu)
-    weights = weight_bytes(model, quantization, tp, pp)
+    weights = weight_bytes(model, quantization, tp, pp, dp)
     layers_per_stage = math.ceil(model.num_layers / pp)
     per_layer = kv_bytes_per_token_per_layer_per_gpu(model, kv_cache_dtype, tp)
-    layout = kv_layout(model, layers_per_stage)
     activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp)
-    non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp > 1 else 0.0)
+    non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp * dp > 1 else 0.0)
     budget = gpu_memory_utilization * gpu.memory_bytes
     kv_cache = budget - weights.per_gpu_bytes - extra_weights_bytes_per_gpu - activations - non_torch
-    # A block id covers block_size tokens in one layer of every group (group_size layers).
-    block_bytes = block_size * (per_layer * layout.group_size + extra_kv_bytes_per_token_per_gpu)
-    blocks = max(int(kv_cache // block_bytes), 0)
-    capacity = blocks * block_size // layout.groups
+    if kv_cache_memory_bytes is not None:
+        kv_cache = kv_cache_memory_bytes
+    blocks, capacity, layout = kv_capacity(model, kv_cache, kv_cache_dtype, tp, pp, block_size,
+                                           extra_kv_bytes_per_token_per_gpu)
     problems = []
     if kv_cache <= 0:
         problems.append(
@@ -321,7 +353,7 @@ def plan_memory(
         activation_peak_bytes_per_gpu=activations, non_torch_bytes_per_gpu=non_torch,
         cuda_graph_bytes_per_gpu=cuda_graph_bytes(model, pp), extra_weights_bytes_per_gpu=extra_weights_bytes_per_gpu,
         budget_bytes_per_gpu=budget, kv_cache_bytes_per_gpu=max(kv_cache, 0.0), kv_cache_blocks=blocks,
-        kv_capacity_tokens=capacity, layout=layout,
+        kv_capacity_tokens=capacity, layout=layout, dp=dp,
     )
     if not problems and plan.max_concurrency(context) < 1:
         problems.append(

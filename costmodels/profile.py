@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BeforeValidator, Field, model_validator
@@ -39,10 +39,10 @@ from .hardware import GPUSpec
 ArrayLike = np.ndarray | float | int
 
 # Bounds of a profile. Efficiencies are fractions of a datasheet peak (above 1 only by the noise of
-# the peak itself). A CPU table fitted against a GPU's datasheet (the pipeline test) reaches 1e-11;
-# below 1e-15 a step would outlast any simulation's clock precision. Overheads are launch and host
-# costs, far below a minute.
-MIN_EFFICIENCY = 1e-15
+# the peak itself). A CPU table fitted against a GPU's datasheet (the pipeline test) reaches 1e-16;
+# the floor only keeps every kernel time finite. Overheads are launch and host costs, far below a
+# minute.
+MIN_EFFICIENCY = 1e-30
 Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1.2)]
 Factor = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1e6)]
 Log2Knot = Annotated[float, Field(ge=0, le=64)]
@@ -54,7 +54,14 @@ def _count_key(value: Any) -> Any:
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 6 else value
 
 
+def _pair(value: Any) -> Any:
+    """JSON writes a (bytes, seconds) pair as a list of two."""
+    return tuple(value) if isinstance(value, list) and len(value) == 2 else value
+
+
 GPUCount = Annotated[int, BeforeValidator(_count_key), Field(ge=1, le=100_000)]
+CurvePoint = Annotated[tuple[Annotated[float, Field(gt=0, le=1e15)], Annotated[float, Field(gt=0, le=3600.0)]],
+                       BeforeValidator(_pair)]
 
 
 def smooth_max(a: ArrayLike, b: ArrayLike, smoothness: float | None) -> np.ndarray:
@@ -138,30 +145,71 @@ class AttentionEfficiency(Spec):
         return self.compute_efficiency * q / (q + self.half_efficiency_query_tokens)
 
 
-class CollectiveModel(Spec):
-    """All-reduce time = latency + bytes x 2(n-1)/n / (link bandwidth x efficiency).
+class CollectiveCurve(Spec):
+    """Measured latency of one collective (an all-reduce implementation, or an NCCL all-gather,
+    reduce-scatter or all-to-all) against message size, per GPU count.
 
-    ``bandwidth_efficiency_by_gpus`` overrides the efficiency for a GPU count (fitted per count:
-    NVSwitch rings of 2, 4 and 8 GPUs reach different shares of the link).
+    ``points[n]`` holds (message bytes, latency in seconds) measured over ``n`` GPUs whose link
+    carries ``link_gbps`` GB/s per direction. Message bytes follow nccl-tests: the buffer each GPU
+    all-reduces, the whole gathered (or reduce-scattered) buffer, and the buffer each GPU sends in an
+    all-to-all. Between measured sizes the latency is interpolated
+    linearly in log-log (a collective's protocol changes with size: a flat launch-and-sync floor,
+    then a ramp, then the link's bandwidth); below the smallest size it stays at that latency, above
+    the largest it grows in proportion to the bytes. On another link (a GPU of another fabric, a
+    group that spans nodes) a message costs what a message larger by the link ratio costs on this
+    one: the curve keeps its shape and its bandwidth scales. A GPU count that was not measured takes
+    the nearest one, with the bytes scaled by the share of the buffer each GPU puts on the wire:
+2(n-1)/n for an all-reduce, (n-1)/n for the others (``collective``).
+
+    Example:
+        >>> curve = CollectiveCurve(link_gbps=450, points={8: [(1e3, 5e-6), (1e6, 1e-5), (1e8, 4e-4)]})
+        >>> [round(float(curve.time_s(b, 8)) * 1e6, 1) for b in (10, 1e6, 2e8)]
+        [5.0, 10.0, 800.0]
+        >>> round(float(curve.time_s(1e8, 8, link_gbps=45)) * 1e3, 1)
+        4.0
     """
 
-    latency_s: dict[GPUCount, OverheadS] = Field(min_length=1, description="latency by number of GPUs")
-    bandwidth_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1.5)
-    bandwidth_efficiency_by_gpus: dict[GPUCount, Annotated[float, Field(ge=MIN_EFFICIENCY, le=1.5)]] = Field(
-        default_factory=dict)
+    link_gbps: float = Field(ge=0.01, le=1e5, description="per-direction link bandwidth where the points were measured")
+    points: dict[GPUCount, list[CurvePoint]] = Field(min_length=1, description="GPU count -> (bytes, seconds)")
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"] = "all_reduce"
 
-    def _nearest(self, table: dict[int, float], num_gpus: int) -> float:
-        if num_gpus in table:
-            return table[num_gpus]
-        return table[min(sorted(table), key=lambda n: abs(n - num_gpus))]
+    @model_validator(mode="after")
+    def _check_points(self) -> CollectiveCurve:
+        for count, pairs in self.points.items():
+            if count < 2 or not pairs:
+                raise ValueError("points need at least one (bytes, seconds) pair for a GPU count of 2 or more")
+            sizes = [b for b, _ in pairs]
+            if any(b <= 0 or t <= 0 for b, t in pairs) or any(y <= x for x, y in zip(sizes, sizes[1:])):
+                raise ValueError(f"points for {count} GPUs need positive bytes and seconds, sizes increasing")
+        return self
 
-    def latency_for(self, num_gpus: int) -> float:
-        return self._nearest(self.latency_s, num_gpus)
+    def _wire(self, num_gpus: int) -> float:
+        return (2.0 if self.collective == "all_reduce" else 1.0) * (num_gpus - 1) / num_gpus
 
-    def efficiency_for(self, num_gpus: int) -> float:
-        if not self.bandwidth_efficiency_by_gpus:
-            return self.bandwidth_efficiency
-        return self._nearest(self.bandwidth_efficiency_by_gpus, num_gpus)
+    def time_s(self, message_bytes: ArrayLike, num_gpus: int, link_gbps: float | None = None) -> np.ndarray:
+        """Latency of the collective on ``message_bytes`` over ``num_gpus`` GPUs (on a link of ``link_gbps``)."""
+        count = min(self.points, key=lambda n: (abs(n - num_gpus), n))
+        scale = (link_gbps and self.link_gbps / link_gbps) or 1.0
+        scale *= self._wire(num_gpus) / self._wire(count)
+        sizes, times = (np.asarray(v, dtype=float) for v in zip(*self.points[count]))
+        message = np.maximum(np.asarray(message_bytes, dtype=float) * scale, 1.0)
+        inside = np.exp(np.interp(np.log(message), np.log(sizes), np.log(times)))
+        # Past the largest size the last segment's cost per byte (at least the link's) holds.
+        return np.where(message > sizes[-1], times[-1] * message / sizes[-1], inside)
+
+
+def textbook_curve(link_gbps: float, collective: str = "all_reduce", counts: tuple[int, ...] = (2, 4, 8)) -> CollectiveCurve:
+    """An NCCL-like curve for a fabric nobody measured: 15 us plus the wire bytes at 70% of the link."""
+    factor = 2.0 if collective == "all_reduce" else 1.0
+    sizes = 2.0 ** np.arange(10, 31, 2)
+    points = {n: [(float(b), 15e-6 + float(b) * factor * (n - 1) / n / (0.7 * link_gbps * 1e9)) for b in sizes]
+              for n in counts}
+    return CollectiveCurve(link_gbps=link_gbps, points=points, collective=collective)
+
+
+def textbook_allreduce(link_gbps: float) -> dict[str, CollectiveCurve]:
+    """The all-reduce curves of a GPU nobody measured (:func:`textbook_curve`)."""
+    return {"nccl": textbook_curve(link_gbps)}
 
 
 # Textbook shapes for a GPU nobody measured: Hopper-like GEMM ramp in M, no N/K dependence.
@@ -181,19 +229,31 @@ class PerformanceProfile(Spec):
     gemm: dict[Name, GemmEfficiency] = Field(description="by math dtype: bf16, fp16, fp8, int8, ...")
     attention_prefill: AttentionEfficiency
     attention_decode: AttentionEfficiency
-    allreduce: CollectiveModel
+    allreduce: dict[Name, CollectiveCurve] = Field(
+        min_length=1, description="measured curves by implementation: custom_graph, custom_eager, symm_mem, nccl")
+    collectives: dict[Name, CollectiveCurve] = Field(
+        default_factory=dict,
+        description="measured NCCL curves of the MoE dispatch and combine collectives: all_gather, reduce_scatter, "
+                    "all_to_all (missing ones: textbook curves on the GPU's link)")
     elementwise_memory_efficiency: Efficiency
     elementwise_overhead_s: OverheadS
     weight_only_compute_factor: float = Field(
         default=0.85, ge=MIN_EFFICIENCY, le=1, description="share of bf16 GEMM throughput an int4/fp8 weight-only kernel keeps"
     )
-    step_overhead_s: OverheadS = Field(description="per-step CPU time: scheduling, input prep, sampling")
-    step_overhead_per_seq_s: OverheadS
+    step_overhead_s: OverheadS = Field(description="V1 engine's CPU time per step: scheduling, input prep, output processing")
+    step_overhead_per_seq_s: OverheadS = Field(description="V1 engine's CPU time per step and running sequence")
+    v0_step_overhead_s: OverheadS | None = Field(
+        default=None, description="the V0 engine's (vLLM before 0.8), which also detokenizes in its loop; "
+                                  "default: the V1 engine's")
+    v0_step_overhead_per_seq_s: OverheadS | None = None
     request_overhead_s: float = Field(
         default=0.0, ge=0, le=60,
         description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
                     "tokenization on the way in, the first token's way back to the client",
     )
+    dynamo_request_overhead_s: float | None = Field(
+        default=None, ge=0, le=60, description="the same latency behind Dynamo's front end (Rust HTTP and tokenizer, a hop to "
+                                        "the vLLM worker); default: vLLM API server's")
     p2p_latency_s: OverheadS = 20e-6
     fit_report: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="median/p90 absolute % error per op family (train and held-out)"
@@ -215,8 +275,8 @@ class PerformanceProfile(Spec):
         With a ``reference`` profile fitted on a GPU of the same generation (``reference_gpu``),
         the efficiencies (fractions of each datasheet peak) are transferred: the same kernels reach
         about the same share of a similar chip's peak. Fixed overheads (launch latency) carry over
-        unchanged; all-reduce latencies scale with the link speed ratio's square root (a crude guess
-        for a different fabric). Without one, textbook efficiencies are used.
+        unchanged; the all-reduce curves keep their shape with their bandwidth scaled to this GPU's
+        link (:class:`CollectiveCurve`). Without one, textbook efficiencies are used.
 
         Example:
             >>> from servopt.costmodels.hardware import get_gpu
@@ -225,17 +285,10 @@ class PerformanceProfile(Spec):
             (False, True)
         """
         if reference is not None and reference_gpu is not None:
-            link_ratio = reference_gpu.interconnect_gbps / gpu.interconnect_gbps
-            same_link = np.isclose(link_ratio, 1.0)
-            allreduce = reference.allreduce if same_link else CollectiveModel(
-                latency_s={n: lat * float(np.sqrt(link_ratio)) for n, lat in reference.allreduce.latency_s.items()},
-                bandwidth_efficiency=reference.allreduce.bandwidth_efficiency,
-                bandwidth_efficiency_by_gpus=reference.allreduce.bandwidth_efficiency_by_gpus,
-            )
             bf16 = reference.gemm_efficiency("bf16")
             gemm = {dtype: reference.gemm.get(dtype, bf16) for dtype in gpu.peak_tflops}
             return reference.model_copy(update={
-                "gpu": gpu.name, "calibrated": False, "gemm": gemm, "allreduce": allreduce, "fit_report": {},
+                "gpu": gpu.name, "calibrated": False, "gemm": gemm, "fit_report": {},
                 "source": (f"spec-derived defaults for the {gpu.display_name} (uncalibrated): efficiencies of the "
                            f"fitted {reference_gpu.display_name} profile ({reference.source}) applied to this "
                            "GPU's datasheet peaks"),
@@ -250,7 +303,7 @@ class PerformanceProfile(Spec):
                 compute_efficiency=0.55, memory_efficiency=0.7, overhead_s=8e-6, half_efficiency_query_tokens=256
             ),
             attention_decode=AttentionEfficiency(compute_efficiency=0.3, memory_efficiency=0.7, overhead_s=6e-6),
-            allreduce=CollectiveModel(latency_s={2: 12e-6, 4: 16e-6, 8: 22e-6}, bandwidth_efficiency=0.7),
+            allreduce=textbook_allreduce(gpu.interconnect_gbps),
             elementwise_memory_efficiency=0.6,
             elementwise_overhead_s=2e-6,
             step_overhead_s=2.5e-3,
@@ -314,14 +367,36 @@ class PerformanceProfile(Spec):
         overhead = eff.overhead_s * kernels + eff.per_seq_overhead_s * np.asarray(num_seqs, dtype=float)
         return np.where(kernels > 0, busy + overhead, 0.0)
 
-    def allreduce_time_s(self, gpu: GPUSpec, message_bytes: ArrayLike, num_gpus: int, link_bytes_per_s: float | None = None) -> np.ndarray:
-        """Ring all-reduce of ``message_bytes`` over ``num_gpus`` GPUs (zero for one GPU)."""
+    def allreduce_time_s(self, gpu: GPUSpec, message_bytes: ArrayLike, num_gpus: int, implementation: str = "nccl",
+                         link_bytes_per_s: float | None = None) -> np.ndarray:
+        """All-reduce of ``message_bytes`` over ``num_gpus`` GPUs by ``implementation`` (zero for one GPU).
+
+        An implementation the profile has no curve for falls back to NCCL's (the one every
+        collective benchmark measures). ``link_bytes_per_s``: the group's link when it is not this
+        GPU's own (a group across nodes).
+        """
         message_bytes = np.asarray(message_bytes, dtype=float)
         if num_gpus <= 1:
             return np.zeros_like(message_bytes)
-        link = link_bytes_per_s or gpu.interconnect_bytes_per_s
-        wire = message_bytes * 2 * (num_gpus - 1) / num_gpus
-        return self.allreduce.latency_for(num_gpus) + wire / (link * self.allreduce.efficiency_for(num_gpus))
+        curve = self.allreduce.get(implementation) or self.allreduce.get("nccl") or next(iter(self.allreduce.values()))
+        link = (link_bytes_per_s or gpu.interconnect_bytes_per_s) / 1e9
+        return curve.time_s(message_bytes, num_gpus, link_gbps=link)
+
+    def collective_time_s(self, gpu: GPUSpec, collective: str, message_bytes: ArrayLike, num_gpus: int,
+                          link_bytes_per_s: float | None = None) -> np.ndarray:
+        """NCCL ``collective`` (all_gather, reduce_scatter, all_to_all or all_reduce) of ``message_bytes``
+        (nccl-tests' buffer size) over ``num_gpus`` GPUs; zero for one GPU.
+
+        A collective the profile did not measure takes :func:`textbook_curve` on this GPU's link.
+        """
+        message_bytes = np.asarray(message_bytes, dtype=float)
+        if num_gpus <= 1:
+            return np.zeros_like(message_bytes)
+        if collective == "all_reduce":
+            return self.allreduce_time_s(gpu, message_bytes, num_gpus, "nccl", link_bytes_per_s)
+        curve = self.collectives.get(collective) or textbook_curve(gpu.interconnect_gbps, collective)
+        link = (link_bytes_per_s or gpu.interconnect_bytes_per_s) / 1e9
+        return curve.time_s(message_bytes, num_gpus, link_gbps=link)
 
     def p2p_time_s(self, message_bytes: ArrayLike, link_bytes_per_s: float) -> np.ndarray:
         """Point-to-point send between pipeline stages."""
@@ -332,6 +407,29 @@ class PerformanceProfile(Spec):
         bw = gpu.memory_bandwidth_bytes_per_s * self.elementwise_memory_efficiency
         return np.asarray(bytes_moved, dtype=float) / bw + self.elementwise_overhead_s * kernels
 
-    def step_overhead(self, num_seqs: ArrayLike) -> np.ndarray:
-        """Framework time per engine step that no GPU kernel accounts for."""
-        return self.step_overhead_s + self.step_overhead_per_seq_s * np.asarray(num_seqs, dtype=float)
+    def front_end_latency_s(self, frontend: str = "vllm") -> float:
+        """The front end's latency per request: vLLM's API server, or Dynamo's front end."""
+        if frontend == "dynamo" and self.dynamo_request_overhead_s is not None:
+            return self.dynamo_request_overhead_s
+        return self.request_overhead_s
+
+    def engine_cpu_s(self, engine: str = "v1") -> tuple[float, float]:
+        """(per step, per running sequence) CPU time of the 'v0' or 'v1' engine."""
+        if engine == "v0" and self.v0_step_overhead_s is not None:
+            return self.v0_step_overhead_s, self.v0_step_overhead_per_seq_s or 0.0
+        return self.step_overhead_s, self.step_overhead_per_seq_s
+
+    def step_overhead(self, num_seqs: ArrayLike, gpu_step_s: ArrayLike = 0.0, async_scheduling: bool = False,
+                      engine: str = "v1") -> np.ndarray:
+        """Framework time a step adds to its GPU time ``gpu_step_s``.
+
+        The engine's CPU work per step (scheduling, input preparation, output processing) costs
+        ``step + per_seq x sequences`` (:meth:`engine_cpu_s`). Without async scheduling the GPU
+        waits for all of it; with it, the next step is scheduled while the GPU runs this one, so only
+        the part longer than the GPU step shows.
+        """
+        step_s, per_seq_s = self.engine_cpu_s(engine)
+        cpu = step_s + per_seq_s * np.asarray(num_seqs, dtype=float)
+        if not async_scheduling:
+            return cpu
+        return np.maximum(cpu - np.asarray(gpu_step_s, dtype=float), 0.0)

@@ -9,9 +9,16 @@ bf16       16-bit / 16-bit        bf16 (fp16 models: fp16, same peak)
 fp8        fp8 e4m3 / fp8         native fp8 on Ada, Hopper, Blackwell, MI300; on Ampere the
                                   weights stay fp8 and are dequantized to bf16 math (Marlin)
 int8       int8 / int8 (W8A8)     int8 tensor cores
-awq, gptq  int4, group 128 / 16   weights dequantized in the kernel, bf16 math
+awq, gptq  int4, group 128 / 16   weights dequantized in the kernel, bf16 math (Marlin);
+                                  gptq also covers compressed-tensors W4A16
+w8a16      int8 / 16-bit          weight-only int8 (GPTQ 8-bit, compressed-tensors W8A16), Marlin
+nvfp4      fp4 + fp8 scale per 16 ModelOpt / compressed-tensors NVFP4: fp4 math on Blackwell, weights
+                                  dequantized by FP4 Marlin elsewhere (vLLM needs sm75 or newer)
 mxfp4      fp4 + e8 scale per 32  gpt-oss's native MoE format, bf16 math off Blackwell
 =========  =====================  ==========================================================
+
+A pre-quantized checkpoint may store its scheme with other group sizes or zero points: its exact
+bytes per weight come from :mod:`.checkpoints` (``ModelSpec.weight_scheme``).
 
 Embeddings and the LM head stay in the model dtype, as in vLLM.
 
@@ -37,7 +44,7 @@ import yaml
 from .errors import InputError, unknown_name_error
 from .hardware import GPUSpec
 
-WeightScheme = Literal["bf16", "fp16", "fp32", "fp8", "int8", "awq", "gptq", "mxfp4"]
+WeightScheme = Literal["bf16", "fp16", "fp32", "fp8", "int8", "awq", "gptq", "w8a16", "nvfp4", "mxfp4"]
 KVCacheDType = Literal["auto", "fp8"]
 
 # Group-quantized int4: 4-bit weights plus, per group of 128 inputs, an fp16 scale and a
@@ -55,18 +62,26 @@ class QuantScheme:
     weight_only: bool
     vllm_quantization: str | None
     description: str
+    # vLLM's fp8 without calibrated scales takes one scale per tensor from each activation's maximum.
+    dynamic_per_tensor_activations: bool = False
 
 
 SCHEMES: dict[str, QuantScheme] = {
     "bf16": QuantScheme("bf16", 2.0, "bf16", False, None, "unquantized bfloat16"),
     "fp16": QuantScheme("fp16", 2.0, "fp16", False, None, "unquantized float16"),
     "fp32": QuantScheme("fp32", 4.0, "fp32", False, None, "unquantized float32"),
-    "fp8": QuantScheme("fp8", 1.0, "fp8", False, "fp8", "FP8 W8A8 (e4m3, dynamic activation scales)"),
+    "fp8": QuantScheme("fp8", 1.0, "fp8", False, "fp8", "FP8 W8A8 (e4m3, dynamic activation scales)", True),
     "int8": QuantScheme("int8", 1.0, "int8", False, "compressed-tensors", "INT8 W8A8 (SmoothQuant/GPTQ)"),
     "awq": QuantScheme("awq", _INT4_GROUP_BYTES, "bf16", True, "awq_marlin", "AWQ INT4 weight-only, group 128"),
     "gptq": QuantScheme("gptq", _INT4_GROUP_BYTES, "bf16", True, "gptq_marlin", "GPTQ INT4 weight-only, group 128"),
+    "w8a16": QuantScheme("w8a16", 1.0 + 2 / 128, "bf16", True, "gptq_marlin", "INT8 weight-only, group 128"),
+    "nvfp4": QuantScheme("nvfp4", 0.5 + 1 / 16, "fp4", False, "modelopt_fp4", "NVFP4 (fp4 e2m1, fp8 scale per 16)"),
     "mxfp4": QuantScheme("mxfp4", 0.5 + 1 / 32, "bf16", True, "mxfp4", "MXFP4 (gpt-oss MoE weights)"),
 }
+
+# Schemes vLLM can apply to an unquantized checkpoint at start-up (``--quantization fp8``); the
+# others need a checkpoint that was quantized beforehand.
+ONLINE_SCHEMES = frozenset({"fp8"})
 
 _NATIVE_FP8 = frozenset({"ada", "hopper", "blackwell", "cdna3"})
 
@@ -88,11 +103,25 @@ def math_dtype(scheme: str, gpu: GPUSpec) -> str:
         return "fp8" if gpu.architecture in _NATIVE_FP8 else "bf16"
     if quant.name == "int8":
         return "int8"
-    if quant.name == "mxfp4" and gpu.has_dtype("fp4"):
+    if quant.name in ("mxfp4", "nvfp4") and gpu.has_dtype("fp4"):
         return "fp4"
     if quant.name in ("fp16", "fp32"):
         return "fp16" if quant.name == "fp16" else "bf16"
     return "bf16"
+
+
+def runs_weight_only(scheme: str, gpu: GPUSpec) -> bool:
+    """Whether GEMMs of this scheme dequantize the weights into 16-bit math on this GPU: the
+    weight-only schemes everywhere, fp8 and nvfp4 where the GPU lacks their tensor cores (vLLM
+    then runs FP8 / FP4 Marlin kernels)."""
+    quant = get_scheme(scheme)
+    if quant.weight_only:
+        return True
+    if quant.name == "fp8":
+        return math_dtype("fp8", gpu) != "fp8"
+    if quant.name == "nvfp4":
+        return math_dtype("nvfp4", gpu) != "fp4"
+    return False
 
 
 def support_problem(scheme: str, gpu: GPUSpec) -> str | None:
@@ -102,6 +131,8 @@ def support_problem(scheme: str, gpu: GPUSpec) -> str | None:
         return f"{gpu.name} has no int8 tensor cores for W8A8"
     if quant.name == "fp32":
         return "fp32 serving is not supported; use bf16"
+    if quant.name == "nvfp4" and gpu.architecture == "cdna3":
+        return f"{gpu.name} has no NVFP4 kernels in vLLM (FP4 Marlin is CUDA only)"
     return None
 
 
@@ -112,7 +143,10 @@ def check_supported(scheme: str, gpu: GPUSpec) -> None:
 
 
 def kv_bytes_per_value(kv_cache_dtype: str, model_dtype: str) -> int:
-    """Bytes per cached K/V value: the model dtype for 'auto', one byte for fp8."""
+    """Bytes per cached K/V value: the model dtype for 'auto', one byte for fp8.
+
+    'auto' here is already resolved against the checkpoint (``ModelSpec.kv_cache_dtype``): a
+    checkpoint that carries FP8 KV scales gets an fp8 cache under vLLM's 'auto'."""
     if kv_cache_dtype == "auto":
         return MODEL_DTYPE_BYTES[model_dtype]
     if kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):

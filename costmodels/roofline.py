@@ -2,7 +2,10 @@
 
 A step runs every layer once over the batch's tokens: the linear operators (QKV, O, gate/up, down,
 MoE experts, LM head) see all T tokens of the step; attention sees each sequence's own context;
-tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage.
+tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage; with
+data-parallel ranks (:mod:`.moe`) each rank's step is padded to the largest rank's token count, the
+MoE layers compute the routed experts over every rank's tokens and add the dispatch and combine
+collectives.
 Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` (the profile may
 round the corner of a GEMM's max) with
 efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
@@ -34,12 +37,35 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
+from .moe import ExpertLayout
 from .profile import PerformanceProfile, smooth_max
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, get_scheme, math_dtype
+from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
+from .vllm_defaults import (
+    ALL2ALL_COLLECTIVES,
+    MAX_CUDAGRAPH_TOKENS,
+    allreduce_limits,
+    async_scheduling,
+    default_all2all_backend,
+    engine_generation,
+    parse_vllm_version,
+)
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
 ELEMENTWISE_KERNELS_PER_LAYER = 5
+# Values a fused residual add + RMSNorm moves per hidden element: it reads the input and the
+# residual and writes the new residual and the normalized output.
+ADD_NORM_VALUES = 4
+
+
+def activation_quant_bytes(m: np.ndarray | float, k: float, dynamic_per_tensor: bool) -> np.ndarray:
+    """Bytes that quantizing an [m, k] bf16 activation to 8 bits moves on its own.
+
+    vLLM's fp8 linear layer (``scaled_fp8_quant``) reads the bf16 input and writes 8-bit values; a
+    dynamic per-tensor scale first needs the absolute maximum of the whole tensor, one more read.
+    """
+    passes = 2 if dynamic_per_tensor else 1
+    return np.asarray(m, dtype=float) * k * (2.0 * passes + 1.0)
 
 
 @dataclass(frozen=True)
@@ -136,10 +162,16 @@ def _pairs(chunk: np.ndarray, offset: np.ndarray, window: int | None) -> np.ndar
 
 @dataclass
 class StepCostModel:
-    """The precompiled step-time model of one deployment (one TP x PP replica).
+    """The precompiled step-time model of one deployment (one TP x PP replica, or one of ``dp``
+    data-parallel ranks of TP GPUs stepping together).
 
-    Build one per (model, GPU, profile, quantization, KV dtype, TP, PP) and reuse it.
-    ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes.
+    Build one per (model, GPU, profile, quantization, KV dtype, TP, PP, DP, EP) and reuse it.
+    ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes (and
+    for TP all-reduces when one TP group does, and for the MoE dispatch when the DP x TP GPUs do).
+    ``vllm_version`` selects the vLLM behaviour that changes step times (:mod:`.vllm_defaults`:
+    which all-reduce runs, async scheduling, the MoE dispatch backend unless ``all2all_backend``
+    names one); None is the version servopt's exports target. With ``dp > 1`` a step's token count
+    is that of every rank after padding (:class:`ScalarStepTime` takes the largest rank's).
     """
 
     model: ModelSpec
@@ -150,19 +182,24 @@ class StepCostModel:
     tp: int = 1
     pp: int = 1
     internode_bytes_per_s: float = 50e9
+    vllm_version: str | None = None
+    dp: int = 1
+    expert_parallel: bool = False
+    all2all_backend: str | None = None
     _table_s: np.ndarray = field(init=False, repr=False)
     _table_compute_s: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.quantization = self.quantization or MODEL_DTYPE_SCHEME[self.model.dtype]
         check_supported(self.quantization, self.gpu)
-        weight_bytes(self.model, self.quantization, self.tp, self.pp)  # validates tp/pp
+        weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp)  # validates tp/pp/dp
         m, tp = self.model, self.tp
-        self._scheme = get_scheme(self.quantization)
+        # A pre-quantized checkpoint's own format (group size, zero points) sets its bytes per weight.
+        self._scheme = m.weight_scheme(self.quantization)
         self._dense_dtype = "fp16" if m.dtype == "float16" else "bf16"
         self._math = math_dtype(self.quantization, self.gpu)
-        # fp8 without native fp8 math (Ampere) runs as a weight-only kernel, like int4.
-        self._weight_only = self._scheme.weight_only or (self._scheme.name == "fp8" and self._math != "fp8")
+        # fp8 or nvfp4 without native math (Ampere; nvfp4 before Blackwell) run as weight-only kernels.
+        self._weight_only = runs_weight_only(self.quantization, self.gpu)
         self._act_bytes = float(MODEL_DTYPE_BYTES[m.dtype])
         self._heads = m.num_attention_heads / tp
         self._kv_layer_bytes = kv_bytes_per_token_per_layer_per_gpu(m, self.kv_cache_dtype, tp)
@@ -170,7 +207,21 @@ class StepCostModel:
         self._window = m.sliding_window
         self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
         self._full_layers = m.num_layers - self._sliding_layers
-        self._spans_nodes = tp * self.pp > self.gpu.gpus_per_node
+        self._spans_nodes = tp * self.pp * self.dp > self.gpu.gpus_per_node
+        self._version = parse_vllm_version(self.vllm_version)
+        self._layout = None if m.moe is None else ExpertLayout(
+            m.moe.num_experts, m.moe.experts_per_token, self.dp, tp, self.expert_parallel)
+        self.all2all_backend = self.all2all_backend or default_all2all_backend(self._version)
+        if self.all2all_backend not in ALL2ALL_COLLECTIVES:
+            raise InputError(f"all2all_backend '{self.all2all_backend}' is not one of "
+                             f"{', '.join(ALL2ALL_COLLECTIVES)}")
+        if ALL2ALL_COLLECTIVES[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
+            raise InputError(f"all2all_backend {self.all2all_backend} runs with tp 1 (one GPU per data-parallel "
+                             "rank); use allgather_reducescatter with tp > 1")
+        self._engine = engine_generation(self._version, self.pp)
+        self._async = self._engine == "v1" and async_scheduling(self._version, self.pp)
+        # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
+        self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._precompute_attention()
         self._table_s = np.zeros(1)
         self._table_compute_s = np.zeros(1)
@@ -231,16 +282,20 @@ class StepCostModel:
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _experts(self, tokens: np.ndarray) -> _OpCost | None:
-        """Routed experts as grouped GEMMs: FLOPs of the chosen experts, bytes of those touched."""
-        m = self.model
-        if m.moe is None:
+        """Routed experts as grouped GEMMs on one GPU: FLOPs of its routed pairs, bytes of the experts touched.
+
+        With data-parallel ranks the experts see every rank's (padded) tokens; with expert
+        parallelism the busiest GPU sets the time (:class:`~servopt.costmodels.moe.ExpertLayout`).
+        """
+        m, layout = self.model, self._layout
+        if layout is None:
             return None
-        moe = m.moe
         layers = m.num_moe_layers
-        routed = tokens * moe.experts_per_token
-        touched = moe.num_experts * (1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens)
+        gathered = tokens * self.dp
+        routed = layout.busiest_pairs_per_gpu(gathered)
+        touched = layout.touched_experts_per_gpu(gathered)
         per_expert_tokens = routed / np.maximum(touched, 1e-9)
-        expert_weights = m.expert_params / self.tp
+        expert_weights = m.expert_params * layout.width_share
         wbytes = self._scheme.weight_bytes_per_param
         dtype = self._math if self._scheme.name != "mxfp4" else ("fp4" if self._math == "fp4" else self._dense_dtype)
         flops = 2.0 * routed * expert_weights * layers
@@ -258,7 +313,7 @@ class StepCostModel:
     def _elementwise(self, tokens: np.ndarray) -> _OpCost:
         m = self.model
         per_layer_values = (
-            4 * m.hidden_size + 6 * m.hidden_size  # two fused add+norm (read x, residual; write both)
+            2 * ADD_NORM_VALUES * m.hidden_size  # two fused residual add + RMSNorm (replicated on every rank)
             + 2 * (m.q_dim + 2 * m.kv_dim) / self.tp  # RoPE reads and writes q, k
             + 3 * (m.intermediate_size if m.moe is None else m.moe.expert_intermediate_size * m.moe.experts_per_token)
             / self.tp  # activation: read gate and up, write the product
@@ -268,15 +323,75 @@ class StepCostModel:
         memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
+    def _activation_quant(self, tokens: np.ndarray) -> _OpCost | None:
+        """Quantizing the inputs of the 8-bit GEMMs (fp8/int8 W8A8).
+
+        In vLLM's compiled graph a static or per-token quantization is fused into the kernel that
+        produces the input (the RMSNorm, the activation): it costs nothing of its own. A dynamic
+        per-tensor scale (vLLM's fp8 without calibrated scales) needs the tensor's absolute maximum
+        before any value can be written: one more read of the input, in one more kernel.
+        """
+        if not self._quantizes_activations or not self._scheme.dynamic_per_tensor_activations:
+            return None
+        inputs = sum(op.count * op.k for op in self._linears if op.quantized)
+        if self.model.moe is not None:
+            inputs += self.model.num_moe_layers * (self.model.hidden_size + self.model.moe.expert_intermediate_size
+                                                   / self.tp * self.model.moe.experts_per_token)
+        kernels = sum(op.count for op in self._linears if op.quantized)
+        bytes_moved = tokens * inputs * self._act_bytes
+        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, kernels)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
+
     def _communication(self, tokens: np.ndarray) -> _OpCost:
+        """Two all-reduces per layer (after attention and after the MLP), by the implementation vLLM
+        picks for each message size (:func:`~servopt.costmodels.vllm_defaults.allreduce_implementation`),
+        plus the sends between pipeline stages."""
         m = self.model
         message = tokens * m.hidden_size * self._act_bytes
-        time_s = 2 * m.num_layers * self.profile.allreduce_time_s(self.gpu, message, self.tp)
+        time_s = np.zeros_like(message)
+        if self.tp > 1:
+            across_nodes = self.tp > self.gpu.gpus_per_node
+            link = self.internode_bytes_per_s if across_nodes else None
+            custom_max, symm_max = allreduce_limits(self.tp, self.gpu, self._version, nvlink=not across_nodes)
+            custom = message <= custom_max
+            kinds = {
+                "custom_graph": custom & (tokens <= MAX_CUDAGRAPH_TOKENS),
+                "custom_eager": custom & (tokens > MAX_CUDAGRAPH_TOKENS),
+                "symm_mem": ~custom & (message <= symm_max),
+                "nccl": message > max(custom_max, symm_max),
+            }
+            for kind, mask in kinds.items():
+                if mask.any():
+                    time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
+            time_s = 2 * m.num_layers * time_s
         if self.pp > 1:
             link = self.internode_bytes_per_s if self._spans_nodes else self.gpu.interconnect_bytes_per_s
             time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
+        if self.dp > 1 and self._layout is not None:
+            time_s = time_s + self.model.num_moe_layers * self._dispatch_combine_s(tokens)
         zeros = np.zeros_like(message)
         return _OpCost(time_s, zeros, time_s, zeros, zeros)
+
+    def _dispatch_combine_s(self, tokens: np.ndarray) -> np.ndarray:
+        """One MoE layer's dispatch and combine across the data-parallel ranks (``dp`` > 1).
+
+        The all-gather / broadcast backends move every rank's padded tokens to every rank of its DP
+        group (``dp`` GPUs, one group per TP rank) and reduce them back; an all-to-all backend sends
+        each token to the GPUs its experts are on (``dp x tp`` GPUs). Across nodes the collective runs
+        on the inter-node link.
+        """
+        dispatch, combine = ALL2ALL_COLLECTIVES[self.all2all_backend]
+        link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.gpus_per_node else None
+        row_bytes = self.model.hidden_size * self._act_bytes
+        if dispatch == "all_to_all":
+            # nccl-tests' all-to-all size: the buffer each GPU sends (a copy per destination GPU).
+            message = tokens * self._layout.distinct_gpus_per_token() * row_bytes
+            group = self._layout.group
+        else:
+            message = tokens * self.dp * row_bytes  # the whole gathered buffer
+            group = self.dp
+        return sum(self.profile.collective_time_s(self.gpu, op, message, group, link) for op in (dispatch, combine))
 
     def _token_ops(self, tokens: np.ndarray) -> dict[str, _OpCost]:
         ops = {op.name: self._gemm(op, tokens) for op in self._linears}
@@ -284,6 +399,9 @@ class StepCostModel:
         if experts is not None:
             ops["moe_experts"] = experts
         ops["norms_elementwise"] = self._elementwise(tokens)
+        quant = self._activation_quant(tokens)
+        if quant is not None:
+            ops["activation_quant"] = quant
         ops["tp_pp_communication"] = self._communication(tokens)
         return ops
 
@@ -346,7 +464,7 @@ class StepCostModel:
     # --- public API -----------------------------------------------------------------------------
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     def token_ops_time_s(self, num_tokens: np.ndarray | int) -> np.ndarray:
         """Time of everything that depends only on the step's token count (table lookup)."""
@@ -372,7 +490,8 @@ class StepCostModel:
         token_s = self.token_ops_time_s(tokens)
         parts = [part for kind in self._attention_parts(agg).values() for part in kind]
         attention = sum(t for t, _, _, _ in parts)
-        total = token_s + attention + self.lm_head_time_s(agg.num_sampled) + self.profile.step_overhead(agg.num_sampled)
+        gpu_s = token_s + attention + self.lm_head_time_s(agg.num_sampled)
+        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async, self._engine)
         if not return_compute_bound:
             return total
         compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
@@ -442,7 +561,8 @@ class StepCostModel:
             bytes_moved += sum(float(b[0]) for _, _, _, b in parts)
         breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
         memory_s = sum(breakdown.values()) - compute_s
-        breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled)[0])
+        breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled, sum(breakdown.values()),
+                                                                      self._async, self._engine)[0])
         return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
@@ -463,7 +583,7 @@ class StepCostModel:
 
     def weight_read_floor_s(self, context_tokens: int = 0, batch_size: int = 1) -> float:
         """Seed 2.2's lower bound on a decode step: (weights + KV bytes) / bandwidth, per GPU."""
-        weights = weight_bytes(self.model, self.quantization, self.tp, self.pp).per_gpu_bytes * self.pp
+        weights = weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp).per_gpu_bytes * self.pp
         kv = self._kv_layer_bytes * self.model.num_layers * context_tokens * batch_size
         return (weights + kv) / self.gpu.memory_bandwidth_bytes_per_s
 
@@ -529,7 +649,8 @@ class ScalarStepTime:
                      c._dec_overhead_per_seq)
         self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
                      c._pre_overhead, c._pre_overhead_per_seq)
-        self._overhead = (c.profile.step_overhead_s, c.profile.step_overhead_per_seq_s) if include_overhead else (0.0, 0.0)
+        self._overhead = c.profile.engine_cpu_s(c._engine) if include_overhead else (0.0, 0.0)
+        self._async = c._async
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
         self._grow(len(cost._table_s) - 1)
@@ -540,16 +661,26 @@ class ScalarStepTime:
         self._lm_head = self.cost.lm_head_time_s(np.arange(size)).tolist()
 
     def _fixed(self, num_tokens: int, num_sampled: int) -> float:
+        """GPU time of the token-count operators and the LM head."""
         if num_tokens >= len(self._tokens) or num_sampled >= len(self._tokens):
             self._grow(max(num_tokens, num_sampled))
-        return self._tokens[num_tokens] + self._lm_head[num_sampled] + self._overhead[0] + self._overhead[1] * num_sampled
+        return self._tokens[num_tokens] + self._lm_head[num_sampled]
+
+    def _with_overhead(self, gpu_s: float, num_sampled: int) -> float:
+        """The step's time: its GPU time plus the CPU time not hidden behind it (PerformanceProfile.step_overhead)."""
+        cpu_s = self._overhead[0] + self._overhead[1] * num_sampled
+        return gpu_s + (max(cpu_s - gpu_s, 0.0) if self._async else cpu_s)
 
     def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
                  decode_context: float, decode_context_windowed: float, prefill_pairs: float,
                  prefill_pairs_windowed: float, prefill_kv_tokens: float, prefill_kv_tokens_windowed: float,
-                 prefill_chunks: int) -> float:
-        """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars)."""
-        total = self._fixed(num_tokens, num_sampled)
+                 prefill_chunks: int, padded_tokens: int = 0) -> float:
+        """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars).
+
+        ``padded_tokens``: the token count data-parallel ranks pad every rank's step to (the
+        token-count operators run on it; attention and sampling on the rank's own work).
+        """
+        total = self._fixed(max(num_tokens, padded_tokens), num_sampled)
         if decode_query_tokens:
             cc, cm, cq, ov, ov_seq = self._dec
             per_seq = decode_query_tokens / max(num_decode_seqs, 1)
@@ -566,17 +697,22 @@ class ScalarStepTime:
                 pairs = prefill_pairs_windowed if windowed else prefill_pairs
                 kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
                 total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov + ov_seq * prefill_chunks)
-        return total
+        return self._with_overhead(total, num_sampled)
 
     def decode(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> float:
         """Time of a decode-only step of ``num_seqs`` sequences with summed context ``context``."""
         q = num_seqs * query_per_seq
         return self(q, q, q, num_seqs, context, context_windowed, 0.0, 0.0, 0.0, 0.0, 0)
 
-    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> DecodeLine:
-        """The decode step time as a line in the summed context, in the regime that holds at ``context``."""
+    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float,
+                    padded_tokens: int = 0) -> DecodeLine:
+        """The decode step time as a line in the summed context, in the regime that holds at ``context``.
+
+        Under async scheduling the CPU time that shows is evaluated at ``context`` and held along the
+        line (it shrinks as the contexts grow, so a long run is timed slightly long).
+        """
         q = num_seqs * query_per_seq
-        intercept = self._fixed(q, q)
+        intercept = self._fixed(max(q, padded_tokens), q)
         cc, cm, cq, ov, ov_seq = self._dec
         ov = ov + ov_seq * num_seqs
         slopes = [0.0, 0.0]
@@ -593,4 +729,6 @@ class ScalarStepTime:
             else:
                 slopes[windowed] = layers * compute_slope
                 intercept += layers * ov
+        gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
+        intercept += self._with_overhead(gpu_now, q) - gpu_now
         return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])

@@ -273,7 +273,9 @@ class Number:
     """How a numeric column is read: whole numbers or not, and its smallest allowed value.
 
     Whole-number columns accept ``4`` and ``4.0`` (pandas writes integer columns that have gaps as
-    floats) but not ``4.5``. Empty cells are missing values (NaN) unless ``filled``.
+    floats) but not ``4.5``. Empty cells are missing values (NaN) unless ``filled``. ``annotated``
+    columns may follow the number with a note in parentheses, as hand-collected tables do
+    (``0.9 (default; not set)``).
     """
 
     integer: bool = False
@@ -281,6 +283,7 @@ class Number:
     positive: bool = False
     maximum: float | None = None
     filled: bool = False
+    annotated: bool = False
 
     @property
     def describe(self) -> str:
@@ -396,6 +399,8 @@ def numeric_column(cells: pd.Series, number: Number, where: str, column: str) ->
         empty = pd.Series(np.isnan(values), index=cells.index)
     else:
         text = cells.astype("string").str.strip()
+        if number.annotated:
+            text = text.str.replace(r"\s*\([^()]*\)$", "", regex=True)
         empty = text.isna() | (text == "")
         values = pd.to_numeric(text.mask(empty), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     unparsed = np.isnan(values) & ~empty.to_numpy()

@@ -23,7 +23,7 @@ class ServingEngine:
 
     def _args(self, model: str, deployment: Deployment) -> tuple:
         p = self.problem
-        return (p.ctx.models[model].spec, deployment, p.workload.traffic, p.gpu(deployment.gpu),
+        return (p.ctx.models[model].spec_for(deployment.quantization), deployment, p.workload.traffic, p.gpu(deployment.gpu),
                 p.profile(deployment.gpu))
 
     def estimate(self, model: str, deployment: Deployment) -> Summary:

@@ -11,6 +11,8 @@
 4. The discrete-event simulation, at ``search_requests`` requests.
 
 Every outcome is a record (plain JSON) with the reason; nothing raises for an infeasible point.
+Its objective values are the predicted ones, or None when nothing finite was predicted (rejected
+before the estimate, or an estimated queue that grows without bound): the study prunes those.
 """
 
 from __future__ import annotations
@@ -30,22 +32,21 @@ from ..search_spaces._constraints import speculation_label
 from ._engine import ServingEngine, Summary
 from ._problem import Problem
 
-# Objective value for a latency that was never predicted (a configuration rejected before any
-# estimate). Constrained NSGA-II and TPE rank infeasible trials by their violations only, so the
-# value never steers the search; reports show these trials as "not evaluated".
-UNEVALUATED_S = 1e6
 SATURATION_RETRIES = 3
 SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s", "tpot"), "slo_e2e": ("p99_e2e_s", "e2e")}
 # The constraints handed to Optuna: each is the total violation of a group of rules (Optuna
 # stores one row per named constraint, so fewer names keep a trial's storage writes down); the
 # record of each trial keeps every rule's own amount and reason.
 CONSTRAINT_GROUPS = {
-    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus", "simulator"),
+    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "moe_parallelism", "speculation",
+               "max_gpus", "simulator"),
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
     "slo": tuple(SLO_CONSTRAINTS),
 }
+# The costs a record holds; the objective's is ``cost_<objective.cost>``.
+COST_KEYS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
 # ngram's mean accepted length is unknown without the text; the simulator models it, and the
 # capacity seed stays conservative by counting one token per verify step.
 _TOKENS_PER_VERIFY = 1.0
@@ -58,11 +59,31 @@ def p99(summary: Summary, metric: str) -> float:
 
 @dataclass
 class TrialOutcome:
-    """Objective values, each rule's violation amount (> 0: broken), and the JSON record."""
+    """Objective values (None when not predicted), each rule's violation amount (> 0: broken), and
+    the JSON record."""
 
-    values: tuple[float, float]
+    values: tuple[float, float] | None
     constraints: dict[str, float]
     record: dict[str, Any]
+
+    def attrs(self) -> dict[str, Any]:
+        """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``): the
+        deployment as run, its cost and, when predicted, its P99 latencies. The other knobs are the
+        trial's parameters already."""
+        r, d = self.record, self.record["deployment"]
+        out: dict[str, Any] = {"model": r["serve_id"], "gpu": d["gpu"], "quantization": d["quantization"]}
+        if not d.get("disaggregation"):
+            out["tp"] = d["tp"]
+        out.update({"replicas": r["replicas"], "gpus_used": r["num_gpus"], "gpus_rented": r["gpus_rented"]})
+        out.update({key[len("cost_"):]: r[key] for key in COST_KEYS if r[key] is not None})
+        summary = r.get("simulation") or r.get("estimate")
+        if summary is not None:
+            for metric in ("ttft", "tpot", "itl", "e2e"):
+                if math.isfinite(p99(summary, metric)):
+                    out[f"p99_{metric}_s"] = p99(summary, metric)
+        out.update({"feasible": r["feasible"], "fidelity": r["fidelity"], "reason": r["reason"],
+                    "violated": ", ".join(sorted(r["violations"])), "accuracy_drop_pct": r["accuracy_drop_pct"]})
+        return out
 
     def grouped_constraints(self) -> dict[str, float]:
         """One value per :data:`CONSTRAINT_GROUPS` entry: the sum of its broken rules' amounts, or
@@ -125,13 +146,14 @@ class Evaluator:
             self._summaries[key] = self.engine.simulate(model, deployment, num_requests, seed)
         return self._summaries[key]
 
-    def _cost_model(self, model: str, d: Deployment, tp: int) -> StepCostModel:
-        key = (model, d.gpu, d.quantization, d.kv_cache_dtype, tp, d.pp)
+    def _cost_model(self, model: str, d: Deployment, tp: int, dp: int = 1) -> StepCostModel:
+        key = (model, d.gpu, d.quantization, d.kv_cache_dtype, tp, d.pp, dp, d.enable_expert_parallel)
         if key not in self._cost_models:
             p = self.problem
             self._cost_models[key] = StepCostModel(
-                p.ctx.models[model].spec, p.gpu(d.gpu), p.profile(d.gpu), d.quantization, d.kv_cache_dtype, tp, d.pp,
-                internode_bytes_per_s=d.internode_gbps * 1e9,
+                p.ctx.models[model].spec_for(d.quantization), p.gpu(d.gpu), p.profile(d.gpu), d.quantization,
+                d.kv_cache_dtype, tp, d.pp, internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
+                dp=dp, expert_parallel=d.enable_expert_parallel, all2all_backend=d.all2all_backend,
             )
         return self._cost_models[key]
 
@@ -143,11 +165,11 @@ class Evaluator:
         dis = deployment.disaggregation
         needed, capacities = 0.0, []
         for inst in instances(deployment):
-            cost = self._cost_model(model, deployment, inst.tp)
+            cost = self._cost_model(model, deployment, inst.tp, inst.dp)
             plan = self.problem.ctx.memory_plan(
                 model, deployment.gpu, deployment.quantization, deployment.kv_cache_dtype, inst.tp, deployment.pp,
                 inst.max_num_seqs, inst.max_num_batched_tokens, deployment.gpu_memory_utilization,
-                speculation_label(deployment, self.problem.ctx),
+                speculation_label(deployment, self.problem.ctx), inst.dp,
             )
             if inst.role == "prefill":
                 cap = _prefill_capacity(cost, stats.mean_input_tokens, inst.max_num_batched_tokens)
@@ -164,7 +186,7 @@ class Evaluator:
                     decode_s = cost.decode_step_time_s(max(int(cap.concurrency), 1),
                                                        math.ceil(stats.mean_input_tokens + output / 2), drafts)
                     cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
-                count = dis.decode_instances if dis else 1
+                count = dis.decode_instances if dis else inst.dp  # each data-parallel rank holds its share
             capacities.append(cap)
             if stats.rate_per_s is not None:
                 needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * count))
@@ -179,36 +201,63 @@ class Evaluator:
         return max(math.ceil(serving * (1 + self.problem.workload.redundancy) - 1e-9), 1)
 
     # --- scoring ---------------------------------------------------------------------------------
-    def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, float]:
+    def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, Any]:
+        """GPUs rented (whole nodes under ``pricing.whole_nodes``), the fleet's $/hour, and $ per
+        million output tokens and per million tokens (input + output) at the predicted throughput
+        (the offered load before a prediction; None when neither is known, as for closed-loop
+        clients)."""
         gpu = self.problem.gpu(deployment.gpu)
-        per_hour = deployment.num_gpus * gpu.price_per_gpu_hour
-        tokens_per_s = self.problem.stats.output_tokens_per_s()
+        rented = deployment.num_gpus
+        if self.problem.workload.pricing.whole_nodes:
+            node = self.problem.ctx.node_size(deployment.gpu)
+            rented = deployment.num_nodes(node) * node
+        per_hour = rented * gpu.price_per_gpu_hour
+        input_per_s, output_per_s = self.problem.stats.tokens_per_s()
         if summary is not None and summary.get("output_tokens_per_s"):
-            tokens_per_s = float(summary["output_tokens_per_s"])
-        per_mtoken = per_hour / (tokens_per_s * 3600 / 1e6) if tokens_per_s > 0 else math.inf
-        return {"cost_usd_per_hour": per_hour, "cost_usd_per_mtoken": per_mtoken}
+            input_per_s, output_per_s = float(summary["input_tokens_per_s"]), float(summary["output_tokens_per_s"])
+
+        def per_mtoken(tokens_per_s: float) -> float | None:
+            return per_hour / (tokens_per_s * 3600 / 1e6) if tokens_per_s > 0 else None
+
+        return {"gpus_rented": rented, "cost_usd_per_hour": per_hour,
+                "cost_usd_per_output_mtoken": per_mtoken(output_per_s),
+                "cost_usd_per_total_mtoken": per_mtoken(input_per_s + output_per_s)}
 
     def _prediction_violations(self, summary: Summary) -> dict[str, float]:
+        """Relative misses (> 0: broken). A saturated fleet misses by its overload, offered over
+        served requests per second; its unbounded P99s have no relative miss of their own."""
         slo = self.problem.workload.slo
-        out = {"saturated": 1.0 if summary.get("saturated") else 0.0}
+        out = {"saturated": 0.0}
+        if summary.get("saturated"):
+            offered, served = self.problem.stats.rate_per_s, summary.get("requests_per_s")
+            # Still > 0 when the throughput measured so far keeps up while the queue grows.
+            out["saturated"] = max(offered / served - 1, 1e-6) if offered and served else 1.0
         for name, (attr, metric) in SLO_CONSTRAINTS.items():
-            target = getattr(slo, attr)
-            out[name] = 0.0 if target is None else p99(summary, metric) / target - 1
+            target, latency = getattr(slo, attr), p99(summary, metric)
+            out[name] = latency / target - 1 if target is not None and math.isfinite(latency) else 0.0
         return out
 
-    def _objectives(self, costs: dict[str, float], summary: Summary | None) -> tuple[float, float]:
+    def _objectives(self, costs: dict[str, Any], summary: Summary | None) -> tuple[float, float] | None:
+        """The predicted cost and P99, or None when either is unknown or unbounded."""
         objective = self.problem.workload.objective
         cost = costs[f"cost_{objective.cost}"]
-        latency = UNEVALUATED_S if summary is None else p99(summary, objective.latency)
-        return min(cost, UNEVALUATED_S), min(latency, UNEVALUATED_S)
+        if summary is None or cost is None:
+            return None
+        values = (float(cost), p99(summary, objective.latency))
+        return values if all(math.isfinite(v) for v in values) else None
 
     def evaluate(self, candidate: Candidate, screen: ScreenFront | None = None) -> TrialOutcome:
         """Score one candidate; infeasible ones come back with their reason, never an exception."""
         start = time.perf_counter()
         space, w = self.problem.space, self.problem.workload
         model = space.model_key(candidate)
+        choice = self.problem.ctx.models[model]
+        option = choice.option(str(candidate["quantization"]))
         record: dict[str, Any] = {
-            "knobs": dict(candidate.values), "model": model, "serve_id": self.problem.ctx.models[model].serve_id,
+            "knobs": dict(candidate.values), "model": model,
+            # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
+            "serve_id": option.serve_id if option else choice.serve_id,
+            "weights": option.describe() if option else None,
             "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
         }
         deployment = space.deployment(candidate, 1)
@@ -244,12 +293,12 @@ class Evaluator:
             record["estimate"] = summary
             record["fidelity"] = "estimate"
             estimated = self._prediction_violations(summary)
-            costs = self.cost(deployment, summary)
-            est_cost, est_latency = self._objectives(costs, summary)
+            estimate_values = self._objectives(self.cost(deployment, summary), summary)
             slo_ok = all(amount <= w.fidelity.screen_margin for name, amount in estimated.items() if name != "saturated")
-            dominated = screen is not None and screen.dominated(est_cost, est_latency, w.fidelity.screen_margin)
-            record["estimate_objectives"] = [est_cost, est_latency]
-            if not summary.get("saturated") and slo_ok and not dominated:
+            dominated = (screen is not None and estimate_values is not None
+                         and screen.dominated(*estimate_values, w.fidelity.screen_margin))
+            record["estimate_objectives"] = list(estimate_values) if estimate_values else None
+            if not summary.get("saturated") and estimate_values and slo_ok and not dominated:
                 try:
                     simulated = self.simulate(model, deployment, w.fidelity.search_requests, w.seed)
                 except InputError as err:  # keep the estimate, and say why it was not simulated

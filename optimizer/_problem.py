@@ -7,14 +7,17 @@ error that names its key in the workload file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..calibration.registry import load_profile
 from ..costmodels.architectures import resolve_model
+from ..costmodels.checkpoints import checkpoints_of
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, load_catalog
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.quantization import builtin_accuracy_table
-from ..search_spaces import ModelChoice, SearchSpace, SpaceContext, SpeculationChoice
+from ..costmodels.speculation import speculation_problem
+from ..search_spaces import ModelChoice, SearchSpace, SpaceContext, SpeculationChoice, weight_options
 from ._traffic import TrafficStats, max_model_len_for, traffic_stats
 from .workload import Workload
 
@@ -27,6 +30,7 @@ class Problem:
     space: SearchSpace
     stats: TrafficStats
     profiles: dict[str, PerformanceProfile] = field(default_factory=dict)
+    max_model_len_basis: dict[str, str] = field(default_factory=dict)
 
     @property
     def ctx(self) -> SpaceContext:
@@ -43,20 +47,60 @@ def _keyed(key: str, err: InputError) -> InputError:
     return InputError(f"{key}: {err}")
 
 
-def _model_choice(key: str, name: str, serve_id: str | None, drop: float, where: str) -> ModelChoice:
+def _serve_id(name: str, resolved) -> str:
+    """What ``vllm serve`` loads: the id as written (org/name), a local checkpoint's folder, or
+    the canonical id of a catalog alias."""
+    path = Path(name)
+    if path.exists():
+        return str(path.parent if path.is_file() else path)
+    return name if "/" in name else resolved.spec.name
+
+
+def _checkpoints(serve: str, requested: str, named: dict[str, str | None], where: str) -> dict[str, tuple]:
+    """Pre-quantized checkpoints a model can be served from: the catalog's for the id served,
+    then the workload's ``checkpoints:`` (which win)."""
+    found: dict[str, tuple] = {}
+    for entry in {**checkpoints_of(requested), **checkpoints_of(serve)}.values():
+        resolved = resolve_model(entry.id)
+        why = f"catalog checkpoint {entry.id}" + (f" ({entry.recovery_pct:g}% recovery, {entry.recovery_metric})"
+                                                  if entry.recovery_pct is not None else "")
+        found[entry.format.scheme] = (entry.id, resolved.spec, why, entry.accuracy_drop_pct)
+    for scheme, checkpoint_id in named.items():
+        if not checkpoint_id:
+            continue
+        try:
+            resolved = resolve_model(checkpoint_id)
+        except InputError as err:
+            raise _keyed(f"checkpoints.{scheme}", err) from None
+        if resolved.quantization != scheme:
+            raise InputError(f"checkpoints.{scheme}: '{checkpoint_id}' is a {resolved.quantization or '16-bit'} "
+                             f"checkpoint ({resolved.origin}), not {scheme}; list it under its scheme")
+        found[scheme] = (checkpoint_id, resolved.spec, f"workload checkpoints.{scheme}", None)
+    return found
+
+
+def _model_choice(key: str, name: str, serve_id: str | None, drop: float, where: str,
+                  named: dict[str, str | None]) -> ModelChoice:
     try:
         resolved = resolve_model(name)
     except InputError as err:
         raise _keyed(where, err) from None
-    # Serve the id the user wrote when it is one (org/name); a preset alias serves its base id.
-    serve = serve_id or (name if "/" in name and not name.endswith(".json") else resolved.spec.name)
-    return ModelChoice(key, resolved.spec, serve, resolved.quantization, drop)
+    serve = serve_id or _serve_id(name, resolved)
+    if serve_id is not None and serve_id != name:
+        try:  # an alternative's checkpoint fixes its weights
+            resolved = resolve_model(serve_id)
+        except InputError as err:
+            raise _keyed(where.replace(".model", ".checkpoint"), err) from None
+    extra = {} if resolved.quantization else _checkpoints(serve, name, named, where)
+    options = weight_options(resolved.spec, serve, resolved.quantization, extra)
+    return ModelChoice(key, resolved.spec, serve, options, drop)
 
 
 def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
     """Resolve a workload's names and build its search space; errors name the workload key."""
     w = workload
-    models = {w.model: _model_choice(w.model, w.model, None, 0.0, "model")}
+    named = w.checkpoints.model_dump()
+    models = {w.model: _model_choice(w.model, w.model, None, 0.0, "model", named)}
     for i, alt in enumerate(w.alternatives):
         if alt.accuracy_drop_pct is not None:
             drop = alt.accuracy_drop_pct
@@ -64,7 +108,8 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
             drop = max(0.0, 100.0 * (1 - alt.accuracy_score / w.accuracy.model_score))
         if alt.model in models:
             raise InputError(f"alternatives.{i}.model: '{alt.model}' is listed twice")
-        models[alt.model] = _model_choice(alt.model, alt.model, alt.checkpoint, drop, f"alternatives.{i}.model")
+        # The workload's checkpoints are of the main model; alternatives use the catalog's.
+        models[alt.model] = _model_choice(alt.model, alt.model, alt.checkpoint, drop, f"alternatives.{i}.model", {})
 
     catalog = load_catalog(hardware)
     gpus: dict[str, GPUSpec] = {}
@@ -93,10 +138,10 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
         raise _keyed("accuracy.overrides", err) from None
 
     stats = traffic_stats(w.traffic)
-    max_len = {}
+    max_len, max_len_basis = {}, {}
     for key, choice in models.items():
         try:
-            max_len[key] = max_model_len_for(stats, choice.spec.max_context, w.max_model_len)
+            max_len[key], max_len_basis[key] = max_model_len_for(stats, choice.spec.max_context, w.max_model_len)
         except InputError as err:
             raise InputError(f"{err} ({key})") from None
 
@@ -107,6 +152,11 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
                 resolve_model(option.draft_model)
             except InputError as err:
                 raise _keyed(f"speculation.{i}.draft_model", err) from None
+        # A method no candidate model has (MTP without MTP layers, an EAGLE head of another model) is
+        # an error of the workload; one that only some models have is a constraint of the search.
+        problems = [speculation_problem(option.method, option.draft_model, c.spec) for c in models.values()]
+        if all(problems):
+            raise InputError(f"speculation.{i}: {problems[0]}")
         speculation[option.label] = SpeculationChoice(option.label, option.method, option.draft_model,
                                                       option.acceptance_rate)
 
@@ -118,7 +168,8 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
     settings = dict(w.space)
     if "gpu" in settings:  # accept catalog aliases, as elsewhere
         settings["gpu"] = _canonical_gpus(settings["gpu"], catalog)
-    return Problem(workload=w, space=SearchSpace(ctx, settings), stats=stats, profiles=profiles)
+    return Problem(workload=w, space=SearchSpace(ctx, settings), stats=stats, profiles=profiles,
+                   max_model_len_basis=max_len_basis)
 
 
 def _canonical_gpus(setting, catalog):

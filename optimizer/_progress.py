@@ -12,10 +12,9 @@ from contextlib import contextmanager
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
 from tqdm import tqdm
 
-from .study import RECORD_ATTR, pareto_mask
+from .study import FINISHED, RECORD_ATTR, evaluated_trials, pareto_mask
 
 
 class Progress:
@@ -34,7 +33,7 @@ class Progress:
         return int(pareto_mask(np.array(self._feasible)).sum())
 
     def callback(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state != TrialState.COMPLETE:
+        if trial.state not in FINISHED:
             return
         record = trial.user_attrs.get(RECORD_ATTR, {})
         if record.get("feasible") and record.get("fidelity") == "simulate":
@@ -43,7 +42,7 @@ class Progress:
         self._bar.set_postfix(front=self._front_size(), refresh=False)
 
     def update_from(self, study: optuna.Study) -> None:
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        trials = evaluated_trials(study)
         self._feasible = [tuple(t.values) for t in trials
                           if t.user_attrs.get(RECORD_ATTR, {}).get("feasible")
                           and t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate"]

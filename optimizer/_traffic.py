@@ -27,9 +27,11 @@ from ..costmodels.serving.traffic import (
     UniformLength,
 )
 
-# Quantile grid on which a lognormal's mean (after clipping) and tail are read.
+# Quantile grid on which a lognormal's mean (after clipping) is read.
 _GRID = (np.arange(4000) + 0.5) / 4000
-TAIL_QUANTILE = 0.999
+# A length distribution without a declared maximum (a lognormal without max) is bounded at this
+# quantile for --max-model-len: about one request in 10,000 may be longer, and vLLM rejects it.
+UNBOUNDED_QUANTILE = 0.9999
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,15 @@ class TrafficStats:
     in_flight_requests: int | None
     mean_input_tokens: float
     mean_output_tokens: float
-    tail_context_tokens: int
+    max_context_tokens: int
+    max_context_basis: str
     median_context_tokens: int
 
-    def output_tokens_per_s(self, requests_per_s: float | None = None) -> float:
-        rate = requests_per_s if requests_per_s is not None else self.rate_per_s
-        return (rate or 0.0) * self.mean_output_tokens
+    def tokens_per_s(self) -> tuple[float, float]:
+        """Offered input and output tokens per second (zero for closed-loop clients, whose rate
+        only a prediction gives)."""
+        rate = self.rate_per_s or 0.0
+        return rate * self.mean_input_tokens, rate * self.mean_output_tokens
 
 
 def _quantiles(dist) -> np.ndarray:
@@ -80,24 +85,46 @@ def traffic_stats(traffic: Traffic) -> TrafficStats:
         # Prompts are clipped first, then outputs to what the context leaves (as the simulator does).
         inputs = np.minimum(inputs, traffic.max_context - 1)
         outputs = np.minimum(outputs, traffic.max_context - np.quantile(inputs, 0.5))
-    tail = float(np.quantile(inputs, TAIL_QUANTILE) + np.quantile(outputs, TAIL_QUANTILE))
-    if traffic.max_context is not None:
-        tail = min(tail, traffic.max_context)
+    prompt, prompt_basis = length_bound(traffic.input_tokens, "prompt")
+    output, output_basis = length_bound(traffic.output_tokens, "output")
+    longest, basis = prompt + output, f"{prompt_basis} + {output_basis}"
+    if traffic.max_context is not None and traffic.max_context < longest:
+        longest, basis = traffic.max_context, f"traffic.max_context ({traffic.max_context}), which clips longer requests"
     closed = arrival.kind == "closed_loop"
     return TrafficStats(
         rate_per_s=None if closed else float(arrival.rate_per_s),
         in_flight_requests=arrival.concurrency if closed else None,
         mean_input_tokens=float(inputs.mean()),
         mean_output_tokens=float(max(outputs.mean(), 1.0)),
-        tail_context_tokens=int(math.ceil(tail)),
+        max_context_tokens=int(longest), max_context_basis=basis,
         median_context_tokens=int(np.median(inputs) + np.median(outputs)),
     )
 
 
-def max_model_len_for(stats: TrafficStats, model_max_context: int, requested: int | None = None) -> int:
-    """``--max-model-len``: the user's value, else the traffic's P99.9 context rounded up to 1k,
-    never above what the model supports. Traffic whose median request does not fit is refused
-    (the simulator would only clip it: :func:`~servopt.costmodels.serving.traffic.check_context`)."""
+def length_bound(dist, what: str) -> tuple[int, str]:
+    """The longest ``what`` (prompt or output) the distribution can draw, and how it is known: a
+    declared maximum (fixed value, uniform high, lognormal max, largest histogram value), else the
+    P99.99 of an unbounded lognormal."""
+    if isinstance(dist, FixedLength):
+        return dist.value, f"fixed {what} {dist.value}"
+    if isinstance(dist, UniformLength):
+        return dist.high, f"maximum {what} {dist.high}"
+    if isinstance(dist, HistogramLength):
+        return max(dist.values), f"largest {what} {max(dist.values)}"
+    if isinstance(dist, LognormalLength):
+        if dist.max is not None:
+            return dist.max, f"maximum {what} {dist.max}"
+        mu = math.log(dist.mean) - dist.sigma**2 / 2
+        tail = max(int(math.ceil(math.exp(mu + dist.sigma * NormalDist().inv_cdf(UNBOUNDED_QUANTILE)))), dist.min)
+        return tail, f"P99.99 {what} {tail} (the lognormal declares no max; longer requests are rejected)"
+    raise InputError(f"unsupported length distribution {type(dist).__name__}")
+
+
+def max_model_len_for(stats: TrafficStats, model_max_context: int, requested: int | None = None) -> tuple[int, str]:
+    """``--max-model-len`` and why: the workload's value, else the longest request the traffic
+    declares (prompt + output maxima), never above what the model supports. Traffic whose median
+    request does not fit is refused (the simulator would only clip it:
+    :func:`~servopt.costmodels.serving.traffic.check_context`)."""
     if requested is not None and requested > model_max_context:
         raise InputError(f"max_model_len: {requested} exceeds the model's maximum context of {model_max_context}")
     limit = requested or model_max_context
@@ -107,5 +134,8 @@ def max_model_len_for(stats: TrafficStats, model_max_context: int, requested: in
                          f"more than {where} of {limit:,}: shorten input_tokens/output_tokens, choose a model with "
                          "a longer context, or set traffic.max_context to clip them as a benchmark client would")
     if requested is not None:
-        return requested
-    return min(int(math.ceil(stats.tail_context_tokens / 1024) * 1024), model_max_context)
+        return requested, "the workload's max_model_len"
+    if stats.max_context_tokens > model_max_context:
+        return model_max_context, (f"the model's maximum context; the traffic declares longer requests "
+                                   f"({stats.max_context_basis} = {stats.max_context_tokens}), which vLLM rejects")
+    return stats.max_context_tokens, f"covers the longest request: {stats.max_context_basis}"

@@ -4,14 +4,17 @@ Each subcommand lives in its own module under ``optimizer/commands/`` and expose
 ``register(subparsers)``, which adds its parser and sets ``handler`` (a function of the parsed
 arguments returning an exit code). Bad input raises :class:`~servopt.costmodels.errors.InputError`
 anywhere below; it is printed as one line and the process exits with code 2 (so is a path the user
-gave that cannot be written or read).
+gave that cannot be written or read). Output cut short by its reader (``servopt gpus | head``) ends
+quietly, as a command killed by SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from pydantic import ValidationError
 
@@ -21,6 +24,14 @@ from .commands import COMMAND_MODULES
 
 EXIT_INPUT_ERROR = 2
 MAX_MESSAGE_CHARS = 2000
+EXIT_BROKEN_PIPE = 128 + 13  # the status of a process that SIGPIPE ended
+
+
+def servopt_version() -> str:
+    try:
+        return version("servopt")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search-based deployment optimizer for LLM inference: predict cost and latency "
         "distributions, search deployments, export vLLM launch flags.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {servopt_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
@@ -42,17 +54,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_INPUT_ERROR
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a reader that left shows here, not at exit
+        return code
     except InputError as err:
         return _input_error(args.command, str(err))
     except ValidationError as err:
         return _input_error(args.command, format_validation_error(err))
-    except OSError as err:  # a folder or file the user named that cannot be created or written
-        where = f" '{shown(err.filename)}'" if err.filename else ""
-        return _input_error(args.command, f"cannot write or read{where}: {err.strerror or err}; check the path")
     except KeyboardInterrupt:
         print(f"servopt {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit: point stdout at
+        # /dev/null first (the recipe of Python's signal module docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except OSError as err:  # a folder or file the user named that cannot be created or written
+        where = f" '{shown(err.filename)}'" if err.filename else ""
+        return _input_error(args.command, f"cannot write or read{where}: {err.strerror or err}; check the path")
 
 
 def _input_error(command: str, message: str) -> int:

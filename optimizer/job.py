@@ -1,8 +1,18 @@
 """An optimize job: a workload, an output folder, a study in a storage, and N workers.
 
-The folder holds ``job.json`` (the workload as validated, the storage URL and study name), the
-SQLite study (unless ``--storage`` names another database), and the results. Running the same job
-again resumes it: finished trials are read back and the budget counts them.
+The folder holds ``job.json`` (the workload as validated, the storage URL with its password
+hidden, and the study name), the SQLite study (unless ``--storage`` names another database), and
+the results. Running the same job again resumes it: finished trials are read back and the budget
+counts them. The storage URL comes from ``--storage``, else the ``SERVOPT_STORAGE`` environment
+variable, else the workload's ``storage:``, else SQLite in the folder; a command that reopens a job
+whose URL had a password needs the URL again from one of the first two (see
+:mod:`servopt.optimizer._storage`).
+
+Every file is written atomically through :mod:`servopt.costmodels.outfiles`, so a killed run leaves
+the old ``job.json`` or the new one. A ``job.json`` that is unreadable all the same (truncated by an
+older version, edited by hand) is recovered: ``servopt optimize`` rewrites it once the study has
+confirmed the workload is the same (the study keeps its own copy of the workload), and
+``servopt report`` / ``export`` rebuild it from the folder's SQLite study.
 
 Example:
     >>> from servopt.optimizer.job import Job
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,60 +34,59 @@ from typing import Any
 
 import optuna
 from joblib import Parallel, delayed
-from optuna.trial import TrialState
-from pydantic import ConfigDict
 
-from ..costmodels.errors import InputError, Name, Spec, validate_spec
-from ..costmodels.userfiles import read_json_object, shown
+from ..costmodels.errors import InputError
+from ..costmodels.outfiles import ensure_folder, read_text, write_text
+from ..costmodels.userfiles import parse_json, shown
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
+from ._storage import STORAGE_ENV, has_hidden_password, masked_url, open_storage, storage_from_env
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
-    completed_records,
+    WorkerResult,
+    evaluated_trials,
     final_front,
     front_equivalents,
     make_sampler,
-    open_storage,
+    prepare_study,
     recheck,
     recheck_candidates,
     run_worker,
     save_recheck,
     stored_rechecks,
 )
-from .workload import StorageURL, Workload, parse_workload
+from .workload import Workload, parse_workload
 
 JOB_FILE = "job.json"
 WORKLOAD_HASH_ATTR = "workload_sha256"
+JOB_ATTR = "job"
+
+
+class _BrokenJobFile(Exception):
+    """job.json exists but does not hold a job (truncated, not JSON, keys missing)."""
+
+
+def _read_job_file(path: Path) -> dict[str, Any]:
+    """job.json's content. FileNotFoundError when there is none; _BrokenJobFile when unreadable
+    (not JSON, nested absurdly deep, a key twice, keys missing or of the wrong type)."""
+    text = read_text(path, "job file")
+    try:
+        data = parse_json(text, "it")
+    except InputError as err:
+        raise _BrokenJobFile(re.sub(r"^it (is )?", "", str(err))) from None
+    if not isinstance(data, dict) or not {"study", "storage", "workload"} <= set(data):
+        raise _BrokenJobFile("study, storage or workload missing")
+    hardware = data.get("hardware")
+    text_keys = [data["study"], data["storage"], data.get("name", ""), "" if hardware is None else hardware]
+    if not (all(isinstance(v, str) for v in text_keys) and isinstance(data["workload"], dict)):
+        raise _BrokenJobFile("study, storage, name and hardware must be text, workload a mapping")
+    return data
 
 
 # Keys a rerun may change without starting another study: how long to search and where it is stored.
 RESUMABLE_KEYS = {"budget", "storage"}
-
-
-class JobFile(Spec):
-    """What ``job.json`` records (keys other tools or versions add are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    study: Name
-    storage: StorageURL
-    hardware: Name | None = None
-    name: Name = "default"
-    workload: dict[str, Any]
-
-
-def read_job_file(path: Path) -> JobFile:
-    """Read ``job.json``; a truncated or damaged one is explained, with what to do, instead of failing every rerun."""
-    try:
-        data = read_json_object(path, "job file")
-    except InputError as err:
-        if "is not valid JSON" not in str(err):
-            raise
-        raise InputError(f"{err}; it was probably cut short when a run was killed: delete {shown(path)} and rerun "
-                         "servopt optimize with the same workload and --out (finished trials stay in the study)") from None
-    return validate_spec(JobFile, data, f"job file '{shown(path)}'")
 
 
 def workload_identity(workload: Workload) -> dict[str, Any]:
@@ -90,15 +100,25 @@ def workload_hash(workload: Workload) -> str:
 
 @dataclass
 class JobOutcome:
-    """What a run did: trials in the study, trials this run added, the final front's trial numbers."""
+    """What a run did: finished trials in the study (every worker's, this run's and earlier ones),
+    the trials each of this run's workers finished, and the final front's trial numbers."""
 
     trials: int
-    new_trials: int
+    workers: list[WorkerResult]
     front: list[int]
     elapsed_s: float
     simulations: int
-    stale_failed: int = 0
     rechecked: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def new_trials(self) -> int:
+        """Trials this run's workers finished (other processes on the same study not counted)."""
+        return sum(w.trials_run for w in self.workers)
+
+    @property
+    def stale_failed(self) -> int:
+        return sum(w.stale_failed for w in self.workers)
 
 
 @dataclass
@@ -123,8 +143,22 @@ class Job:
 
     @property
     def storage_url(self) -> str:
-        explicit = self.storage or self.workload.storage
+        """The URL to connect with (it may hold a password: never print or save it; see
+        :attr:`shown_storage`)."""
+        explicit = self.storage or storage_from_env() or self.workload.storage
         return explicit or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
+
+    @property
+    def shown_storage(self) -> str:
+        """The storage URL with its password hidden: what is printed and saved."""
+        return masked_url(self.storage_url)
+
+    def saved_workload(self) -> dict[str, Any]:
+        """The workload as saved (job.json, the study, front.json): its storage URL masked."""
+        data = self.workload.model_dump(mode="json")
+        if data.get("storage"):
+            data["storage"] = masked_url(data["storage"])
+        return data
 
     @property
     def problem(self) -> Problem:
@@ -145,76 +179,125 @@ class Job:
             try:
                 study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler)
             except KeyError:
-                raise InputError(f"no study '{self.study_name}' in {self.storage_url}") from None
+                raise InputError(f"no study '{self.study_name}' in {self.shown_storage}") from None
         stored = study.user_attrs.get(WORKLOAD_HASH_ATTR)
         if stored is None:
             study.set_user_attr(WORKLOAD_HASH_ATTR, expected)
-            study.set_user_attr("workload", w.model_dump(mode="json"))
+            study.set_user_attr("workload", self.saved_workload())
+            study.set_user_attr(JOB_ATTR, {"hardware": self.hardware, "name": self.name})
         elif stored != expected:
             raise InputError(
-                f"study '{self.study_name}' in {self.storage_url} was started with a different workload; "
+                f"study '{self.study_name}' in {self.shown_storage} was started with a different workload; "
                 "use another --study name or --out folder, or the same workload file"
             )
+        prepare_study(study, w.objective.model_dump())
         return study
 
-    def write_job_file(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        data = {
+    def job_data(self) -> dict[str, Any]:
+        """What job.json holds: the storage URL without its password."""
+        return {
             "study": self.study_name,
-            "storage": self.storage_url,
+            "storage": self.shown_storage,
             "hardware": self.hardware,
             "name": self.name,
-            "workload": self.workload.model_dump(mode="json"),
+            "workload": self.saved_workload(),
         }
+
+    def check_folder(self) -> str | None:
+        """Refuse a folder that holds another job; returns a note when its job.json was unreadable
+        (the study, opened first, has then confirmed the workload)."""
         path = self.out_dir / JOB_FILE
-        if path.exists():
-            old = read_job_file(path)
-            old_identity = {k: v for k, v in old.workload.items() if k not in RESUMABLE_KEYS}
-            if (old.study, old.storage) != (data["study"], data["storage"]) or \
-                    old_identity != workload_identity(self.workload):
-                raise InputError(
-                    f"{self.out_dir} holds another job (study '{old.study}'); use another --out folder"
-                )
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        try:
+            old = _read_job_file(path)
+        except FileNotFoundError:
+            return None
+        except _BrokenJobFile as err:
+            return f"{path} was unreadable ({err}; a run killed mid-write by an older servopt?): rewritten"
+        old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
+        if (old.get("study"), old.get("storage")) != (self.study_name, self.shown_storage) or \
+                old_identity != workload_identity(self.workload):
+            raise InputError(f"{self.out_dir} holds another job (study '{old.get('study')}'); use another --out folder")
+        return None
+
+    def write_job_file(self) -> Path:
+        return write_text(self.out_dir / JOB_FILE, json.dumps(self.job_data(), indent=2) + "\n")
 
     @classmethod
-    def load(cls, out_dir: str | Path) -> Job:
-        """The job a folder holds (for ``servopt report`` and ``servopt export``)."""
+    def load(cls, out_dir: str | Path, storage: str | None = None) -> Job:
+        """The job a folder holds (for ``servopt report`` and ``servopt export``). ``storage`` (else
+        ``SERVOPT_STORAGE``) gives the URL again when job.json keeps it without its password; an
+        unreadable job.json is rebuilt from the folder's SQLite study."""
         path = Path(out_dir) / JOB_FILE
-        if not path.is_file():
-            raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first")
-        data = read_job_file(path)
-        workload = parse_workload(data.workload, f"job file '{shown(path)}': workload")
-        return cls(workload, out_dir, study=data.study, storage=data.storage, hardware=data.hardware, name=data.name)
+        try:
+            data = _read_job_file(path)
+        except FileNotFoundError:
+            raise InputError(f"{out_dir} is not an optimize job folder (no {JOB_FILE}); run servopt optimize first") from None
+        except _BrokenJobFile as err:
+            job = cls._recover(Path(out_dir), str(err))
+            job.write_job_file()
+            return job
+        saved = data["storage"]
+        given = storage or storage_from_env()
+        if given is None:
+            if has_hidden_password(saved):
+                raise InputError(f"{path} keeps the storage URL without its password ({saved}): pass it again "
+                                 f"with --storage URL or set {STORAGE_ENV}")
+            given = saved
+        elif masked_url(given) != saved:
+            raise InputError(f"the storage URL given ({masked_url(given)}) is not this job's ({saved})")
+        workload = parse_workload(data["workload"], f"job file '{shown(path)}': workload")
+        return cls(workload, out_dir, study=data["study"], storage=given, hardware=data.get("hardware"),
+                   name=data.get("name", "default"))
+
+    @classmethod
+    def _recover(cls, out_dir: Path, problem: str) -> Job:
+        """Rebuild a job from the one study in the folder's SQLite database."""
+        database = out_dir / "study.db"
+        fix = "rerun servopt optimize with the same workload file and --out to rewrite it"
+        if not database.is_file():
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no study.db to rebuild "
+                             f"it from; {fix}")
+        url = f"sqlite:///{database.resolve()}"
+        summaries = [s for s in optuna.get_all_study_summaries(open_storage(url))
+                     if "workload" in s.user_attrs]
+        if len(summaries) != 1:
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and study.db holds {len(summaries)} "
+                             f"studies with a workload; {fix}")
+        summary = summaries[0]
+        extra = summary.user_attrs.get(JOB_ATTR) or {}
+        workload = parse_workload(summary.user_attrs["workload"], f"study '{summary.study_name}' in {database}")
+        return cls(workload, out_dir, study=summary.study_name, storage=url, hardware=extra.get("hardware"),
+                   name=extra.get("name", summary.study_name))
 
     # --- running ----------------------------------------------------------------------------
     def run(self, progress: bool = True) -> JobOutcome:
         """Search (resuming what the study holds), re-check the front, and return the outcome."""
         start = time.perf_counter()
         problem = self.problem  # resolve names before anything is written
-        self.write_job_file()
+        ensure_folder(self.out_dir)
+        note = self.check_folder()
+        # A storage that cannot be opened, or a study of another workload, fails before job.json is touched.
         study = self.open_study()
-        before = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        self.write_job_file()
+        before = len(evaluated_trials(study))
         budget = self.workload.budget
         bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
         if self.jobs <= 1:
-            result = run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s, callbacks=[bar.callback])
-            stale = result.stale_failed
+            workers = [run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s,
+                                  callbacks=[bar.callback])]
         else:
             config = self.config()
             with poll_progress(bar, lambda: self.open_study(create=False)):
-                results = Parallel(n_jobs=self.jobs, backend="loky")(
+                workers = Parallel(n_jobs=self.jobs, backend="loky")(
                     delayed(_worker)(config, index) for index in range(self.jobs)
                 )
-            stale = sum(r for r in results)
         bar.close()
         rechecked = self.recheck_front(study)
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        trials = evaluated_trials(study)
         simulations = sum(1 for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate")
-        return JobOutcome(
-            trials=len(trials), new_trials=len(trials) - before, front=final_front(study),
-            elapsed_s=time.perf_counter() - start, simulations=simulations, stale_failed=stale, rechecked=rechecked,
-        )
+        return JobOutcome(trials=len(trials), workers=workers, front=final_front(study),
+                          elapsed_s=time.perf_counter() - start, simulations=simulations, rechecked=rechecked,
+                          notes=(note,) if note else ())
 
     def config(self) -> dict[str, Any]:
         """What a worker process needs to rebuild this job."""
@@ -246,9 +329,9 @@ class Job:
         """Everything the results package needs, as plain data: trials, re-checks and the front."""
         study = self.open_study(create=False)
         trials = [
-            {"number": t.number, "values": list(t.values), "record": t.user_attrs[RECORD_ATTR],
+            {"number": t.number, "values": list(t.values) if t.values else None, "record": t.user_attrs[RECORD_ATTR],
              "duration_s": t.duration.total_seconds() if t.duration else None}
-            for t in completed_records(study)
+            for t in evaluated_trials(study)
         ]
         problem = self.problem
         gpus = {
@@ -257,15 +340,17 @@ class Job:
             for name, gpu in problem.ctx.gpus.items()
         }
         return {
-            "job": {"study": self.study_name, "storage": self.storage_url, "out_dir": str(self.out_dir),
+            "job": {"study": self.study_name, "storage": self.shown_storage, "out_dir": str(self.out_dir),
                     "name": self.name},
-            "workload": self.workload.model_dump(mode="json"),
+            "workload": self.saved_workload(),
             "space": problem.space.describe(),
             "gpus": gpus,
             "trials": trials,
             "rechecks": stored_rechecks(study),
             "front": final_front(study),
             "front_equivalents": front_equivalents(study),
+            "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
+                              for key, basis in problem.max_model_len_basis.items()},
         }
 
 
@@ -275,14 +360,14 @@ def _job_from_config(config: dict[str, Any]) -> Job:
                hardware=config["hardware"], name=config["name"])
 
 
-def _worker(config: dict[str, Any], index: int) -> int:
+def _worker(config: dict[str, Any], index: int) -> WorkerResult:
     """One of ``--jobs N`` processes: its own sampler seed, the shared study."""
     job = _job_from_config(config)
     w = job.workload
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = job.open_study(create=False)
     study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials)
-    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s).stale_failed
+    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s)
 
 
 def _recheck(config: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:

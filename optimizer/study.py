@@ -1,46 +1,62 @@
-"""The Optuna study: storage, sampler, objective, workers, and the final front's re-check.
+"""The Optuna study: sampler, objective, workers, the trial budget, and the final front's re-check.
 
-Two objectives, both minimized: the workload's cost (fleet $/hour or $/Mtoken) and its P99
-latency. Constraints go to Optuna with :meth:`optuna.Trial.set_constraint` (grouped as in
-:data:`~servopt.optimizer._evaluate.CONSTRAINT_GROUPS`), so NSGA-II's constrained domination and
-TPE's feasibility split steer away from infeasible configurations; each trial's full record
-(knobs, deployment, predictions, reason) is a user attribute.
+Two objectives, both minimized and named with :meth:`optuna.Study.set_metric_names`: the workload's
+cost (``usd_per_hour``, ``usd_per_output_mtoken`` or ``usd_per_total_mtoken``) and its P99 latency
+(``p99_e2e_s``, ...). A trial ends in one of two states:
+
+- COMPLETE with the predicted values, feasible or not (a configuration over an SLO keeps the
+  latency it was predicted to have);
+- PRUNED when nothing was predicted: a rule that needs no simulation rejects it (memory, TP,
+  accuracy, ...), or the estimate finds the queue growing without bound (no finite P99).
+
+Either way the constraints (one value per :data:`~servopt.optimizer._evaluate.CONSTRAINT_GROUPS`
+entry, <= 0 when met, named in the study's ``constraint_names`` user attribute) are stored as the
+``constraints`` system attribute, the form Optuna's samplers (NSGA-II's constrained domination,
+TPE's feasibility split) and optuna-dashboard read; flat user attributes (gpu, tp, quantization,
+model, p99_ttft_s, usd_per_hour, feasible, reason, ...) make trials easy to filter, and the full
+record (knobs, deployment, predictions) that the results package reads is the ``record`` attribute.
 
 Example:
     >>> sampler = make_sampler("tpe", seed=1, trials=100)
     >>> type(sampler).__name__
     'TPESampler'
+    >>> metric_names({"cost": "usd_per_hour", "latency": "e2e"})
+    ['usd_per_hour', 'p99_e2e_s']
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
-import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
-from optuna.storages import RDBStorage
 from optuna.trial import TrialState
-import sqlalchemy.exc
-from sqlalchemy import event
 
-from ._evaluate import Evaluator, ScreenFront, p99
+from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
 from ._problem import Problem
 
 DIRECTIONS = ("minimize", "minimize")
 RECORD_ATTR = "record"
 WORKER_ATTR = "worker"
 RECHECK_PREFIX = "recheck:"
-# A worker that dies leaves its trial RUNNING; the heartbeat lets any later worker fail it.
-HEARTBEAT_INTERVAL_S = 10
-GRACE_PERIOD_S = 30
-SCHEMA_RETRIES = 5
+# Optuna's own key for a trial's constraint values (a list, <= 0 when met).
+CONSTRAINTS_ATTR = "constraints"
+CONSTRAINT_NAMES_ATTR = "constraint_names"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# Trials that hold a slot of the trial budget: finished ones and those still running.
+_BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+def metric_names(objective: dict[str, str]) -> list[str]:
+    """The two objectives' names, in the units of their values."""
+    return [objective["cost"], f"p99_{objective['latency']}_s"]
 
 
 def make_sampler(kind: str, seed: int, trials: int | None) -> optuna.samplers.BaseSampler:
@@ -53,39 +69,6 @@ def make_sampler(kind: str, seed: int, trials: int | None) -> optuna.samplers.Ba
     # Several generations fit in a small budget only with a small population.
     population = int(np.clip((trials or 400) // 8, 12, 50))
     return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
-
-
-def open_storage(url: str) -> RDBStorage:
-    """An Optuna RDB storage; SQLite gets WAL (concurrent readers, one writer) and a lock timeout."""
-    kwargs: dict[str, Any] = {}
-    sqlite = url.startswith("sqlite")
-    if sqlite:
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
-    for attempt in range(SCHEMA_RETRIES):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's
-                storage = RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S,
-                                     **kwargs)
-            break
-        except sqlalchemy.exc.SQLAlchemyError:
-            # Workers started together race to create the schema of a new database: the loser
-            # fails on a duplicate row, and finds the schema in place when it tries again.
-            if attempt == SCHEMA_RETRIES - 1:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    if sqlite:
-        def _pragmas(connection, _record):
-            cursor = connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            # Committed transactions survive a killed process (they are in the OS cache); only a
-            # power cut may lose the last ones.
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
-        event.listen(storage.engine, "connect", _pragmas)
-        storage.engine.dispose()
-    return storage
 
 
 def worker_id() -> str:
@@ -119,35 +102,101 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def completed_records(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if RECORD_ATTR in t.user_attrs]
+def evaluated_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Finished trials (complete or pruned) with their record, in trial-number order."""
+    return [t for t in study.get_trials(deepcopy=False, states=FINISHED) if RECORD_ATTR in t.user_attrs]
+
+
+# --- the trial budget, shared by every worker of a study -----------------------------------------
+class BudgetSpent(Exception):
+    """Raised inside a trial that another worker's trial beat to the budget's last slot."""
+
+
+class TrialBudget:
+    """At most ``total`` trials finish, however many workers share the study.
+
+    Before each trial a worker stops once the finished and running trials fill the budget. Two
+    workers may still both start a trial for the last slot; trial numbers are given in order by
+    the storage, so the one whose lower-numbered trials already fill the budget marks its trial
+    FAIL ("not run: budget spent") instead of running it.
+    """
+
+    def __init__(self, total: int | None):
+        self.total = total
+
+    def _held(self, study: optuna.Study, below: int | None = None) -> int:
+        trials = study.get_trials(deepcopy=False, states=_BUDGETED)
+        return sum(1 for t in trials if below is None or t.number < below)
+
+    def remaining(self, study: optuna.Study) -> int | None:
+        if self.total is None:
+            return None
+        return max(self.total - len(study.get_trials(deepcopy=False, states=FINISHED)), 0)
+
+    def claim(self, trial: optuna.Trial) -> None:
+        """Raise :class:`BudgetSpent` when trials numbered before ``trial`` fill the budget."""
+        if self.total is not None and self._held(trial.study, below=trial.number) >= self.total:
+            reason = f"not run: other workers' trials spent the budget of {self.total} trials"
+            trial.set_user_attr("reason", reason)
+            raise BudgetSpent(reason)  # the trial fails; stop_when_spent then ends this worker
+
+    def stop_when_spent(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        """An Optuna callback: stop this worker once no slot is left for another trial."""
+        if self.total is not None and self._held(study) >= self.total:
+            study.stop()
+
+
+class _QuietBudgetSpent(logging.Filter):
+    """Optuna logs a caught exception with its traceback; a trial that was never run needs none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], BudgetSpent))
+
+
+logging.getLogger("optuna.study._optimize").addFilter(_QuietBudgetSpent())
 
 
 class Objective:
     """Samples a candidate, scores it (cached for repeated points) and reports to Optuna."""
 
-    def __init__(self, problem: Problem, evaluator: Evaluator, screen: ScreenFront):
+    def __init__(self, problem: Problem, evaluator: Evaluator, screen: ScreenFront, budget: TrialBudget):
         self.problem = problem
         self.evaluator = evaluator
         self.screen = screen
+        self.budget = budget
         self._outcomes: dict[tuple, Any] = {}
 
-    def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+    def __call__(self, trial: optuna.Trial) -> Sequence[float]:
         trial.set_user_attr(WORKER_ATTR, worker_id())
+        self.budget.claim(trial)
         candidate = self.problem.space.sample(trial)
         outcome = self._outcomes.get(candidate.key)
         if outcome is None:
             outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen)
-        for name, amount in outcome.grouped_constraints().items():
-            trial.set_constraint(name, amount)
+        trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR,
+                                            list(outcome.grouped_constraints().values()))
+        for key, value in outcome.attrs().items():
+            trial.set_user_attr(key, value)
         trial.set_user_attr(RECORD_ATTR, outcome.record)
+        if outcome.values is None:
+            raise optuna.TrialPruned(outcome.record["reason"])
         return outcome.values
+
+
+def prepare_study(study: optuna.Study, objective: dict[str, str]) -> None:
+    """Name the metrics and the constraints (once, by whichever worker creates the study)."""
+    if not study.metric_names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(metric_names(objective))
+    if CONSTRAINT_NAMES_ATTR not in study.user_attrs:
+        study.set_user_attr(CONSTRAINT_NAMES_ATTR, list(CONSTRAINT_GROUPS))
 
 
 def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFront) -> None:
     """Reload finished trials: their summaries go to the caches, simulated feasible ones to the
     screen, so a resumed or second worker repeats no simulation."""
-    for trial in completed_records(study):
+    for trial in evaluated_trials(study):
         record = trial.user_attrs[RECORD_ATTR]
         evaluator.remember(record)
         if record.get("feasible") and record.get("fidelity") == "simulate" and record.get("estimate_objectives"):
@@ -156,26 +205,35 @@ def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFro
 
 @dataclass
 class WorkerResult:
+    """One worker's share: the trials it finished, and dead workers' trials it marked failed."""
+
+    worker: str
     trials_run: int
     stale_failed: int
 
 
 def run_worker(problem: Problem, study: optuna.Study, *, trials: int | None, timeout_s: float | None,
-               callbacks: list[Callable] = (), evaluator: Evaluator | None = None) -> WorkerResult:
-    """Run trials until the study holds ``trials`` finished ones or ``timeout_s`` passes."""
+               callbacks: Sequence[Callable] = (), evaluator: Evaluator | None = None) -> WorkerResult:
+    """Run trials until the study holds ``trials`` finished ones (counted over every worker) or
+    ``timeout_s`` passes."""
     evaluator = evaluator or Evaluator(problem)
     screen = ScreenFront()
     stale = fail_dead_workers_trials(study)
     seed_from_study(study, evaluator, screen)
-    done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    remaining = None if trials is None else max(trials - done, 0)
+    budget = TrialBudget(trials)
+    remaining = budget.remaining(study)
     if remaining == 0:
-        return WorkerResult(0, stale)
-    stop = [optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))] if trials else []
-    before = len(study.trials)
-    study.optimize(Objective(problem, evaluator, screen), n_trials=remaining, timeout=timeout_s,
-                   callbacks=[*stop, *callbacks], catch=(), gc_after_trial=False)
-    return WorkerResult(len(study.trials) - before, stale)
+        return WorkerResult(worker_id(), 0, stale)
+    ran = []
+
+    def count(_study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.state in FINISHED:
+            ran.append(trial.number)
+
+    study.optimize(Objective(problem, evaluator, screen, budget), n_trials=remaining, timeout=timeout_s,
+                   callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent,),
+                   gc_after_trial=False)
+    return WorkerResult(worker_id(), len(ran), stale)
 
 
 # --- the front --------------------------------------------------------------------------------
@@ -206,7 +264,7 @@ def recheck_candidates(study: optuna.Study, limit: int = 40) -> list[optuna.tria
     """Feasible simulated trials on the search's first two fronts (the second stands by in case a
     front point fails at higher fidelity), one per distinct deployment."""
     seen, trials = set(), []
-    for trial in completed_records(study):
+    for trial in evaluated_trials(study):  # feasible and simulated: complete, with values
         record = trial.user_attrs[RECORD_ATTR]
         key = (record["model"], str(record["deployment"]))
         if record["feasible"] and record["fidelity"] == "simulate" and key not in seen:

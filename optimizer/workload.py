@@ -8,15 +8,19 @@ Every section but ``model`` and ``traffic`` is optional::
     traffic: {arrival: {kind: poisson, rate_per_s: 20}, input_tokens: ..., output_tokens: ...}
     slo: {p99_ttft_s: 1.0, p99_tpot_s: 0.05, p99_e2e_s: 20}
     objective: {latency: e2e, cost: usd_per_hour}   # P99 to minimize: e2e, ttft or tpot
+    # cost: usd_per_hour (the fleet), usd_per_output_mtoken ($ per million output tokens) or
+    # usd_per_total_mtoken ($ per million tokens, input + output), at the offered load
     accuracy: {max_drop_pct: 2.0, overrides: {awq: 3.0}}
     gpus: {h100: {price_per_gpu_hour: 2.50}, a100-80gb: {}}   # or a list of names
     profiles: {h100: my_h100_profile.json}   # default: the shipped calibration, else spec defaults
     limits: {max_gpus: 32, gpus_per_node: 8}
+    pricing: {whole_nodes: false}            # true: pay for every GPU of each node a fleet occupies
     redundancy: 0.2                          # spare replicas on top of what the traffic needs
     budget: {trials: 200, time_s: 120}
     sampler: nsga2                           # or tpe
     seed: 0
     storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
+    # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
     space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
     speculation: [{method: ngram, acceptance_rate: 0.6}]   # default: off
     checkpoints: {awq: hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4}
@@ -37,11 +41,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from ..costmodels.deployment import MAX_ENGINES, SpeculativeMethod
-from ..costmodels.errors import MAX_TOKENS, Name, Seconds, Spec, validate_spec
+from ..costmodels.errors import MAX_TOKENS, InputError, Name, Seconds, Spec, validate_spec
 from ..costmodels.hardware import GPUPrice
+from ..costmodels.model_sources import check_model_id
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_yaml_mapping, shown
@@ -49,23 +54,8 @@ from ..costmodels.userfiles import read_yaml_mapping, shown
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
-def check_storage_url(url: str) -> str:
-    """``url`` if SQLAlchemy can parse it (the value is not echoed: it may hold a password)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        make_url(url)
-    except (ArgumentError, ValueError):
-        raise ValueError("not a SQLAlchemy URL such as sqlite:///runs/study.db or postgresql://user@host/db") from None
-    return url
-
-
-StorageURL = Annotated[Name, AfterValidator(check_storage_url)]
-
-
 LatencyMetric = Literal["e2e", "ttft", "tpot"]
-CostMetric = Literal["usd_per_hour", "usd_per_mtoken"]
+CostMetric = Literal["usd_per_hour", "usd_per_output_mtoken", "usd_per_total_mtoken"]
 
 
 class Objective(Spec):
@@ -73,8 +63,18 @@ class Objective(Spec):
 
     latency: LatencyMetric = Field(default="e2e", description="which P99 to minimize")
     cost: CostMetric = Field(
-        default="usd_per_hour", description="fleet $/hour, or $ per million output tokens at the offered load"
+        default="usd_per_hour",
+        description="fleet $/hour, or $ per million output tokens, or per million tokens (input + output), "
+        "at the offered load",
     )
+
+    @field_validator("cost", mode="before")
+    @classmethod
+    def _which_tokens(cls, value: Any) -> Any:
+        if value == "usd_per_mtoken":  # the name once meant output tokens only: make the choice explicit
+            raise ValueError("say which tokens: usd_per_output_mtoken (output tokens) or usd_per_total_mtoken "
+                             "(input + output tokens)")
+        return value
 
 
 class Accuracy(Spec):
@@ -92,10 +92,10 @@ class Accuracy(Spec):
 class Alternative(Spec):
     """Another model the search may serve instead, with what it costs in quality."""
 
-    model: Name
+    model: ModelId
     accuracy_drop_pct: Percent | None = Field(default=None, description="drop against the main model")
     accuracy_score: float | None = Field(default=None, gt=0, le=1e9, description="its score (needs accuracy.model_score)")
-    checkpoint: Name | None = Field(default=None, description="the id to serve, when not the model name")
+    checkpoint: ModelId | None = Field(default=None, description="the id to serve, when not the model name")
 
     @model_validator(mode="after")
     def _one_accuracy(self) -> Alternative:
@@ -114,6 +114,15 @@ class Limits(Spec):
     max_gpus: int = Field(default=64, ge=1, le=MAX_ENGINES,
                           description="the whole fleet, all replicas and roles (at most the engines servopt simulates)")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="default: each GPU's catalog value")
+
+
+class Pricing(Spec):
+    """How a fleet is billed. By default per GPU used; with ``whole_nodes: true`` every node the
+    instances occupy is rented whole, placed as ``servopt export`` places them (three TP1 prefill
+    instances and one TP8 decode instance use 11 GPUs and, on 8-GPU nodes, rent 16). Reports show GPUs
+    used and GPUs rented either way."""
+
+    whole_nodes: bool = Field(default=False, description="pay for every GPU of each node a fleet occupies")
 
 
 class Budget(Spec):
@@ -144,7 +153,7 @@ class SpeculationOption(Spec):
     """A speculative decoding method the search may use (g, the drafted tokens, is searched)."""
 
     method: SpeculativeMethod
-    draft_model: Name | None = None
+    draft_model: ModelId | None = None
     acceptance_rate: float | None = Field(default=None, gt=0, lt=1)
 
     @model_validator(mode="after")
@@ -158,19 +167,37 @@ class SpeculationOption(Spec):
         return self.method if not self.draft_model else f"{self.method}:{self.draft_model}"
 
 
-class Checkpoints(Spec):
-    """Pre-quantized checkpoints to serve for weight schemes vLLM cannot apply online."""
+def _model_id(value: str | None, info: ValidationInfo) -> str | None:
+    """Model ids are checked where they are read: no control characters, the Hugging Face id
+    grammar on the whole id, or an existing local path (they end up in launch scripts)."""
+    if value is None:
+        return value
+    try:
+        return check_model_id(value, info.field_name or "model")
+    except InputError as err:
+        raise ValueError(str(err).split(": ", 1)[1]) from None
 
-    int8: Name | None = None
-    awq: Name | None = None
-    gptq: Name | None = None
-    fp8: Name | None = None
+
+ModelId = Annotated[str, AfterValidator(_model_id)]
+
+
+class Checkpoints(Spec):
+    """Pre-quantized checkpoints of the main model to serve for a weight scheme (each must be a
+    checkpoint of that scheme). Without one, the search uses servopt's catalog of public checkpoints;
+    a scheme with neither (and that vLLM cannot apply at start-up, as it does fp8) is not searched."""
+
+    int8: ModelId | None = None
+    awq: ModelId | None = None
+    gptq: ModelId | None = None
+    fp8: ModelId | None = None
+    w8a16: ModelId | None = None
+    nvfp4: ModelId | None = None
 
 
 class Workload(Spec):
     """A user's workload file (see the module docstring for every section)."""
 
-    model: Name = Field(description="preset alias, Hugging Face id, or path to config.json")
+    model: ModelId = Field(description="catalog alias, Hugging Face id, or path to a checkpoint folder / config.json")
     alternatives: list[Alternative] = Field(default_factory=list)
     traffic: Traffic
     slo: SLO = Field(default_factory=SLO)
@@ -180,6 +207,7 @@ class Workload(Spec):
         default=None, description="a list of GPU names, or name -> {price_per_gpu_hour}; default: the whole catalog"
     )
     limits: Limits = Field(default_factory=Limits)
+    pricing: Pricing = Field(default_factory=Pricing)
     profiles: dict[Name, Name] = Field(
         default_factory=dict, description="GPU -> performance profile JSON (default: the shipped one)"
     )
@@ -187,7 +215,7 @@ class Workload(Spec):
     budget: Budget = Field(default_factory=Budget)
     sampler: Literal["nsga2", "tpe"] = "nsga2"
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    storage: StorageURL | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
+    storage: Name | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
     space: dict[Name, Any] = Field(
         default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
     )

@@ -9,11 +9,15 @@ Example:
     {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
 """
 
-from ._export import VLLM_VERSION, check_with_vllm, launch_plan, render_shell, speculative_config
+from ._export import (
+    VLLM_VERSION, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands,
+    speculative_config,
+)
 from ._report import explain_empty, render_html, render_markdown, write_results
 from ._tables import pareto_frame, trials_frame, why
 
 __all__ = [
-    "VLLM_VERSION", "check_with_vllm", "explain_empty", "launch_plan", "pareto_frame", "render_html",
-    "render_markdown", "render_shell", "speculative_config", "trials_frame", "why", "write_results",
+    "VLLM_VERSION", "check_with_vllm", "explain_empty", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html",
+    "render_markdown", "render_readme", "render_shell", "serve_commands", "speculative_config", "trials_frame", "why",
+    "write_results",
 ]

@@ -1,11 +1,21 @@
-"""Launch commands for a front point, for vLLM 0.33 (``vllm serve``).
+"""Launch scripts for a front point, for vLLM 0.33 (``vllm serve``): one per node, plus a router.
 
 Every searched value is written as chosen, never left to vLLM's per-GPU defaults: tensor and
-pipeline parallelism, weights (``--quantization``, or the pre-quantized checkpoint it needs),
-``--kv-cache-dtype``, ``--max-num-seqs``, ``--max-num-batched-tokens``, chunked prefill on or off,
-``--max-model-len``, ``--gpu-memory-utilization``, prefix caching, ``--speculative-config`` and,
-for prefill/decode disaggregation, ``--kv-transfer-config`` (NixlConnector) with one command per
-role plus the proxy. Replicas are packed onto nodes by ``CUDA_VISIBLE_DEVICES``.
+pipeline parallelism, the weights (the checkpoint vLLM loads and its ``--quantization`` method, or
+``--dtype``), ``--kv-cache-dtype``, ``--max-num-seqs``, ``--max-num-batched-tokens``, chunked
+prefill on or off, ``--max-model-len``, ``--gpu-memory-utilization``, prefix caching,
+``--speculative-config`` and, for prefill/decode disaggregation, ``--kv-transfer-config``
+(NixlConnector). A point whose weights need a checkpoint that is not known is refused: an export
+never holds a placeholder or a variable the user must set.
+
+Instances are packed onto nodes by ``CUDA_VISIBLE_DEVICES``; each node gets its own script
+(``node-N.sh``). Several replicas, or prefill and decode instances, sit behind the vLLM Router
+(``pip install vllm-router``; vLLM's production router, with ``--vllm-pd-disaggregation`` for
+NixlConnector P/D) started by ``router.sh``. ``README.md`` gives the order to start them.
+
+Everything that comes from a user (model and checkpoint ids, local paths, draft models, GPU names
+of a hardware file) is passed through :func:`shlex.quote` in commands and stripped of control
+characters in comments, so nothing in a workload can run as shell code.
 
 Example:
     >>> point = {"trial": 3, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
@@ -13,7 +23,7 @@ Example:
     ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
     ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
     ...     "speculative": None, "disaggregation": None}}
-    >>> plan = launch_plan(point, {})
+    >>> plan = launch_plan(point)
     >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
     CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000 --tensor-parallel-size 2
     --quantization fp8 --kv-cache-dtype fp8 --max-num-seqs 96 --max-num-batched-tokens 4096
@@ -22,34 +32,51 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shlex
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
 from typing import Any
 
+from ..costmodels.deployment import Deployment
+from ..costmodels.errors import InputError
+from ..costmodels.quantization import ONLINE_SCHEMES
+
 VLLM_VERSION = "0.33"
-# vLLM's names for the weight schemes; int8 W8A8 is only served from compressed-tensors checkpoints.
-VLLM_QUANTIZATION = {"fp8": "fp8", "int8": "compressed-tensors", "awq": "awq_marlin", "gptq": "gptq_marlin"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-NEEDS_CHECKPOINT = ("int8", "awq", "gptq")
 BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
-PROXY_PORT = 8192
-# The proxy is a script in vLLM's source tree (not in the wheel), as in vLLM's NixlConnector docs.
-PROXY_SCRIPT = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+ROUTER_PORT = 8192
+RAY_PORT = 6379
+DP_RPC_PORT = 13345
+ROUTER_INSTALL = "pip install vllm-router"
 
 
-def _checkpoint_note(scheme: str, serve_id: str, checkpoints: dict[str, str | None]) -> tuple[str, str | None]:
-    """The model argument and, when a checkpoint is missing, the note saying so plainly."""
-    given = checkpoints.get(scheme)
-    if given:
-        return given, None
-    if scheme in NEEDS_CHECKPOINT and scheme not in serve_id.lower() and not (scheme == "int8" and "w8a8" in serve_id.lower()):
-        variable = f"SERVOPT_{scheme.upper()}_CHECKPOINT"
-        what = {"int8": "an INT8 W8A8 (compressed-tensors)", "awq": "an AWQ INT4", "gptq": "a GPTQ INT4"}[scheme]
-        note = (f"{scheme} weights need a pre-quantized checkpoint: vLLM cannot quantize to {scheme} at launch. "
-                f"Set {variable} to {what} checkpoint of {serve_id} (or set checkpoints.{scheme} in the workload).")
-        return f"${{{variable}:?set {variable} to {what} checkpoint of {serve_id}}}", note
-    return serve_id, None
+def comment(text: Any) -> str:
+    """Text safe inside a ``#`` comment line: control characters (newlines first) become spaces."""
+    return "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in str(text))
+
+
+def _weights(point: dict[str, Any]) -> tuple[str, str | None, str]:
+    """The model vLLM loads, its ``--quantization`` (None: 16-bit weights), and what
+    ``kv_cache_dtype auto`` means for it."""
+    d = point["deployment"]
+    scheme = d["quantization"]
+    weights = point.get("weights") or {}
+    model = weights.get("serve_id") or point["serve_id"]
+    if weights:
+        return model, weights.get("vllm_quantization"), weights.get("kv_cache_auto") or "auto"
+    # A front point written before checkpoints were recorded: only schemes vLLM applies itself.
+    if scheme in DTYPES:
+        return model, None, "auto"
+    if scheme in ONLINE_SCHEMES:
+        return model, scheme, "auto"
+    raise InputError(f"trial {point['trial']} serves {scheme} weights but its record names no {scheme} checkpoint; "
+                     "rerun servopt optimize (or servopt report) on the job to record it")
 
 
 def speculative_config(spec: dict[str, Any]) -> dict[str, Any]:
@@ -64,16 +91,22 @@ def speculative_config(spec: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> list[str]:
+def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_tokens: int,
+                quantization: str | None) -> list[str]:
     """The engine flags of one instance, in a fixed order."""
     args = ["--tensor-parallel-size", str(tp)]
     if d["pp"] > 1:
-        args += ["--pipeline-parallel-size", str(d["pp"])]
-    scheme = d["quantization"]
-    if scheme in VLLM_QUANTIZATION:
-        args += ["--quantization", VLLM_QUANTIZATION[scheme]]
-    elif scheme in DTYPES:
-        args += ["--dtype", DTYPES[scheme]]
+        args += ["--pipeline-parallel-size", str(d["pp"]), "--distributed-executor-backend", "ray"]
+    if d.get("data_parallel_size", 1) > 1:
+        args += ["--data-parallel-size", str(d["data_parallel_size"])]
+    if d.get("enable_expert_parallel"):
+        args.append("--enable-expert-parallel")
+    if d.get("all2all_backend"):
+        args += ["--all2all-backend", d["all2all_backend"]]
+    if quantization:
+        args += ["--quantization", quantization]
+    elif d["quantization"] in DTYPES:
+        args += ["--dtype", DTYPES[d["quantization"]]]
     args += ["--kv-cache-dtype", d["kv_cache_dtype"], "--max-num-seqs", str(max_num_seqs),
              "--max-num-batched-tokens", str(max_num_batched_tokens)]
     args.append("--enable-chunked-prefill" if d["enable_chunked_prefill"] else "--no-enable-chunked-prefill")
@@ -84,151 +117,270 @@ def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_t
     return args
 
 
-def _shell(env: dict[str, str], model: str, args: list[str]) -> str:
-    # The model may be a ${VAR:?...} expansion, which must stay unquoted-expandable.
-    model_text = f'"{model}"' if model.startswith("${") else shlex.quote(model)
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    return (prefix + " " if prefix else "") + "vllm serve " + model_text + " " + " ".join(shlex.quote(a) for a in args)
+def shell_command(env: dict[str, str], program: list[str], args: list[str]) -> str:
+    """One shell command line: every word quoted, so no value can be read as shell syntax."""
+    words = [f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.quote(w) for w in [*program, *args]]
+    return " ".join(words)
 
 
-def launch_plan(point: dict[str, Any], checkpoints: dict[str, str | None], gpus_per_node: int = 8) -> dict[str, Any]:
-    """Every instance to start (with its command), the proxy, and notes, as plain data."""
-    d = point["deployment"]
-    model, note = _checkpoint_note(d["quantization"], point["serve_id"], checkpoints)
+def data_parallel_nodes(dp: int, tp: int, gpus_per_node: int) -> list[list[str]]:
+    """Extra flags per node of one instance whose data-parallel ranks fill more than a node (else one
+    empty list): vLLM's multi-node data parallelism, the first node serving and the others headless.
+    ``${head_address}`` is the first node's address, an argument of each node's script."""
+    local = max(gpus_per_node // tp, 1)
+    if dp <= local:
+        return [[]]
+    common = ["--data-parallel-size-local", str(local), "--data-parallel-address", "${head_address}",
+              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+    return [common + ([] if k == 0 else ["--headless", "--data-parallel-start-rank", str(k * local)])
+            for k in range(-(-dp // local))]
+
+
+def _roles(d: dict[str, Any]) -> list[tuple]:
     dis = d.get("disaggregation")
-    if dis:
-        roles = [("prefill", dis["prefill_instances"], dis["prefill_tp"],
-                  dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
-                  dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_producer"),
-                 ("decode", dis["decode_instances"], dis["decode_tp"],
-                  dis.get("decode_max_num_seqs") or d["max_num_seqs"],
-                  dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_consumer")]
-    else:
-        roles = [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)]
-    instances, proxies = [], []
-    node, next_gpu, port, side_port = 0, 0, BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
-    for replica in range(d["replicas"]):
-        group: dict[str, list[tuple[int, int]]] = {"prefill": [], "decode": []}
-        for role, count, tp, seqs, tokens, kv_role in roles:
-            gpus = tp * d["pp"]
-            for _ in range(count):
-                if next_gpu + min(gpus, gpus_per_node) > gpus_per_node:
-                    node, next_gpu = node + 1, 0
-                host_node = node
-                devices = ",".join(str(next_gpu + i) for i in range(min(gpus, gpus_per_node)))
-                if gpus >= gpus_per_node:  # whole nodes; pipeline stages span the next ones
-                    node, next_gpu = node + -(-gpus // gpus_per_node), 0
-                else:
-                    next_gpu += gpus
-                env = {"CUDA_VISIBLE_DEVICES": devices}
-                args = ["--port", str(port), *engine_args(d, tp, seqs, tokens)]
-                if kv_role:
-                    env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_port)
-                    side_port += 1
-                    transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
-                    args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
-                    group[role].append((host_node, port))
-                instances.append({"replica": replica, "role": role, "node": host_node, "port": port, "tp": tp,
-                                  "pp": d["pp"], "env": env, "model": model, "args": args,
-                                  "command": _shell(env, model, args)})
-                port += 1
-        if dis:
-            proxy_args = ["--port", str(PROXY_PORT + replica),
-                          "--prefiller-hosts", *[f"node{n}" for n, _ in group["prefill"]],
-                          "--prefiller-ports", *[str(p) for _, p in group["prefill"]],
-                          "--decoder-hosts", *[f"node{n}" for n, _ in group["decode"]],
-                          "--decoder-ports", *[str(p) for _, p in group["decode"]]]
-            proxies.append({"replica": replica, "args": proxy_args,
-                            "command": "python " + PROXY_SCRIPT + " " + " ".join(shlex.quote(a) for a in proxy_args)})
-    notes = [note] if note else []
-    if d["pp"] > 1:
-        notes.append(f"pp={d['pp']} spans {d['pp']} nodes per instance: start a Ray cluster over them first and run "
-                     "the command on its head node (vLLM's multi-node serving docs).")
-    if dis:
-        notes.append("nodeN in the proxy commands stands for the host of node N; across hosts also set "
-                     "VLLM_NIXL_SIDE_CHANNEL_HOST on each instance. The proxy script is in vLLM's source tree.")
-    if d["replicas"] > 1 or len(instances) > 1:
-        notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
-                     + ("proxies." if dis else "instances' ports."))
+    if not dis:
+        return [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)]
+    return [("prefill", dis["prefill_instances"], dis["prefill_tp"],
+             dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
+             dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_producer"),
+            ("decode", dis["decode_instances"], dis["decode_tp"],
+             dis.get("decode_max_num_seqs") or d["max_num_seqs"],
+             dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_consumer")]
+
+
+def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool = True,
+                max_model_len_basis: str | None = None) -> dict[str, Any]:
+    """Every instance to start (with its node, ports and command), the router, and notes, as data."""
+    d = point["deployment"]
+    model, quantization, kv_auto = _weights(point)
+    dis = d.get("disaggregation")
+    roles = {role: (tp, seqs, tokens, kv_role) for role, _, tp, seqs, tokens, kv_role in _roles(d)}
+    placements = Deployment.model_validate(d).placement(gpus_per_node)
+    instances = []
+    port, side_port = BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
+    for place in placements:
+        tp, seqs, tokens, kv_role = roles[place.role]
+        dp = d.get("data_parallel_size", 1) if place.role == "serve" else 1
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.devices))}
+        args = ["--port", str(port), *engine_args(d, tp, seqs, tokens, quantization)]
+        if kv_role:
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_port)
+            side_port += 1
+            transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
+            args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+        parts = data_parallel_nodes(dp, tp, gpus_per_node)
+        for k, extra in enumerate(parts):
+            nodes = [place.node + k] if len(parts) > 1 else place.nodes
+            instances.append({"replica": place.replica, "role": place.role, "node": place.node + k, "nodes": nodes,
+                              "port": port, "tp": tp, "pp": d["pp"], "dp": dp // len(parts), "env": env,
+                              "model": model, "args": args + extra,
+                              "command": shell_command(env, ["vllm", "serve", model], args + extra)})
+        port += 1
+    num_nodes = placements[-1].nodes[-1] + 1
+    router = _router([i for i in instances if "--headless" not in i["args"]], bool(dis), num_nodes)
+    notes = []
+    if d["kv_cache_dtype"] == "auto" and kv_auto != "auto":
+        notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
+                     f"{kv_auto} KV cache (as predicted)")
+    if max_model_len_basis:
+        notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
+    if not calibrated:
+        notes.append(f"UNCALIBRATED: {d['gpu']} has no calibration profile; its predictions rest on datasheet "
+                     "defaults. Measure before relying on them (servopt calibrate run on that GPU).")
     return {"vllm_version": VLLM_VERSION, "trial": point["trial"], "model": model, "gpu": d["gpu"],
-            "replicas": d["replicas"], "num_nodes": node + (1 if next_gpu else 0), "instances": instances,
-            "proxies": proxies, "notes": notes, "deployment": d, "metrics": point.get("metrics", {})}
+            "calibrated": calibrated, "replicas": d["replicas"], "num_nodes": num_nodes, "instances": instances,
+            "router": router, "notes": notes, "deployment": d, "weights": point.get("weights"),
+            "metrics": point.get("metrics", {})}
 
 
-def render_shell(plan: dict[str, Any]) -> str:
-    """The plan as a commented shell script."""
+def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[str, Any] | None:
+    """The vLLM Router in front of the instances (None for a single aggregated instance)."""
+    if len(instances) == 1:
+        return None
+    # Multi-node deployments name each node's address on the router's command line ($1, $2, ...).
+    def url(inst: dict) -> str:
+        host = "127.0.0.1" if num_nodes == 1 else f"${{node{inst['node']}}}"
+        return f"http://{host}:{inst['port']}"
+
+    if disaggregated:
+        args = ["--vllm-pd-disaggregation"]
+        for inst in instances:
+            args += ["--prefill" if inst["role"] == "prefill" else "--decode", url(inst)]
+        args += ["--prefill-policy", "cache_aware", "--decode-policy", "power_of_two"]
+    else:
+        args = ["--worker-urls", *[url(inst) for inst in instances], "--policy", "round_robin"]
+    args += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+    return {"program": "vllm-router", "args": args, "port": ROUTER_PORT, "install": ROUTER_INSTALL}
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+def _header(plan: dict[str, Any], title: str) -> list[str]:
     m = plan["metrics"]
-    lines = [
-        f"# servopt export for vLLM {plan['vllm_version']}: trial {plan['trial']}, {plan['replicas']} replica(s) on "
-        f"{sum(i['tp'] * i['pp'] for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))",
-    ]
+    gpus = sum(i["tp"] * i["pp"] * i.get("dp", 1) for i in plan["instances"])
+    lines = ["#!/usr/bin/env bash",
+             comment(f"# servopt export for vLLM {plan['vllm_version']}: trial {plan['trial']}, {plan['replicas']} "
+                     f"replica(s) on {gpus} x {plan['gpu']} ({plan['num_nodes']} node(s)); {title}")]
+    if not plan["calibrated"]:
+        lines.append(comment(f"# UNCALIBRATED: no calibration profile for {plan['gpu']}; predictions rest on datasheet defaults"))
     if m:
         lines.append(f"# predicted: ${m['cost_usd_per_hour']:.2f}/hour, P99 TTFT {m['p99_ttft_s']:.3g} s, "
                      f"TPOT {m['p99_tpot_s']:.3g} s, e2e {m['p99_e2e_s']:.3g} s")
-    lines += [f"# NOTE: {note}" for note in plan["notes"]]
-    node = None
-    for inst in plan["instances"]:
-        if inst["node"] != node:
-            node = inst["node"]
-            lines.append(f"# --- node {node} ---")
-        lines.append(inst["command"] + " &")
-    for proxy in plan["proxies"]:
-        lines.append(f"# proxy of replica {proxy['replica']}")
-        lines.append(proxy["command"] + " &")
-    lines.append("wait")
+    lines += [comment(f"# NOTE: {note}") for note in plan["notes"]]
+    lines += ["set -euo pipefail", 'cd -- "$(dirname -- "$0")"']
+    return lines
+
+
+def _usage(script: str, names: list[str]) -> list[str]:
+    usage = comment(f"usage: {script} {' '.join(names)}")
+    check = [f'if [ "$#" -ne {len(names)} ]; then echo {shlex.quote(usage)} >&2; exit 2; fi']
+    return check + [f'{name.lower()}="${i + 1}"' for i, name in enumerate(names)]
+
+
+def node_scripts(plan: dict[str, Any]) -> dict[str, str]:
+    """``node-N.sh`` for every node, and ``router.sh`` when there is a router."""
+    multi_node = plan["num_nodes"] > 1
+    pd_multi_node = multi_node and any(i["role"] != "serve" for i in plan["instances"])
+    scripts = {}
+    for node in range(plan["num_nodes"]):
+        name = f"node-{node}.sh"
+        here = [i for i in plan["instances"] if i["node"] == node]
+        stage_of = [i for i in plan["instances"] if node in i["nodes"] and i["node"] != node]
+        lines = _header(plan, f"node {node} of {plan['num_nodes']}")
+        if stage_of:  # a pipeline stage of an instance whose head runs on an earlier node
+            lines += _usage(name, ["HEAD_ADDRESS"])
+            lines += [comment(f"# pipeline stage of the instance on node {stage_of[0]['node']} (port {stage_of[0]['port']}): "
+                              "join its Ray cluster and wait"),
+                      f'exec ray start --address="$head_address:{RAY_PORT}" --block']
+            scripts[name] = "\n".join(lines) + "\n"
+            continue
+        if pd_multi_node:
+            lines += _usage(name, ["NODE_ADDRESS"])
+        data_parallel = any("--data-parallel-address" in i["args"] for i in here)
+        if data_parallel:  # data-parallel ranks over nodes: every node names the first one
+            lines += _usage(name, ["HEAD_ADDRESS"])
+        if any(i["pp"] > 1 for i in here):
+            lines.append(f"ray start --head --port={RAY_PORT}")
+        lines.append("trap 'kill $(jobs -p) 2>/dev/null || true' EXIT")
+        for inst in here:
+            lines.append(comment(f"# replica {inst['replica']}, {inst['role']} instance, port {inst['port']}"))
+            prefix = 'VLLM_NIXL_SIDE_CHANNEL_HOST="$node_address" ' if pd_multi_node and inst["role"] != "serve" else ""
+            command = inst["command"].replace("'${head_address}'", '"$head_address"') if data_parallel else inst["command"]
+            lines.append(f"{prefix}{command} > vllm-{inst['port']}.log 2>&1 &")
+        lines += ['echo "started $(jobs -p | wc -l) vLLM instance(s); logs in $PWD/vllm-*.log"', "wait"]
+        scripts[name] = "\n".join(lines) + "\n"
+    router = plan["router"]
+    if router:
+        lines = _header(plan, f"the vLLM Router ({router['install']})")
+        words = [shlex.quote(w) for w in [router["program"], *router["args"]]]
+        if multi_node:
+            lines += _usage("router.sh", [f"NODE{n}" for n in range(plan["num_nodes"])])
+            # Node addresses come in as arguments; they are expanded inside double quotes only.
+            words = [w if "${node" not in w else '"' + w.strip("'") + '"' for w in words]
+        lines.append("exec " + " ".join(words))
+        scripts["router.sh"] = "\n".join(lines) + "\n"
+    return scripts
+
+
+def render_readme(plan: dict[str, Any], scripts: dict[str, str]) -> str:
+    """The order to start the scripts, and what each one needs."""
+    d = plan["deployment"]
+    lines = [comment(f"# vLLM launch scripts: trial {plan['trial']} ({plan['model']} on {plan['gpu']})"), ""]
+    if not plan["calibrated"]:
+        lines += [comment(f"**UNCALIBRATED**: no calibration profile for {plan['gpu']}; the predictions behind this "
+                          "deployment rest on datasheet defaults."), ""]
+    lines += [f"vLLM {plan['vllm_version']}; {plan['replicas']} replica(s), {len(plan['instances'])} instance(s) on "
+              f"{plan['num_nodes']} node(s) of {plan['gpu']}; weights: {d['quantization']}, KV cache {d['kv_cache_dtype']}.",
+              "", "Start order:", ""]
+    step = 1
+    multi_node = plan["num_nodes"] > 1
+    for name in sorted(s for s in scripts if s.startswith("node-")):
+        node = int(name.split("-")[1].split(".")[0])
+        args, why = "", ""
+        if "HEAD_ADDRESS" in scripts[name]:
+            args, why = " HEAD_ADDRESS", (" (HEAD_ADDRESS: the address of the instance's first node)"
+                                          if "--data-parallel-address" in scripts[name]
+                                          else " (HEAD_ADDRESS: the address of the node running the stage's head)")
+        elif "NODE_ADDRESS" in scripts[name]:
+            args, why = " NODE_ADDRESS", " (NODE_ADDRESS: this node's address, reachable by the others for the KV transfer)"
+        where = f"on node {node}" if multi_node else "on the GPU machine"
+        lines.append(f"{step}. `bash {name}{args}` {where}{why}.")
+        step += 1
+    if "router.sh" in scripts:
+        nodes = "".join(f" NODE{n}" for n in range(plan["num_nodes"])) if multi_node else ""
+        lines.append(f"{step}. When every instance answers on /health, `bash router.sh{nodes}` (needs "
+                     f"`{ROUTER_INSTALL}`; NODEn: the address of node n); clients talk to port {ROUTER_PORT}.")
+    else:
+        lines.append(f"Clients talk to port {plan['instances'][0]['port']}.")
+    lines += ["", "Notes:", ""] + [comment(f"- {note}") for note in plan["notes"]] if plan["notes"] else []
     return "\n".join(lines) + "\n"
 
 
-def check_with_vllm(plan: dict[str, Any]) -> list[str]:
-    """Parse each instance's flags with vLLM's own EngineArgs parser; returns the problems found.
+def render_shell(plan: dict[str, Any]) -> str:
+    """A single-node plan as one script (what ``servopt export`` prints); multi-node plans have
+    one script per node (:func:`node_scripts`)."""
+    scripts = node_scripts(plan)
+    if plan["num_nodes"] != 1 or "router.sh" in scripts:
+        raise InputError("this deployment needs several scripts (nodes or a router); write them with --out")
+    return scripts["node-0.sh"]
 
-    Raises ImportError when vLLM is not installed. Without a GPU, vLLM imports only as a CPU
-    build, so ``VLLM_TARGET_DEVICE=cpu`` is set unless the caller set it.
-    """
-    import os
-    import shutil
 
-    if not shutil.which("nvidia-smi"):
-        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    from vllm.engine.arg_utils import EngineArgs
+# --- checking with vLLM's own parser -----------------------------------------------------------
 
+VLLM_PYTHON_ENV = "SERVOPT_VLLM_PYTHON"
+_CHECKER = Path(__file__).with_name("_vllm_check.py")
+
+
+def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
+    """The ``vllm serve`` commands of the scripts, as the shell will split them (environment
+    assignments and redirections dropped), for :func:`check_with_vllm`."""
+    commands = []
+    for name, text in scripts.items():
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.lstrip().startswith("#") or "vllm serve" not in line:
+                continue
+            words = shlex.split(line, comments=True)
+            start = words.index("vllm")
+            argv = []
+            for word in words[start:]:
+                if word in ("&", ">", "2>&1") or word.startswith(("vllm-", ">")) and word.endswith(".log"):
+                    break
+                argv.append(word)
+            commands.append({"label": f"{name} line {number}", "argv": argv})
+    return commands
+
+
+def find_vllm_python(explicit: str | None = None) -> str | None:
+    """A Python that can import vLLM: ``explicit``, ``$SERVOPT_VLLM_PYTHON``, this interpreter,
+    or the ``.vllm-venv`` of the working directory or of this checkout."""
+    candidates = [explicit, os.environ.get(VLLM_PYTHON_ENV)]
+    if importlib.util.find_spec("vllm") is not None:
+        candidates.append(sys.executable)
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        candidates.append(str(root / ".vllm-venv" / "bin" / "python"))
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600) -> tuple[str, list[str]]:
+    """Parse every ``vllm serve`` command of the scripts with vLLM's own ``vllm serve`` parser, in
+    the Python ``find_vllm_python`` finds; returns (vLLM version, problems). Raises InputError when
+    no Python with vLLM is found."""
+    interpreter = find_vllm_python(python)
+    if interpreter is None:
+        raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
+                         f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
+                         f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # vLLM <= 0.11
-        from vllm.utils import FlexibleArgumentParser
-    problems = []
-    for inst in plan["instances"]:
-        args = [a for a in inst["args"]]
-        port = args.index("--port")
-        del args[port:port + 2]  # a server flag, not an engine flag
-        model = inst["model"] if not inst["model"].startswith("${") else "placeholder/pre-quantized-checkpoint"
-        parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-        try:
-            namespace = parser.parse_args(["--model", model, *args])
-            EngineArgs.from_cli_args(namespace)
-        except SystemExit:
-            problems.append(f"{inst['role']} instance on port {inst['port']}: vLLM's parser rejected: {' '.join(args)}")
-        except (TypeError, ValueError) as err:
-            problems.append(f"{inst['role']} instance on port {inst['port']}: {err}")
-        problems += _deep_checks(inst)
-    return problems
-
-
-def _deep_checks(inst: dict[str, Any]) -> list[str]:
-    """What argparse accepts but vLLM rejects later: unknown quantization methods, connectors, keys."""
-    problems = []
-    args = inst["args"]
-    if "--quantization" in args:
-        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
-
-        method = args[args.index("--quantization") + 1]
-        if method not in QUANTIZATION_METHODS:
-            problems.append(f"--quantization {method} is not one of vLLM's methods")
-    if "--kv-transfer-config" in args:
-        from vllm.config import KVTransferConfig
-
-        try:
-            KVTransferConfig(**json.loads(args[args.index("--kv-transfer-config") + 1]))
-        except (TypeError, ValueError) as err:
-            problems.append(f"--kv-transfer-config: {err}")
-    return problems
+        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts)),
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"--check: vLLM's parser did not answer within {timeout_s:.0f} s ({interpreter})") from None
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"--check: {interpreter} could not run vLLM's parser: {last}") from None
+    return result["vllm_version"], result["problems"]

@@ -1,18 +1,35 @@
-"""The Pareto plot: cost against P99 latency, one panel per latency that the objective or an SLO
-names, with feasible, infeasible and front points and the SLO lines. Returned as inline SVG."""
+"""The Pareto plots: cost against P99 latency, one interactive plotly figure per latency that the
+objective or an SLO names.
+
+Points are coloured by GPU; the symbol says how far a trial got (simulated and feasible, feasible
+on the estimate only, infeasible); the re-checked front is drawn over them with its cheapest and
+fastest points marked, and each SLO is a dashed line. Hovering a point shows its whole deployment
+and what was predicted. Trials with nothing predicted (pruned) have no latency to plot.
+"""
 
 from __future__ import annotations
 
-import io
+import html
+import json
+import math
+from typing import Any
 
-import matplotlib
+import pandas as pd
+import plotly.graph_objects as go
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import pandas as pd  # noqa: E402
-
-COST_LABELS = {"usd_per_hour": "fleet cost ($/hour)", "usd_per_mtoken": "cost ($ per million output tokens)"}
+COST_LABELS = {
+    "usd_per_hour": "fleet cost ($/hour)",
+    "usd_per_output_mtoken": "$ per million output tokens",
+    "usd_per_total_mtoken": "$ per million tokens (input + output)",
+}
 SLO_KEYS = {"ttft": "p99_ttft_s", "tpot": "p99_tpot_s", "e2e": "p99_e2e_s"}
+# Qualitative colours that stay apart for the colour-blind (Okabe and Ito's palette).
+GPU_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+STATUS_SYMBOLS = {"simulated": "circle", "estimate": "circle-open", "infeasible": "x-thin-open"}
+STATUS_LABELS = {"simulated": "feasible, simulated", "estimate": "feasible, estimate only",
+                 "infeasible": "infeasible"}
+# Above this ratio of largest to smallest latency the axis is logarithmic.
+LOG_AXIS_RATIO = 20
 
 
 def panels(objective_latency: str, slo: dict) -> list[str]:
@@ -20,48 +37,162 @@ def panels(objective_latency: str, slo: dict) -> list[str]:
     return [objective_latency] + [m for m in SLO_KEYS if m != objective_latency and slo.get(SLO_KEYS[m])]
 
 
-def pareto_svg(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, slo: dict) -> str:
-    """An SVG document (as text) of the trials and the front."""
-    metrics = panels(objective["latency"], slo)
-    cost_col = f"cost_{objective['cost']}"
-    fig, axes = plt.subplots(1, len(metrics), figsize=(6.4 * len(metrics), 4.6), squeeze=False)
-    evaluated = trials[trials["fidelity"] != "precheck"] if len(trials) else trials
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        col = f"p99_{metric}_s"
-        if len(evaluated):
-            infeasible = evaluated[~evaluated["feasible"]]
-            screened = evaluated[evaluated["feasible"] & (evaluated["fidelity"] == "estimate")]
-            simulated = evaluated[evaluated["feasible"] & (evaluated["fidelity"] == "simulate")]
-            ax.scatter(infeasible[cost_col], infeasible[col], marker="x", s=14, color="#bbbbbb",
-                       label=f"infeasible ({len(infeasible)})")
-            ax.scatter(screened[cost_col], screened[col], s=12, color="#9ecae1",
-                       label=f"feasible, estimate only ({len(screened)})")
-            ax.scatter(simulated[cost_col], simulated[col], s=16, color="#3182bd",
-                       label=f"feasible, simulated ({len(simulated)})")
-        if len(front):
-            ordered = front.sort_values(cost_col)
-            if metric == objective["latency"]:
-                ax.step(ordered[cost_col], ordered[col], where="post", color="#de2d26", linewidth=1.2)
-            ax.scatter(ordered[cost_col], ordered[col], s=40, color="#de2d26", zorder=3,
-                       label=f"Pareto front, re-checked ({len(front)})")
-            for row in ordered.itertuples():
-                ax.annotate(str(row.trial), (getattr(row, cost_col), getattr(row, col)), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
-        target = slo.get(SLO_KEYS[metric])
-        if target:
-            ax.axhline(target, color="#31a354", linestyle="--", linewidth=1, label=f"SLO {SLO_KEYS[metric]} = {target:g} s")
-        ax.set_xlabel(COST_LABELS[objective["cost"]])
-        ax.set_ylabel(f"P99 {metric.upper()} (s)")
-        values = evaluated[col].dropna() if len(evaluated) else pd.Series(dtype=float)
-        if len(values) and values.min() > 0 and values.max() / values.min() > 20:
-            ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
-        ax.set_title(f"cost vs P99 {metric.upper()}" + (" (objective)" if metric == objective["latency"] else ""))
-    fig.tight_layout()
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg")
-    plt.close(fig)
-    svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]
+def gpu_colours(gpus: list[str]) -> dict[str, str]:
+    return {gpu: GPU_COLOURS[i % len(GPU_COLOURS)] for i, gpu in enumerate(sorted(gpus))}
 
+
+def _number(value: Any, unit: str = "") -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.3g}{unit}"
+
+
+def deployment_lines(row: dict[str, Any]) -> list[str]:
+    """The deployment of a trials or front row, as hover lines (HTML-escaped)."""
+    d = json.loads(row["deployment"])
+    esc = html.escape
+    dis = d.get("disaggregation")
+    if dis:
+        shape = (f"{d['replicas']} x ({dis['prefill_instances']} prefill TP{dis['prefill_tp']} + "
+                 f"{dis['decode_instances']} decode TP{dis['decode_tp']})")
+    else:
+        shape = f"{d['replicas']} x TP{d['tp']}" + (f" PP{d['pp']}" if d["pp"] > 1 else "")
+    spec = d.get("speculative")
+    return [
+        f"model {esc(str(row.get('serve_id') or row.get('model')))}",
+        f"{esc(d['gpu'])}: {shape}, {row['num_gpus']} GPUs used, {row['gpus_rented']} rented",
+        f"weights {esc(str(d['quantization']))}, KV cache {esc(d['kv_cache_dtype'])}",
+        f"max_num_seqs {d['max_num_seqs']}, max_num_batched_tokens {d['max_num_batched_tokens']}, "
+        f"chunked prefill {'on' if d['enable_chunked_prefill'] else 'off'}",
+        "speculation " + (f"{esc(spec['method'])}, {spec['num_speculative_tokens']} tokens" if spec else "off"),
+    ]
+
+
+def prediction_lines(row: dict[str, Any]) -> list[str]:
+    return [
+        f"${_number(row['cost_usd_per_hour'])}/hour, ${_number(row['cost_usd_per_output_mtoken'])}/M output tokens, "
+        f"${_number(row['cost_usd_per_total_mtoken'])}/M tokens (in + out)",
+        f"P99 TTFT {_number(row['p99_ttft_s'], ' s')}, TPOT {_number(row['p99_tpot_s'], ' s')}, "
+        f"ITL {_number(row['p99_itl_s'], ' s')}, e2e {_number(row['p99_e2e_s'], ' s')}",
+        f"{_number(row['output_tokens_per_s'])} output tokens/s, accuracy drop {_number(row['accuracy_drop_pct'], '%')}",
+    ]
+
+
+def _trial_hover(row: dict[str, Any], status: str) -> str:
+    source = " (simulated)" if row["fidelity"] == "simulate" else " (estimated)"
+    head = f"<b>trial {row['trial']}</b>: {STATUS_LABELS[status]}" + (source if status == "infeasible" else "")
+    lines = [head, *deployment_lines(row), *prediction_lines(row)]
+    if row["reason"]:
+        lines.append("why infeasible: " + html.escape(str(row["reason"])))
+    return "<br>".join(lines)
+
+
+def _front_hover(row: dict[str, Any], marks: dict[int, str]) -> str:
+    mark = f" ({marks[row['trial']]})" if row["trial"] in marks else ""
+    head = f"<b>trial {row['trial']}{mark}</b>: Pareto front, re-checked with {row['simulated_requests']} requests"
+    return "<br>".join([head, *deployment_lines(row), *prediction_lines(row), "limited by: " + html.escape(row["why"])])
+
+
+def _status(trials: pd.DataFrame) -> pd.Series:
+    feasible = trials["feasible"].astype(bool)
+    return pd.Series(
+        ["infeasible" if not ok else ("simulated" if fid == "simulate" else "estimate")
+         for ok, fid in zip(feasible, trials["fidelity"], strict=True)], index=trials.index)
+
+
+def front_marks(front: pd.DataFrame, objective: dict) -> dict[int, str]:
+    """The cheapest and the fastest front point (by the objective's cost and latency)."""
+    if not len(front):
+        return {}
+    cost, latency = f"cost_{objective['cost']}", f"p99_{objective['latency']}_s"
+    cheapest = front.sort_values([cost, latency]).iloc[0]["trial"]
+    fastest = front.sort_values([latency, cost]).iloc[0]["trial"]
+    if cheapest == fastest:
+        return {int(cheapest): "cheapest and fastest"}
+    return {int(cheapest): "cheapest", int(fastest): "fastest"}
+
+
+def log_ticks(values: pd.Series) -> list[float]:
+    """1-2-5 ticks over ``values`` (each labelled in full, not as a bare mantissa)."""
+    low, high = math.floor(math.log10(values.min())), math.ceil(math.log10(values.max()))
+    return [m * 10.0**e for e in range(low, high + 1) for m in (1, 2, 5)]
+
+
+def _trial_traces(fig: go.Figure, evaluated: pd.DataFrame, status: pd.Series, cost_col: str, col: str,
+                  colours: dict[str, str]) -> None:
+    for gpu, colour in colours.items():
+        rows = evaluated[(evaluated["gpu"] == gpu) & evaluated[col].notna()] if len(evaluated) else evaluated
+        # The legend entry is a filled marker whatever the GPU's first point is; it shows or hides
+        # every trace of its group.
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=gpu, legendgroup=gpu,
+                                 marker={"color": colour, "size": 9}, hoverinfo="skip"))
+        if not len(rows):
+            continue
+        kinds = status[rows.index]
+        fig.add_trace(go.Scatter(
+            x=rows[cost_col], y=rows[col], mode="markers", name=gpu, legendgroup=gpu, showlegend=False,
+            marker={"color": colour, "size": 8, "symbol": [STATUS_SYMBOLS[k] for k in kinds],
+                    "opacity": [0.35 if k == "infeasible" else 0.85 for k in kinds], "line": {"width": 1.2}},
+            hovertext=[_trial_hover(r, k) for r, k in zip(rows.to_dict("records"), kinds, strict=True)],
+            hoverinfo="text",
+        ))
+    for kind, symbol in STATUS_SYMBOLS.items():  # what the symbols mean, in grey
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=STATUS_LABELS[kind],
+                                 marker={"color": "#666", "symbol": symbol, "size": 8}, hoverinfo="skip"))
+
+
+def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, line: bool, log: bool,
+                  colours: dict[str, str], marks: dict[int, str]) -> None:
+    ordered = front.sort_values(cost_col)
+    fig.add_trace(go.Scatter(
+        x=ordered[cost_col], y=ordered[col], name=f"Pareto front, re-checked ({len(front)})",
+        mode="lines+markers" if line else "markers", line={"color": "#222", "width": 1.5, "shape": "hv"},
+        marker={"size": 13, "symbol": "diamond", "color": [colours[g] for g in ordered["gpu"]],
+                "line": {"color": "#222", "width": 1.5}},
+        hovertext=[_front_hover(r, marks) for r in ordered.to_dict("records")], hoverinfo="text",
+    ))
+    for row in ordered.to_dict("records"):
+        if row["trial"] in marks and pd.notna(row[col]):
+            # Annotations sit in axis units: log10 of the value on a log axis.
+            y = math.log10(row[col]) if log else row[col]
+            fig.add_annotation(x=row[cost_col], y=y, text=f"{marks[row['trial']]} (#{row['trial']})",
+                               showarrow=True, arrowhead=2, ax=40, ay=-34, font={"size": 12},
+                               bgcolor="rgba(255,255,255,0.85)", bordercolor="#222")
+
+
+def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, slo: dict) -> dict[str, go.Figure]:
+    """One figure per panel metric (see :func:`panels`), keyed by the metric."""
+    cost_col = f"cost_{objective['cost']}"
+    evaluated = trials[trials["objective_latency_s"].notna()] if len(trials) else trials
+    colours = gpu_colours(sorted(set(evaluated["gpu"] if len(evaluated) else []) | set(front["gpu"] if len(front) else [])))
+    status = _status(evaluated) if len(evaluated) else pd.Series(dtype=str)
+    marks = front_marks(front, objective)
+    figures = {}
+    for metric in panels(objective["latency"], slo):
+        col = f"p99_{metric}_s"
+        target = slo.get(SLO_KEYS[metric])
+        values = pd.concat([evaluated[col] if len(evaluated) else pd.Series(dtype=float),
+                            front[col] if len(front) else pd.Series(dtype=float), pd.Series([target or math.nan])])
+        values = values.dropna()
+        log = bool(len(values)) and values.min() > 0 and values.max() / values.min() > LOG_AXIS_RATIO
+        fig = go.Figure()
+        _trial_traces(fig, evaluated, status, cost_col, col, colours)
+        if len(front):
+            _front_traces(fig, front, cost_col, col, metric == objective["latency"], log, colours, marks)
+        if target:
+            fig.add_hline(y=target, line={"color": "#2ca02c", "dash": "dash", "width": 1.5},
+                          annotation_text=f"SLO {SLO_KEYS[metric]} = {target:g} s", annotation_position="top left")
+        if log:
+            ticks = log_ticks(values)
+            fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+        fig.update_layout(
+            title={"text": f"cost vs P99 {metric.upper()}" + (" (objective)" if metric == objective["latency"] else ""),
+                   "x": 0.02},
+            xaxis_title=COST_LABELS[objective["cost"]], yaxis_title=f"P99 {metric.upper()} (s)",
+            template="plotly_white", hovermode="closest", margin={"l": 60, "r": 20, "t": 50, "b": 10},
+            # Under the plot, so the plot keeps the panel's width.
+            legend={"font": {"size": 11}, "orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+            hoverlabel={"align": "left", "font": {"size": 12}},
+        )
+        figures[metric] = fig
+    return figures

@@ -9,14 +9,15 @@ from typing import Any
 import pandas as pd
 
 KNOB_COLUMNS = [
-    "model", "gpu", "mode", "tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
+    "model", "gpu", "mode", "tp", "data_parallel_size", "enable_expert_parallel", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
     "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
     "speculation", "num_speculative_tokens", "headroom",
 ]
 METRICS = ("ttft", "tpot", "itl", "e2e")
+COST_COLUMNS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
 # KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
 KV_LIMITED_UTILIZATION = 0.9
-INT_COLUMNS = ("tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
+INT_COLUMNS = ("tp", "data_parallel_size", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
                "max_num_batched_tokens", "num_speculative_tokens")
 
 
@@ -42,6 +43,11 @@ def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]
     return out
 
 
+def cost_columns(costs: dict[str, Any]) -> dict[str, float]:
+    """$/hour, $ per million output tokens and per million tokens (input + output); NaN when unknown."""
+    return {key: math.nan if costs.get(key) is None else costs[key] for key in COST_COLUMNS}
+
+
 def speculation_text(knobs: dict[str, Any]) -> str:
     label = knobs.get("speculation", "off")
     return "off" if label == "off" else f"{label} g={knobs.get('num_speculative_tokens')}"
@@ -59,7 +65,7 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
     it is (in)feasible."""
     rows = []
     for trial in data["trials"]:
-        r = trial["record"]
+        r, values = trial["record"], trial["values"]
         knobs = r["knobs"]
         summary = r.get("simulation") or r.get("estimate")
         row = {
@@ -69,18 +75,21 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
             "reason": r["reason"],
             **{k: knobs.get(k) for k in KNOB_COLUMNS},
             "model": r["model"],
+            "serve_id": r["serve_id"],
             "replicas": r["replicas"],
             "num_gpus": r["num_gpus"],
-            "cost_usd_per_hour": r["cost_usd_per_hour"],
-            "cost_usd_per_mtoken": r["cost_usd_per_mtoken"],
+            "gpus_rented": r["gpus_rented"],
+            **cost_columns(r),
             **prediction_columns(summary),
             "accuracy_drop_pct": r["accuracy_drop_pct"],
             "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
             "replicas_needed": (r.get("capacity") or {}).get("replicas_needed", math.nan),
-            "objective_cost": trial["values"][0],
-            "objective_latency_s": trial["values"][1] if r["fidelity"] != "precheck" else math.nan,
+            # Pruned trials (nothing predicted) have no objective values.
+            "objective_cost": values[0] if values else math.nan,
+            "objective_latency_s": values[1] if values else math.nan,
             "profile_calibrated": r["profile_calibrated"],
             "eval_s": r["eval_s"],
+            "deployment": json.dumps(r["deployment"], sort_keys=True),
         }
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -130,18 +139,20 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "model": r["serve_id"],
             "gpu": d["gpu"],
             "num_gpus": r["num_gpus"],
+            "gpus_rented": check["gpus_rented"],
             "replicas": r["replicas"],
             "quantization": d["quantization"],
             "kv_cache_dtype": d["kv_cache_dtype"],
             "tp": d["tp"] if not d.get("disaggregation") else None,
+            "data_parallel_size": d.get("data_parallel_size", 1) if not d.get("disaggregation") else None,
+            "enable_expert_parallel": d.get("enable_expert_parallel", False),
             "pp": d["pp"],
             "max_num_seqs": d["max_num_seqs"],
             "max_num_batched_tokens": d["max_num_batched_tokens"],
             "enable_chunked_prefill": d["enable_chunked_prefill"],
             "pd_split": pd_split_text(d),
             "speculation": speculation_text(knobs),
-            "cost_usd_per_hour": check["cost_usd_per_hour"],
-            "cost_usd_per_mtoken": check["cost_usd_per_mtoken"],
+            **cost_columns(check),
             **prediction_columns(summary),
             "accuracy_drop_pct": r["accuracy_drop_pct"],
             "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
@@ -154,5 +165,6 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if len(frame):
         frame["tp"] = frame["tp"].astype("Int64")
+        frame["data_parallel_size"] = frame["data_parallel_size"].astype("Int64")
         frame = frame.sort_values(["cost_usd_per_hour", "p99_e2e_s"]).reset_index(drop=True)
     return frame

@@ -12,13 +12,13 @@ Example:
 """
 
 from ._constraints import CONSTRAINTS, Constraint, Violation, instances, memory_headroom_gib
-from ._context import ModelChoice, SpaceContext, SpeculationChoice, example_context
+from ._context import ModelChoice, SpaceContext, SpeculationChoice, WeightsOption, example_context, weight_options
 from ._domains import Choices, Domain, FloatRange, IntRange
 from ._knobs import AGGREGATED, DISAGGREGATED, KNOBS, SPECULATION_OFF, Knob
 from ._space import Candidate, SearchSpace
 
 __all__ = [
     "AGGREGATED", "CONSTRAINTS", "Candidate", "Choices", "Constraint", "DISAGGREGATED", "Domain", "FloatRange",
-    "IntRange", "KNOBS", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext",
+    "IntRange", "KNOBS", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext", "WeightsOption", "weight_options",
     "SpeculationChoice", "Violation", "example_context", "instances", "memory_headroom_gib",
 ]

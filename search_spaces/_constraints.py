@@ -13,6 +13,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GIB
 from ..costmodels.quantization import support_problem
+from ..costmodels.speculation import speculation_problem
 from ._context import SpaceContext
 
 
@@ -33,12 +34,13 @@ class Instance:
     tp: int
     max_num_seqs: int
     max_num_batched_tokens: int
+    dp: int = 1  # data-parallel ranks, each with these limits
 
 
 def instances(deployment: Deployment) -> list[Instance]:
     d, dis = deployment, deployment.disaggregation
     if dis is None:
-        return [Instance("aggregated", d.tp, d.max_num_seqs, d.max_num_batched_tokens)]
+        return [Instance("aggregated", d.tp, d.max_num_seqs, d.max_num_batched_tokens, d.data_parallel_size)]
     return [
         Instance("prefill", dis.prefill_tp, dis.prefill_max_num_seqs or d.max_num_seqs,
                  dis.prefill_max_num_batched_tokens or d.max_num_batched_tokens),
@@ -99,9 +101,12 @@ class QuantizationOnGPU(Constraint):
         problem = support_problem(deployment.quantization, ctx.gpus[deployment.gpu])
         if problem:
             return Violation(self.name, 1.0, problem)
-        fixed = ctx.models[model].checkpoint_quantization
-        if fixed and fixed != deployment.quantization:
-            return Violation(self.name, 1.0, f"{ctx.models[model].serve_id} is a {fixed} checkpoint, not {deployment.quantization}")
+        choice = ctx.models[model]
+        if deployment.quantization not in choice.weights:
+            servable = ", ".join(choice.weights)
+            return Violation(self.name, 1.0, f"{choice.serve_id} cannot be served as {deployment.quantization}: vLLM "
+                             f"does not quantize to it at start-up and no checkpoint is known (servable: {servable}; "
+                             f"name one under checkpoints.{deployment.quantization})")
         return None
 
 
@@ -128,6 +133,37 @@ class BatchLimits(Constraint):
         return None
 
 
+class MoEParallelism(Constraint):
+    """Data-parallel ranks and expert parallelism are searched for MoE models: a dense model's DP ranks
+    are replicas (which the search derives), and one GPU per MoE group makes EP a no-op."""
+
+    name = "moe_parallelism"
+
+    def check(self, deployment: Deployment, model: str, ctx: SpaceContext) -> Violation | None:
+        dp, ep = deployment.data_parallel_size, deployment.enable_expert_parallel
+        if ctx.models[model].spec.moe is None and (dp > 1 or ep):
+            return Violation(self.name, 1.0, f"data_parallel_size {dp} / enable_expert_parallel {ep} on dense model "
+                             f"{model}: its data-parallel ranks would be replicas")
+        if ep and dp * deployment.tp == 1:
+            return Violation(self.name, 1.0, "enable_expert_parallel with one GPU per instance changes nothing")
+        if dp > 1 and deployment.pp > 1:
+            return Violation(self.name, 1.0, f"data_parallel_size {dp} with pp {deployment.pp} is not modelled")
+        return None
+
+
+class SpeculationSupported(Constraint):
+    """MTP only for models with MTP layers, EAGLE heads only for the model they were trained on."""
+
+    name = "speculation"
+
+    def check(self, deployment: Deployment, model: str, ctx: SpaceContext) -> Violation | None:
+        spec = deployment.speculative
+        if spec is None:
+            return None
+        problem = speculation_problem(spec.method, spec.draft_model, ctx.models[model].spec, spec.num_speculative_tokens)
+        return Violation(self.name, 1.0, problem) if problem else None
+
+
 class AccuracyBudget(Constraint):
     name = "accuracy"
 
@@ -148,7 +184,7 @@ class FitsMemory(Constraint):
                 plan = ctx.memory_plan(
                     model, deployment.gpu, deployment.quantization, deployment.kv_cache_dtype, inst.tp,
                     deployment.pp, inst.max_num_seqs, inst.max_num_batched_tokens,
-                    deployment.gpu_memory_utilization, speculation_label(deployment, ctx),
+                    deployment.gpu_memory_utilization, speculation_label(deployment, ctx), inst.dp,
                 )
             except InputError as err:
                 return Violation(self.name, 1.0, str(err))
@@ -172,8 +208,8 @@ class FleetSize(Constraint):
 
 
 CONSTRAINTS: tuple[Constraint, ...] = (
-    TensorParallelDividesHeads(), FitsNode(), QuantizationOnGPU(), BatchLimits(), AccuracyBudget(), FitsMemory(),
-    FleetSize(),
+    TensorParallelDividesHeads(), FitsNode(), QuantizationOnGPU(), BatchLimits(), MoEParallelism(), SpeculationSupported(),
+    AccuracyBudget(), FitsMemory(), FleetSize(),
 )
 
 
@@ -183,6 +219,6 @@ def memory_headroom_gib(deployment: Deployment, model: str, ctx: SpaceContext) -
     for inst in instances(deployment):
         plan = ctx.memory_plan(model, deployment.gpu, deployment.quantization, deployment.kv_cache_dtype, inst.tp,
                                deployment.pp, inst.max_num_seqs, inst.max_num_batched_tokens,
-                               deployment.gpu_memory_utilization, speculation_label(deployment, ctx))
+                               deployment.gpu_memory_utilization, speculation_label(deployment, ctx), inst.dp)
         pools.append(plan.kv_cache_bytes_per_gpu / GIB)
     return min(pools)

@@ -14,23 +14,58 @@ from ..costmodels.hardware import GPUSpec
 from ..costmodels.deployment import SpeculativeConfig
 from ..costmodels.memory import MemoryPlan, plan_memory
 from ..costmodels.speculation import DraftMemory, draft_memory
-from ..costmodels.quantization import AccuracyTable
+from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES, AccuracyTable, get_scheme
+
+
+@dataclass(frozen=True)
+class WeightsOption:
+    """One way to serve a model's weights in a scheme: what ``vllm serve`` loads and how.
+
+    ``serve_id`` is the checkpoint to load (the model itself, or a pre-quantized checkpoint of it);
+    ``spec`` carries that checkpoint's format (exact bytes per weight, what ``kv_cache_dtype auto``
+    means); ``vllm_quantization`` is the ``--quantization`` value (None for 16-bit weights);
+    ``accuracy_drop_pct`` is the drop its card publishes (None: the shipped per-scheme table);
+    ``source`` says why it can be served (on the fly, catalog checkpoint, the workload's checkpoint).
+    """
+
+    scheme: str
+    serve_id: str
+    spec: ModelSpec
+    vllm_quantization: str | None
+    source: str
+    accuracy_drop_pct: float | None = None
+
+    def describe(self) -> dict:
+        """Plain data for trial records and exports."""
+        fmt = self.spec.checkpoint
+        return {"scheme": self.scheme, "serve_id": self.serve_id, "vllm_quantization": self.vllm_quantization,
+                "kv_cache_auto": self.spec.kv_cache_dtype("auto"), "source": self.source,
+                "format": fmt.describe() if fmt else None}
 
 
 @dataclass(frozen=True)
 class ModelChoice:
     """One model the search may serve.
 
-    ``serve_id`` is what ``vllm serve`` loads; ``checkpoint_quantization`` is set when that id is a
-    pre-quantized checkpoint (it then fixes the weight scheme); ``accuracy_drop_pct`` is its
-    quality cost against the main model (0 for the main model).
+    ``serve_id`` is what ``vllm serve`` loads for its own weights; ``weights`` maps each scheme the
+    model can be served in (on the fly, or through a pre-quantized checkpoint) to how; a model that
+    is itself a pre-quantized checkpoint has one entry. ``accuracy_drop_pct`` is its quality cost
+    against the main model (0 for the main model).
     """
 
     key: str
     spec: ModelSpec
     serve_id: str
-    checkpoint_quantization: str | None = None
+    weights: dict[str, WeightsOption] = field(default_factory=dict)
     accuracy_drop_pct: float = 0.0
+
+    def option(self, scheme: str) -> WeightsOption | None:
+        return self.weights.get(scheme)
+
+    def spec_for(self, scheme: str) -> ModelSpec:
+        """The architecture with the format of the checkpoint served for ``scheme``."""
+        option = self.weights.get(scheme)
+        return option.spec if option else self.spec
 
 
 @dataclass(frozen=True)
@@ -60,22 +95,33 @@ class SpaceContext:
         return self.gpus_per_node or self.gpus[gpu].gpus_per_node
 
     def accuracy_drop_pct(self, model: str, quantization: str, kv_cache_dtype: str) -> float:
+        """The model's drop plus its weights' (the checkpoint card's recovery when published, else
+        the per-scheme table) plus an fp8 KV cache's, unless the checkpoint calibrated it."""
         choice = self.models[model]
-        return choice.accuracy_drop_pct + self.accuracy.drop_pct(quantization, choice.spec.num_params, kv_cache_dtype)
+        option = choice.option(quantization)
+        spec = choice.spec_for(quantization)
+        # A checkpoint that ships FP8 KV scales was evaluated with them: its fp8 cache is no extra cost.
+        kv = "auto" if spec.kv_cache_dtype("auto") == spec.kv_cache_dtype(kv_cache_dtype) else kv_cache_dtype
+        if option is not None and option.accuracy_drop_pct is not None and quantization not in self.accuracy.overrides:
+            weights = option.accuracy_drop_pct + self.accuracy.drop_pct("bf16", spec.num_params, kv)
+        else:
+            weights = self.accuracy.drop_pct(quantization, spec.num_params, kv)
+        return choice.accuracy_drop_pct + weights
 
     def memory_plan(self, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int, pp: int,
                     max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
-                    speculation: str = "off") -> MemoryPlan:
-        """The memory plan of one instance (a draft model's weights and KV share its pool)."""
+                    speculation: str = "off", dp: int = 1) -> MemoryPlan:
+        """The memory plan of one instance (a draft model's weights and KV share its pool; with ``dp``
+        data-parallel ranks, one rank's)."""
         return _memory_plan(self, model, gpu, quantization, kv_cache_dtype, tp, pp, max_num_seqs,
-                            max_num_batched_tokens, gpu_memory_utilization, speculation)
+                            max_num_batched_tokens, gpu_memory_utilization, speculation, dp)
 
 
 @lru_cache(maxsize=4096)
 def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int,
                  pp: int, max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
-                 speculation: str) -> MemoryPlan:
-    spec = ctx.models[model].spec
+                 speculation: str, dp: int) -> MemoryPlan:
+    spec = ctx.models[model].spec_for(quantization)
     draft = DraftMemory(0.0, 0.0)
     if speculation != "off":
         choice = ctx.speculation[speculation]
@@ -83,7 +129,7 @@ def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_
         config = SpeculativeConfig(method=choice.method, num_speculative_tokens=1, draft_model=choice.draft_model)
         draft = draft_memory(config, spec, kv_cache_dtype, tp)
     return plan_memory(
-        spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp,
+        spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp,
         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, max_model_len=ctx.max_model_len[model],
         extra_weights_bytes_per_gpu=draft.weights_bytes_per_gpu,
@@ -91,15 +137,42 @@ def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_
     )
 
 
+def weight_options(spec: ModelSpec, serve_id: str, quantization: str | None,
+                   checkpoints: dict[str, tuple[str, ModelSpec, str, float | None]] | None = None) -> dict[str, WeightsOption]:
+    """The schemes a model can be served in, and how.
+
+    A pre-quantized checkpoint (``quantization`` set) is served as it is. Otherwise: the model's
+    own 16-bit weights, the schemes vLLM applies at start-up (fp8), and ``checkpoints`` (scheme ->
+    (id, its spec, why, published drop)): the workload's and the catalog's pre-quantized ones.
+    """
+    if quantization is not None:
+        fmt = spec.checkpoint
+        method = fmt.method if fmt else get_scheme(quantization).vllm_quantization
+        return {quantization: WeightsOption(quantization, serve_id, spec, method, "the checkpoint itself")}
+    own = MODEL_DTYPE_SCHEME[spec.dtype]
+    options = {own: WeightsOption(own, serve_id, spec, None, "the model's own weights")}
+    for scheme in sorted(ONLINE_SCHEMES):
+        options[scheme] = WeightsOption(scheme, serve_id, spec, get_scheme(scheme).vllm_quantization,
+                                        f"quantized by vLLM at start-up (--quantization {scheme})")
+    for scheme, (checkpoint_id, checkpoint_spec, why, drop) in (checkpoints or {}).items():
+        options[scheme] = WeightsOption(scheme, checkpoint_id, checkpoint_spec, checkpoint_spec.checkpoint.method,
+                                        why, drop)
+    return options
+
+
 def example_context(model: str = "llama-3.1-8b", gpus: tuple[str, ...] = ("h100", "a100-80gb")) -> SpaceContext:
-    """A small context for examples and tests: one model, catalog GPUs, ngram speculation."""
+    """A small context for examples and tests: one model (fp8 on the fly, plus an int8 checkpoint),
+    catalog GPUs, ngram speculation."""
     from ..costmodels.architectures import resolve_model
     from ..costmodels.hardware import get_gpu
     from ..costmodels.quantization import builtin_accuracy_table
 
     resolved = resolve_model(model)
+    int8 = resolve_model("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8")
+    checkpoints = {"int8": (int8.requested, int8.spec, "example checkpoint", None)}
+    options = weight_options(resolved.spec, resolved.spec.name, resolved.quantization, checkpoints)
     return SpaceContext(
-        models={model: ModelChoice(model, resolved.spec, resolved.spec.name, resolved.quantization)},
+        models={model: ModelChoice(model, resolved.spec, resolved.spec.name, options)},
         gpus={name: get_gpu(name) for name in gpus},
         accuracy=builtin_accuracy_table(),
         max_drop_pct=3.0,

@@ -46,6 +46,13 @@ class _IntKnob(Knob):
         return value
 
 
+class _BoolKnob(Knob):
+    def coerce(self, value: Any) -> Value:
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
+
+
 class _NameKnob(Knob):
     def coerce(self, value: Any) -> Value:
         if not isinstance(value, str):
@@ -93,6 +100,35 @@ class TensorParallelKnob(_IntKnob):
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
         return Choices(_tp_sizes(ctx))
+
+    def active(self, values: dict[str, Value]) -> bool:
+        return values.get("mode", AGGREGATED) == AGGREGATED
+
+
+def _has_moe(ctx: SpaceContext) -> bool:
+    return any(m.spec.moe is not None for m in ctx.models.values())
+
+
+class DataParallelKnob(_IntKnob):
+    """vLLM's --data-parallel-size: searched for MoE models (attention DP x TP, experts over all ranks);
+    a dense model's DP ranks are replicas, which the search derives from the traffic."""
+
+    name = "data_parallel_size"
+    help = "data-parallel ranks of an aggregated MoE instance (experts span data_parallel_size x tp GPUs)"
+
+    def default_domain(self, ctx: SpaceContext) -> Domain:
+        return Choices((1, 2, 4, 8, 16) if _has_moe(ctx) else (1,))
+
+    def active(self, values: dict[str, Value]) -> bool:
+        return values.get("mode", AGGREGATED) == AGGREGATED
+
+
+class ExpertParallelKnob(_BoolKnob):
+    name = "enable_expert_parallel"
+    help = "whole experts per GPU (vLLM --enable-expert-parallel) instead of tensor-parallel slices (MoE models)"
+
+    def default_domain(self, ctx: SpaceContext) -> Domain:
+        return Choices((False, True) if _has_moe(ctx) else (False,))
 
     def active(self, values: dict[str, Value]) -> bool:
         return values.get("mode", AGGREGATED) == AGGREGATED
@@ -150,19 +186,18 @@ class PipelineParallelKnob(_IntKnob):
 
 class QuantizationKnob(_NameKnob):
     name = "quantization"
-    help = "weight quantization: bf16, fp8, int8 (W8A8), awq or gptq (int4)"
-    SEARCHED: ClassVar[tuple[str, ...]] = ("bf16", "fp8", "int8", "awq", "gptq")
+    help = ("weight quantization: the schemes some candidate model can be served in (16-bit, fp8 quantized "
+            "by vLLM at start-up, and pre-quantized checkpoints: int8, w8a16, awq, gptq, nvfp4, mxfp4)")
+    ORDER: ClassVar[tuple[str, ...]] = ("bf16", "fp16", "fp8", "int8", "w8a16", "awq", "gptq", "nvfp4", "mxfp4")
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
-        fixed = {m.checkpoint_quantization for m in ctx.models.values()}
-        if len(fixed) == 1 and None not in fixed:
-            return Choices((fixed.pop(),))  # every model is a pre-quantized checkpoint of one scheme
-        return Choices(self.SEARCHED)
+        servable = {scheme for m in ctx.models.values() for scheme in m.weights}
+        return Choices(tuple(s for s in self.ORDER if s in servable))
 
     def coerce(self, value: Any) -> Value:
         value = super().coerce(value).lower()
         if value not in SCHEMES:
-            raise ValueError(f"unknown quantization '{value}'; known: {', '.join(self.SEARCHED)}")
+            raise ValueError(f"unknown quantization '{value}'; known: {', '.join(self.ORDER)}")
         return value
 
 
@@ -190,17 +225,12 @@ class MaxNumBatchedTokensKnob(_IntKnob):
         return IntRange(256, 32768, log=True)
 
 
-class ChunkedPrefillKnob(Knob):
+class ChunkedPrefillKnob(_BoolKnob):
     name = "enable_chunked_prefill"
     help = "chunked prefill on or off"
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
         return Choices((True, False))
-
-    def coerce(self, value: Any) -> Value:
-        if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {value!r}")
-        return value
 
 
 class SpeculationKnob(_NameKnob):
@@ -246,7 +276,8 @@ class HeadroomKnob(Knob):
 
 
 KNOBS: tuple[Knob, ...] = (
-    ModelKnob(), GPUKnob(), ModeKnob(), TensorParallelKnob(), PrefillInstancesKnob(), DecodeInstancesKnob(),
+    ModelKnob(), GPUKnob(), ModeKnob(), TensorParallelKnob(), DataParallelKnob(), ExpertParallelKnob(),
+    PrefillInstancesKnob(), DecodeInstancesKnob(),
     PrefillTensorParallelKnob(), DecodeTensorParallelKnob(), PipelineParallelKnob(), QuantizationKnob(),
     KVCacheDTypeKnob(), MaxNumSeqsKnob(), MaxNumBatchedTokensKnob(), ChunkedPrefillKnob(), SpeculationKnob(),
     SpeculativeTokensKnob(), HeadroomKnob(),

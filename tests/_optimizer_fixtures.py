@@ -36,9 +36,9 @@ def write_workload(path: Path, data: dict | str) -> Path:
     return path
 
 
-def run_cli_process(args: list[str], cwd: Path, wait: bool = True):
-    """``servopt ARGS`` in a fresh Python process."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def run_cli_process(args: list[str], cwd: Path, wait: bool = True, env: dict[str, str] | None = None):
+    """``servopt ARGS`` in a fresh Python process (``env``: variables to add)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     cmd = [sys.executable, "-m", "servopt.optimizer", *args]
     if not wait:
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

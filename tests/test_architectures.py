@@ -14,7 +14,6 @@ from servopt.costmodels.architectures import (
     get_model,
     load_hf_config,
     preset_models,
-    quantization_from_hf_config,
     quantization_from_id,
     resolve_model,
     spec_from_hf_config,
@@ -289,7 +288,13 @@ RESOLUTION = [
     ("mistralai/Mistral-7B-Instruct-v0.1", "mistralai/Mistral-7B-v0.1", None),
     ("mistralai/Mistral-7B-Instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2", None),
     ("mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-v0.3", None),
-    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistralai/Mistral-Small-24B-Base-2501", None),
+    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistralai/Mistral-Small-24B-Instruct-2501", None),
+    ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-3.1-24B-Instruct-2503", None),
+    ("ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-instruct", None),
+    ("meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", None),
+    ("Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-3B-Instruct", None),
+    ("moonshotai/Kimi-Dev-72B", "moonshotai/Kimi-Dev-72B", None),
+    ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-8B-Instruct", None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1", None),
     ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B", None),
     ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B", None),
@@ -309,7 +314,7 @@ RESOLUTION = [
     ("TheBloke/Mistral-7B-Instruct-v0.2-AWQ", "mistralai/Mistral-7B-Instruct-v0.2", "awq"),
     ("Qwen/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B", "awq"),
     ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "Qwen/Qwen2.5-72B", "gptq"),
-    ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B", "fp8"),
+    ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B-FP8", "fp8"),
     ("RedHatAI/gemma-2-9b-it-FP8", "google/gemma-2-9b-it", "fp8"),
 ]
 
@@ -326,7 +331,9 @@ def test_resolve_model(requested: str, hf_id: str, quantization: str | None) -> 
     ("model_id", "scheme"),
     [
         ("org/model-AWQ", "awq"),
-        ("org/model-GPTQ-Int8", "gptq"),
+        ("org/model-GPTQ-Int8", "w8a16"),
+        ("org/model-GPTQ-Int4", "gptq"),
+        ("org/model-NVFP4", "nvfp4"),
         ("org/model-quantized.w4a16", "gptq"),
         ("org/model-quantized.w8a8", "int8"),
         ("org/model-INT8", "int8"),
@@ -346,36 +353,17 @@ def _compressed_tensors(num_bits: int, kind: str, activations: bool) -> dict:
     return {"quant_method": "compressed-tensors", "format": "naive-quantized", "config_groups": {"group_0": group}}
 
 
-@pytest.mark.parametrize(
-    ("quant", "scheme"),
-    [
-        (_compressed_tensors(8, "int", True), "int8"),
-        (_compressed_tensors(8, "float", True), "fp8"),
-        (_compressed_tensors(4, "int", False), "gptq"),
-        ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
-        ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}, "awq"),
-        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq"),
-        ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}, "fp8"),
-        ({"quant_method": "mxfp4"}, "mxfp4"),
-        ({"quant_method": "bitsandbytes"}, None),
-    ],
-)
-def test_quantization_from_hf_config(quant: dict, scheme: str | None) -> None:
-    assert quantization_from_hf_config(quant) == scheme
-
-
-def test_unknown_model_lists_known_ones() -> None:
+def test_unknown_model_says_where_it_looked(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(InputError) as err:
         resolve_model("acme/NotAModel-7B")
     message = str(err.value)
-    assert "unknown model 'acme/NotAModel-7B'" in message
-    for known in ("llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"):
-        assert known in message
-    assert "config.json" in message
+    assert "unknown model 'acme/NotAModel-7B': not in the Hugging Face cache" in message and str(tmp_path) in message
+    assert "config.json" in message and "servopt models" in message and "\n" not in message
 
 
 def test_empty_model_name() -> None:
-    with pytest.raises(InputError, match="empty model name"):
+    with pytest.raises(InputError, match="model: empty"):
         resolve_model("   ")
 
 

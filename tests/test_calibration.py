@@ -13,7 +13,7 @@ from servopt.calibration.registry import load_profile, read_profile, shipped_pro
 from servopt.calibration.tables import read_kernel_table
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.hardware import get_gpu
-from servopt.costmodels.profile import AttentionEfficiency, CollectiveModel, GemmEfficiency, PerformanceProfile
+from servopt.costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, PerformanceProfile
 from servopt.optimizer.cli import main
 
 H100 = get_gpu("h100")
@@ -30,8 +30,10 @@ def synthetic_profile() -> PerformanceProfile:
         "gemm": {"bf16": gemm},
         "attention_decode": AttentionEfficiency(compute_efficiency=0.3, memory_efficiency=0.85, overhead_s=1.2e-5,
                                                 per_seq_overhead_s=5e-8),
-        "allreduce": CollectiveModel(latency_s={2: 6e-6, 8: 9e-6}, bandwidth_efficiency=0.7,
-                                     bandwidth_efficiency_by_gpus={2: 0.6, 8: 0.8}),
+        # A latency floor, then the ring's bytes at 60% (2 GPUs) and 80% (8 GPUs) of a 450 GB/s link.
+        "allreduce": {"nccl": CollectiveCurve(link_gbps=450.0, points={
+            n: [(float(b), lat + b * 2 * (n - 1) / n / (eff * 450e9)) for b in 2.0 ** np.arange(10, 31)]
+            for n, lat, eff in ((2, 6e-6, 0.6), (8, 9e-6, 0.8))})},
     })
 
 
@@ -51,7 +53,7 @@ def test_gemm_fit_recovers_a_known_profile_on_held_out_shapes():
     assert outcome.profile.calibrated
 
 
-def test_decode_attention_and_allreduce_fits_recover_their_parameters():
+def test_decode_attention_fit_recovers_its_parameters_and_allreduce_curves_interpolate_held_out_sizes():
     truth = synthetic_profile()
     b, step = [a.ravel() for a in np.meshgrid([1, 4, 16, 64, 256], [15, 255, 1023, 4095, 16383])]
     rows = pd.DataFrame({"op": "generation_attention", "dtype": "bf16", "kv_cache_dtype": "bf16", "batch_size": b,
@@ -59,14 +61,19 @@ def test_decode_attention_and_allreduce_fits_recover_their_parameters():
     rows["latency_ms"] = AttentionFit("decode").predict_ms(truth, H100, rows)
     sizes = 2.0 ** np.arange(10, 28)
     comm = pd.DataFrame({"op": "all_reduce", "dtype": "bf16", "num_gpus": np.repeat([2, 8], len(sizes)),
-                         "message_bytes": np.tile(sizes, 2), "kernel_source": "nccl"})
-    comm["latency_ms"] = AllReduceFit([2, 8]).predict_ms(truth, H100, comm)
-    table = pd.concat([rows, comm], ignore_index=True).assign(gpu="h100", framework="torch")
-    profile = fit_profile(table, H100, holdout_fraction=0.0).profile
+                         "message_bytes": np.tile(sizes, 2), "kernel_source": "nccl", "implementation": "nccl"})
+    comm["latency_ms"] = AllReduceFit().predict_ms(truth, H100, comm)
+    table = pd.concat([rows, comm.drop(columns="implementation")], ignore_index=True).assign(gpu="h100", framework="torch")
+    outcome = fit_profile(table, H100, holdout_fraction=0.3)
+    profile = outcome.profile
     assert profile.attention_decode.memory_efficiency == pytest.approx(0.85, rel=0.05)
     assert profile.attention_decode.overhead_s == pytest.approx(1.2e-5, rel=0.1)
-    assert profile.allreduce.latency_s[2] == pytest.approx(6e-6, rel=0.1)
-    assert profile.allreduce.bandwidth_efficiency_by_gpus[8] == pytest.approx(0.8, rel=0.05)
+    # Sizes left out of the curve are interpolated between their measured neighbours.
+    held = outcome.report.query("family == 'all_reduce' and split == 'held_out'")
+    assert held.rows.iloc[0] > 0 and held.median_abs_pct.iloc[0] < 3
+    for size in (2.0**11, 2.0**20, 2.0**26):  # measured or interpolated over a held-out gap
+        assert float(profile.allreduce_time_s(H100, size, 8)) == pytest.approx(
+            float(truth.allreduce_time_s(H100, size, 8)), rel=0.1)
 
 
 def test_holdout_splits_whole_shapes():

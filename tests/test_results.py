@@ -26,7 +26,8 @@ def test_files_and_columns(job_dir):
     pareto = pd.read_csv(job_dir / "pareto.csv")
     assert len(pareto) >= 1
     for col in ("gpu", "num_gpus", "quantization", "kv_cache_dtype", "tp", "max_num_seqs", "max_num_batched_tokens",
-                "pd_split", "speculation", "cost_usd_per_hour", "cost_usd_per_mtoken", "p99_ttft_s", "p99_tpot_s",
+                "pd_split", "speculation", "cost_usd_per_hour", "cost_usd_per_output_mtoken",
+                "cost_usd_per_total_mtoken", "gpus_rented", "model", "profile_calibrated", "p99_ttft_s", "p99_tpot_s",
                 "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct", "memory_headroom_gib", "why"):
         assert col in pareto
     assert pareto["cost_usd_per_hour"].is_monotonic_increasing
@@ -35,8 +36,9 @@ def test_files_and_columns(job_dir):
 
 def test_html_is_self_contained(job_dir):
     html = (job_dir / "report.html").read_text()
-    assert "<svg" in html and "Pareto front" in html
-    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
+    assert "Plotly.newPlot" in html and "Pareto front" in html
+    # plotly.js is inline: no script, style or image is fetched from anywhere.
+    assert not re.search(r"""<(script|link|img)[^>]*(src|href)=""", html)
 
 
 def test_report_flags_uncalibrated_gpus(job_dir):
@@ -63,3 +65,15 @@ def test_report_command_regenerates(job_dir, capsys):
 def test_report_of_a_folder_without_a_job(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "not an optimize job folder" in capsys.readouterr().err
+
+
+def test_front_rows_on_uncalibrated_gpus_are_marked(tmp_path, serving):  # noqa: F811
+    """L40S has no calibration profile: its front rows, the report and the export header say so."""
+    workload = write_workload(tmp_path / "l40s.yaml", {**TINY, "gpus": ["l40s"], "budget": {"trials": 8}})
+    assert main(["optimize", str(workload), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "l40s" in line]
+    assert rows and all("l40s (UNCALIBRATED)" in row for row in rows)
+    assert "l40s (UNCALIBRATED)" in (tmp_path / "out" / "report.html").read_text()
+    assert main(["export", str(tmp_path / "out"), "--out", str(tmp_path / "export")]) == 0
+    assert "# UNCALIBRATED" in (tmp_path / "export" / "node-0.sh").read_text()

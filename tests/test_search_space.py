@@ -104,19 +104,27 @@ def test_pre_quantized_checkpoint_fixes_the_scheme():
     from dataclasses import replace
 
     from servopt.costmodels.architectures import resolve_model
-    from servopt.search_spaces import ModelChoice
+    from servopt.search_spaces import ModelChoice, weight_options
 
     base = example_context()
     awq_id = "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"
     resolved = resolve_model(awq_id)
-    only_awq = replace(base, models={awq_id: ModelChoice(awq_id, resolved.spec, awq_id, resolved.quantization)},
-                       max_model_len={awq_id: 4096})
+    choice = ModelChoice(awq_id, resolved.spec, awq_id, weight_options(resolved.spec, awq_id, resolved.quantization))
+    only_awq = replace(base, models={awq_id: choice}, max_model_len={awq_id: 4096})
     assert SearchSpace(only_awq).domain("quantization").pinned == "awq"
-    both = replace(base, models={**base.models, awq_id: ModelChoice(awq_id, resolved.spec, awq_id, "awq", 1.0)},
+    both = replace(base, models={**base.models, awq_id: replace(choice, accuracy_drop_pct=1.0)},
                    max_model_len={**base.max_model_len, awq_id: 4096})
     space = SearchSpace(both)
     assert "quantization_on_gpu" in reasons(space, model=awq_id, quantization="fp8")
     assert "quantization_on_gpu" not in reasons(space, model=awq_id, quantization="awq")
+
+
+def test_quantization_is_offered_only_where_it_can_be_served():
+    """fp8 on the fly, int8 through a checkpoint; awq/gptq need one and are not offered without."""
+    space = SearchSpace(example_context())
+    assert space.domain("quantization").values() == ["bf16", "fp8", "int8"]
+    with pytest.raises(InputError, match="outside what servopt searches"):
+        SearchSpace(example_context(), {"quantization": "awq"})
 
 
 def test_pipeline_parallel_only_for_models_beyond_a_node():
@@ -155,7 +163,7 @@ def test_memory_check_counts_what_each_drafter_holds():
     from servopt.search_spaces._context import SpeculationChoice, example_context
 
     ctx = example_context()
-    ctx = replace(ctx, speculation={**ctx.speculation, "eagle3": SpeculationChoice("eagle3", "eagle3", "some/eagle3-head")})
+    ctx = replace(ctx, speculation={**ctx.speculation, "eagle3": SpeculationChoice("eagle3", "eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")})
 
     def pool(speculation: str) -> float:
         return ctx.memory_plan("llama-3.1-8b", "h100", "bf16", "auto", 1, 1, 256, 8192, 0.9, speculation).kv_cache_bytes_per_gpu

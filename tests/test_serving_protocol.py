@@ -4,12 +4,13 @@ import pandas as pd
 import pytest
 from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, traffic
 
-from servopt.calibration.serving_fit import fit_serving_overheads
+from servopt.calibration.corpus import MeasuredRun
+from servopt.calibration.serving_fit import fit_framework, predictions
 from servopt.calibration.silicon import REQUESTS_PER_CLIENT, silicon_run
-from servopt.calibration.validate import E2EValidator
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.roofline import StepCostModel
 from servopt.costmodels.serving import estimate, simulate
+from servopt.costmodels.vllm_defaults import TOKENIZE_S_PER_TOKEN
 
 FRONT_END_S = 0.004
 
@@ -36,13 +37,26 @@ def test_the_front_end_adds_to_ttft_and_delays_the_next_request_of_a_client():
     profile = PROFILE.model_copy(update={"request_overhead_s": FRONT_END_S})
     alone = simulate(LLAMA_8B, deployment(), closed(1), GPU, profile, num_requests=4).requests
     prefill = StepCostModel(LLAMA_8B, GPU, profile).prefill_time_s(1024)
-    assert (alone.first_token_s - alone.arrival_s).to_numpy() == pytest.approx(FRONT_END_S + prefill, rel=1e-6)
+    tokenize = 1024 * TOKENIZE_S_PER_TOKEN
+    assert (alone.first_token_s - alone.arrival_s).to_numpy() == pytest.approx(FRONT_END_S + tokenize + prefill,
+                                                                                rel=1e-6)
     # The next request is sent when the last one finishes and reaches the engine one front end later.
     assert alone.arrival_s.iloc[1] == pytest.approx(alone.finish_s.iloc[0])
-    assert alone.scheduled_s.iloc[1] == pytest.approx(alone.finish_s.iloc[0] + FRONT_END_S)
+    assert alone.scheduled_s.iloc[1] == pytest.approx(alone.finish_s.iloc[0] + FRONT_END_S + tokenize)
     estimated = estimate(LLAMA_8B, deployment(), closed(1), GPU, profile).summary
     baseline = estimate(LLAMA_8B, deployment(), closed(1), GPU, PROFILE).summary
     assert estimated.ttft_s.mean - baseline.ttft_s.mean == pytest.approx(FRONT_END_S, rel=1e-3)
+
+
+def test_a_burst_waits_in_turn_for_the_front_ends_tokenizer():
+    # vLLM's API server tokenizes one prompt at a time: the k-th of a burst reaches the engine k
+    # tokenizations after the first; Dynamo's front end tokenizes them in parallel.
+    burst = closed(8, 8192, requests_per_client=1)
+    serial = simulate(LLAMA_8B, deployment(), burst, GPU, PROFILE).requests.sort_values("scheduled_s")
+    gaps = serial.scheduled_s.diff().dropna().to_numpy()
+    assert (gaps >= 8192 * TOKENIZE_S_PER_TOKEN * (1 - 1e-9)).all()
+    parallel = simulate(LLAMA_8B, deployment(frontend="dynamo"), burst, GPU, PROFILE).requests
+    assert parallel.scheduled_s.max() < serial.scheduled_s.max()
 
 
 def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count():
@@ -56,19 +70,24 @@ def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count(
     assert run.traffic.arrival.benchmark_requests == 64 * REQUESTS_PER_CLIENT
 
 
-def test_the_serving_fit_recovers_known_step_overheads_and_keeps_the_front_end():
-    truth = PROFILE.model_copy(update={"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6,
-                                       "request_overhead_s": 6e-3})
-    rows = pd.DataFrame([{"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
-                          "mode": "agg", "isl": isl, "osl": 128, "tp_size": 1, "batch_size": c,
-                          "silicon_concurrency": c, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
-                         for isl, c in ((512, 2), (256, 32))])
-    measured = E2EValidator(lambda gpu: truth).predict(rows)
-    rows["silicon_ttft_ms"], rows["silicon_tpot_ms"] = measured["pred_ttft_ms"], measured["pred_tpot_ms"]
-    fitted = fit_serving_overheads(rows, PROFILE.model_copy(update={"request_overhead_s": 6e-3})).profile
-    assert fitted.step_overhead_s == pytest.approx(1.2e-3, rel=0.02)
-    assert fitted.step_overhead_per_seq_s == pytest.approx(40e-6, rel=0.02)
-    assert fitted.request_overhead_s == 6e-3
+def test_the_framework_fit_recovers_known_engine_and_front_end_costs():
+    truth = {"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6, "request_overhead_s": 6e-3}
+    runs = []
+    for i, (isl, c) in enumerate(((512, 2), (256, 32), (2048, 4))):
+        row = {"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
+               "isl": isl, "osl": 128, "tp_size": 1, "batch_size": c, "silicon_concurrency": c,
+               "backend_version": "0.12.0"}
+        run = silicon_run(row, "h100")
+        runs.append(MeasuredRun(f"r{i}", "test", run.model, "h100", "bf16", "0.12.0", "aiperf", {},
+                                run.deployment, run.traffic))
+    measured = predictions(runs, lambda gpu: PROFILE, truth)
+    runs = [r.__class__(**{**r.__dict__, "measured": {"mean_tpot_ms": tpot, "mean_ttft_ms": ttft}})
+            for r, tpot, ttft in zip(runs, measured["pred_mean_tpot_ms"], measured["pred_mean_ttft_ms"])]
+    fitted = fit_framework(runs, lambda gpu: PROFILE)
+    assert fitted["step_overhead_s"] == pytest.approx(1.2e-3, rel=0.05)
+    assert fitted["step_overhead_per_seq_s"] == pytest.approx(40e-6, rel=0.05)
+    # These runs went through Dynamo's front end (as aiconfigurator's silicon runs did): its own latency is fitted.
+    assert fitted["dynamo_request_overhead_s"] == pytest.approx(6e-3, rel=0.1)
 
 
 def test_fewer_requests_per_client_weigh_the_opening_burst_more():

@@ -18,8 +18,9 @@ One engine (a replica's pipeline lane, or a P/D instance) is modelled in steady 
 - Closed-loop clients: the throughput ``X`` solves ``N = X x (E2E(X) + think)`` (secant), capped at
   the saturation throughput. P/D: a prefill pool (no decodes) and a decode pool (no prefill), the KV
   transfer added between first token and decode.
-- The profile's front-end latency (``request_overhead_s``) adds to TTFT and end-to-end latency and
-  to the closed-loop cycle.
+- The profile's front-end latency (``request_overhead_s``) and the front end's tokenization (one
+  prompt at a time per replica: its mean service time plus the M/G/1 wait at the tokenizer) add to
+  TTFT and end-to-end latency and to the closed-loop cycle.
 
 Example:
     >>> from servopt.costmodels.architectures import get_model
@@ -492,13 +493,23 @@ class _Analysis:
         if compiled.disaggregated:
             self.front = EngineModel(roles["prefill"], m, "prefill", pp)
             self.dec = EngineModel(roles["decode"], m, "decode", pp)
-            self.shares = (roles["prefill"].instances * pp, roles["decode"].instances * pp)
+            self.shares = (roles["prefill"].engines * pp, roles["decode"].engines * pp)
         else:
             self.front = self.dec = EngineModel(roles["replica"], m, "mixed", pp)
-            self.shares = (roles["replica"].instances * pp,) * 2
+            # Data-parallel ranks share the load evenly (their step model pads each to the same tokens).
+            self.shares = (roles["replica"].engines * pp,) * 2
         self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
         # A closed-loop client's next request reaches the engine after its think time and the front end.
-        self.cycle_gap_s = m.think_time_s + compiled.request_overhead_s
+        self.tokenize_s = compiled.tokenize_s_per_token * m.input_mean
+        self.cycle_gap_s = m.think_time_s + compiled.request_overhead_s + self.tokenize_s
+
+    def front_end_wait_s(self, rate: float) -> float:
+        """Mean wait at a replica's tokenizer (M/G/1, Pollaczek-Khinchine); inf past its capacity."""
+        busy = rate / self.shares[0] * self.compiled.deployment.pp * self.tokenize_s
+        if busy >= 1.0:
+            return math.inf
+        second_moment = self.tokenize_s**2 * (1.0 + self.m.input_cv2)
+        return busy * second_moment / (2.0 * self.tokenize_s * (1.0 - busy)) if self.tokenize_s else 0.0
 
     def solve(self, rate: float) -> _Solution | str:
         front = self.front.point(rate / self.shares[0])
@@ -645,7 +656,8 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
         ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
         e2e = ttft
     else:
-        delay = extra_wait + compiled.request_overhead_s
+        delay = (extra_wait + compiled.request_overhead_s + analysis.tokenize_s
+                 + analysis.front_end_wait_s(solution.rate))
         ttft = LatencyStats(*(v + delay for v in (ttft.mean, ttft.p50, ttft.p90, ttft.p99)))
         e2e = LatencyStats(*(v + delay for v in (e2e.mean, e2e.p50, e2e.p90, e2e.p99)))
     served = solution.rate

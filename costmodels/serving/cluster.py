@@ -1,14 +1,20 @@
 """The driver: arrivals, routing, P/D hand-offs and closed-loop clients over many engines.
 
 Engines are grouped in pools: one pool for a plain deployment (every replica, each with ``pp``
-pipeline lanes), or a prefill pool and a decode pool under P/D disaggregation. A request enters the
+pipeline lanes or ``dp`` data-parallel ranks), or a prefill pool and a decode pool under P/D
+disaggregation. A replica's data-parallel ranks take requests by vLLM's DP load balancer; an MoE
+model's ranks step in lockstep as one :class:`~servopt.costmodels.serving.data_parallel.LockstepGroup`
+(:mod:`.data_parallel`). A request enters the
 front pool at its arrival; a prefill instance hands it, after the KV transfer, to the decode pool.
 
-Every request reaches its engine ``request_overhead_s`` after the client sent it (the profile's
-front-end latency: HTTP, chat template, tokenization, and the first token's way back), so a
-closed-loop client's next request misses the step that starts right after its previous one
-finished, as it does on a real server. Arrival times in the request table stay the clients' send
-times, so TTFT and end-to-end latency include the front end.
+Every request passes its replica's front end before its engine sees it: the front end tokenizes
+requests one at a time (vLLM's API server hands every prompt to a single tokenizer thread), taking
+``tokenize_s_per_token`` per prompt token, and the request then reaches the engine
+``request_overhead_s`` later (the profile's front-end latency: HTTP, chat template, the hops to the
+engine and the first token's way back). So a burst of long prompts enters the engine spread out, and
+a closed-loop client's next request misses the step that starts right after its previous one
+finished, as on a real server. Arrival times in the request table stay the clients' send times, so
+TTFT and end-to-end latency include the front end.
 
 Time advances by always committing the engine plan that ends first; every plan stops before the next
 known arrival (unless that engine's queue is blocked anyway), so when an arrival is routed, every
@@ -30,11 +36,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .data_parallel import pick_rank
 from .engine import Engine
 from .requests import RequestTable
 from .router import Router
 
-ARRIVAL, HANDOFF = 0, 1
+ARRIVAL, ENQUEUE, HANDOFF = 0, 1, 2
 
 
 class WorkLimitReached(Exception):
@@ -47,23 +54,41 @@ class WorkLimitReached(Exception):
 
 @dataclass
 class Pool:
-    """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes)."""
+    """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes, or its
+    data-parallel ranks when ``data_parallel``).
+
+    Each replica has its front end: ``front_end_free_s[g]`` is when its tokenizer is next free and
+    ``pending[g]`` counts requests routed there that its engines have not yet received.
+    """
 
     groups: list[list[Engine]]
     router: Router
+    data_parallel: bool = False
+    front_end_free_s: list[float] = None
+    pending: list[int] = None
+
+    def __post_init__(self) -> None:
+        self.front_end_free_s = [0.0] * len(self.groups)
+        self.pending = [0] * len(self.groups)
 
     @property
     def engines(self) -> list[Engine]:
         return [e for group in self.groups for e in group]
 
-    def route(self, time_s: float) -> Engine:
-        group = self.groups[0]
-        if len(self.groups) > 1:
-            loads = [sum(e.outstanding_at(time_s) for e in g) for g in self.groups]
-            group = self.groups[self.router.choose(loads)]
-        if len(group) == 1:
-            return group[0]
-        return min(group, key=lambda e: e.outstanding_at(time_s))
+    def route_group(self, time_s: float) -> int:
+        """The replica a new request goes to (requests still in a front end count as outstanding)."""
+        if len(self.groups) == 1:
+            return 0
+        loads = [sum(e.outstanding_at(time_s) for e in g) + pending for g, pending in zip(self.groups, self.pending)]
+        return self.router.choose(loads)
+
+    def engine_in(self, group: int, time_s: float) -> Engine:
+        lanes = self.groups[group]
+        if len(lanes) == 1:
+            return lanes[0]
+        if self.data_parallel:
+            return pick_rank(lanes)
+        return min(lanes, key=lambda e: e.outstanding_at(time_s))
 
 
 @dataclass
@@ -78,9 +103,11 @@ class Cluster:
     """All pools of a deployment, driven through one request stream."""
 
     def __init__(self, table: RequestTable, front: Pool, decode: Pool | None = None,
-                 transfer_s: Callable[[int], float] | None = None, request_overhead_s: float = 0.0):
+                 transfer_s: Callable[[int], float] | None = None, request_overhead_s: float = 0.0,
+                 tokenize_s_per_token: float = 0.0):
         self.table = table
         self.request_overhead_s = request_overhead_s
+        self.tokenize_s_per_token = tokenize_s_per_token
         self.front = front
         self.decode = decode
         self.transfer_s = transfer_s
@@ -91,16 +118,18 @@ class Cluster:
         committed engine plans (a plan is one step, or a closed-form run of decode steps)."""
         table = self.table
         n = table.size
-        front_end = self.request_overhead_s
+        latency, per_token = self.request_overhead_s, self.tokenize_s_per_token
+        front = self.front
         if closed_loop is not None:
             first = min(closed_loop.concurrency, n)
-            events = [(front_end, rid, ARRIVAL) for rid in range(first)]
+            events = [(0.0, rid, ARRIVAL) for rid in range(first)]
             for rid in range(first):
                 table.arrival_s[rid] = 0.0
             next_rid = first
         else:
-            events = [(t + front_end, rid, ARRIVAL) for rid, t in enumerate(arrival_s)]
+            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s)]
             next_rid = n
+        group_of: dict[int, int] = {}
         heapq.heapify(events)
         engines = self.engines
         single = engines[0] if len(engines) == 1 else None
@@ -126,8 +155,21 @@ class Cluster:
                 if not events:
                     break
                 time_s, rid, kind = heapq.heappop(events)
-                pool = self.front if kind == ARRIVAL else self.decode
-                pool.route(time_s).enqueue(rid, time_s, handed_off=kind == HANDOFF)
+                if kind == ARRIVAL:
+                    # Route, then wait for the replica's tokenizer; the engine sees the request later.
+                    group = front.route_group(time_s)
+                    start = max(time_s, front.front_end_free_s[group])
+                    front.front_end_free_s[group] = start + per_token * table.prompt[rid]
+                    front.pending[group] += 1
+                    group_of[rid] = group
+                    heapq.heappush(events, (front.front_end_free_s[group] + latency, rid, ENQUEUE))
+                elif kind == ENQUEUE:
+                    group = group_of.pop(rid)
+                    front.pending[group] -= 1
+                    front.engine_in(group, time_s).enqueue(rid, time_s)
+                else:
+                    decode = self.decode
+                    decode.engine_in(decode.route_group(time_s), time_s).enqueue(rid, time_s, handed_off=True)
                 continue
             plan, best.plan = best.plan, None
             plans += 1
@@ -145,7 +187,7 @@ class Cluster:
                 elif closed_loop is not None and next_rid < n:
                     start = end + closed_loop.think_time_s
                     table.arrival_s[next_rid] = start
-                    heapq.heappush(events, (start + front_end, next_rid, ARRIVAL))
+                    heapq.heappush(events, (start, next_rid, ARRIVAL))
                     next_rid += 1
             if single is None and events and events[0][0] < horizon:
                 cut = events[0][0]

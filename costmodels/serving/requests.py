@@ -34,13 +34,19 @@ WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class DrawnRequests:
-    """Token counts of every request and, unless clients are closed-loop, their arrival times."""
+    """Token counts of every request and, unless clients are closed-loop, their arrival times.
+
+    ``cached_tokens`` of a prompt are a prefix-cache hit; ``shared_prefix`` says whether those
+    prefixes are one prefix every request shares (a system prompt: its blocks are held once), or each
+    request's own (a prompt sent before: its blocks are its own).
+    """
 
     arrival_s: np.ndarray | None
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     cached_tokens: np.ndarray
     clipped: int
+    shared_prefix: bool = True
 
     def __len__(self) -> int:
         return len(self.input_tokens)
@@ -53,24 +59,23 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     Prompt plus output is clipped to ``min(traffic.max_context, max_model_len)`` as a benchmark
     client would; when most requests would be clipped without ``traffic.max_context`` asking for it,
     the traffic is refused (:func:`~servopt.costmodels.serving.traffic.check_context`; ``context_source``
-    says where ``max_model_len`` comes from). A shared prefix is a prefix-cache hit of whole blocks, at
-    most the prompt minus one token (vLLM always computes the last prompt token); a trace that records
-    its prompts' shared blocks (Mooncake's ``hash_ids``) gives each request its own.
+    says where ``max_model_len`` comes from). A shared prefix, or a trace's own ``cached_tokens``, is a
+    prefix-cache hit of whole blocks, at most the prompt minus one token (vLLM always computes the last
+    prompt token).
     """
     arrival: np.ndarray | None = None
-    trace_hits = None
+    trace_cached: np.ndarray | None = None
     if traffic.arrival.kind == "trace":
         trace = traffic.read_trace()
         n = len(trace) if num_requests is None else num_requests
         if n > len(trace):
             raise InputError(
-                f"trace '{traffic.arrival.path}' holds {len(trace)} requests; ask for at most that many (got {n})"
+                f"trace '{traffic.arrival.path or 'records'}' holds {len(trace)} requests; ask for at most that many (got {n})"
             )
         arrival = trace.arrival_s[:n]
         inputs = trace.input_tokens[:n] if trace.input_tokens is not None else traffic.input_tokens.sample(rng, n)
         outputs = trace.output_tokens[:n] if trace.output_tokens is not None else traffic.output_tokens.sample(rng, n)
-        if trace.prefix_hit_tokens is not None and trace.input_tokens is not None:
-            trace_hits = trace.prefix_hit_tokens[:n]
+        trace_cached = trace.cached_tokens[:n] if trace.cached_tokens is not None else None
     else:
         if num_requests is None:
             raise InputError("num_requests is required for generated traffic")
@@ -90,11 +95,12 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     outputs = np.minimum(raw_outputs, limit - inputs)
     clipped = int(np.count_nonzero((inputs < raw_inputs) | (outputs < raw_outputs)))
     cached = np.zeros_like(inputs)
-    if prefix_caching and (trace_hits is not None or traffic.shared_prefix_fraction > 0):
-        shared = trace_hits if trace_hits is not None else np.floor(traffic.shared_prefix_fraction * inputs)
-        cached = np.minimum((shared // block_size) * block_size,
-                            (inputs - 1) // block_size * block_size).astype(np.int64)
-    return DrawnRequests(arrival, inputs, outputs, cached, clipped)
+    if prefix_caching and trace_cached is not None:
+        cached = np.minimum(np.asarray(trace_cached, dtype=np.int64), inputs)
+    elif prefix_caching and traffic.shared_prefix_fraction > 0:
+        cached = np.floor(traffic.shared_prefix_fraction * inputs)
+    cached = np.minimum(cached // block_size * block_size, (inputs - 1) // block_size * block_size).astype(np.int64)
+    return DrawnRequests(arrival, inputs, outputs, cached, clipped, shared_prefix=trace_cached is None)
 
 
 class RequestTable:
@@ -113,6 +119,7 @@ class RequestTable:
         self.prompt: list[int] = drawn.input_tokens.tolist()
         self.output: list[int] = drawn.output_tokens.tolist()
         self.cached: list[int] = drawn.cached_tokens.tolist()
+        self.cached_shared: list[bool] = [drawn.shared_prefix] * n
         self.arrival_s: list[float] = drawn.arrival_s.tolist() if drawn.arrival_s is not None else [nan] * n
         self.state = [WAITING] * n
         self.generated = [0] * n

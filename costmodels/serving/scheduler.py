@@ -146,7 +146,7 @@ class Scheduler:
                 rids,
                 np.fromiter((t.base_context[r] for r in rids), float, n),
                 np.fromiter((t.base_tick[r] for r in rids), float, n),
-                np.fromiter((self.blocks.table[t.cached[r]] for r in rids), np.int64, n),
+                np.fromiter((self._shared_blocks(r) for r in rids), np.int64, n),
             )
         return self._decode_cache
 
@@ -174,8 +174,13 @@ class Scheduler:
         decode = int(self._own_decode_blocks(self._decode_contexts(), 0.0).sum()) if self.num_decode else 0
         return decode + self.prefill_blocks + self.shared_blocks
 
+    def _shared_blocks(self, rid: int) -> int:
+        """Blocks of the request's cached prefix that other requests share (held once for all)."""
+        t = self.table
+        return self.blocks.table[t.cached[rid]] if t.cached_shared[rid] else 0
+
     def _own_blocks(self, rid: int, tokens: int) -> int:
-        return self.blocks.table[tokens] - self.blocks.table[self.table.cached[rid]]
+        return self.blocks.table[tokens] - self._shared_blocks(rid)
 
     def windowed_sum(self) -> tuple[float, int, int]:
         """(sum of min(context, window), sequences still below the window, steps until the next one
@@ -223,7 +228,7 @@ class Scheduler:
                 n = min(remaining, budget)
                 if n < remaining and not lim.chunked_prefill:
                     break
-                need = self._own_blocks(rid, done + n) + max(counts[t.cached[rid]] - self.shared_blocks, 0)
+                need = self._own_blocks(rid, done + n) + max(self._shared_blocks(rid) - self.shared_blocks, 0)
                 if need > room and not exact:
                     exact = True
                     room = self._exact_room(chunks)
@@ -347,7 +352,7 @@ class Scheduler:
         if remaining > budget and not self.limits.chunked_prefill:
             return False
         n = min(remaining, budget)
-        need = self._own_blocks(rid, done + n) + max(counts[t.cached[rid]] - self.shared_blocks, 0)
+        need = self._own_blocks(rid, done + n) + max(self._shared_blocks(rid) - self.shared_blocks, 0)
         room = self.limits.num_blocks - self._used_upper(1.0)
         return need <= room or need <= self._exact_room([])
 
@@ -391,7 +396,7 @@ class Scheduler:
             self.prefill_context += t.computed[rid]
             if math.isnan(t.scheduled_s[rid]):
                 t.scheduled_s[rid] = start_s
-            shared = self.blocks.table[t.cached[rid]]
+            shared = self._shared_blocks(rid)
             if shared > self.shared_blocks:
                 self.shared_blocks = shared
         finished = self._advance_decodes(1, end_s)
@@ -421,7 +426,7 @@ class Scheduler:
                 continue
             self.num_decode -= 1
             self.decode_context -= self.context(rid)
-            self.decode_shared_blocks -= self.blocks.table[t.cached[rid]]
+            self.decode_shared_blocks -= self._shared_blocks(rid)
             self._decode_cache = None
             t.generated[rid] = t.output[rid]
             self._finish(rid, end_s)
@@ -457,7 +462,7 @@ class Scheduler:
         heapq.heappush(self.finish_heap, (self.tick + steps, rid))
         self.num_decode += 1
         self.decode_context += t.computed[rid]
-        self.decode_shared_blocks += counts[t.cached[rid]]
+        self.decode_shared_blocks += self._shared_blocks(rid)
         self._decode_cache = None
         return False
 
@@ -476,7 +481,7 @@ class Scheduler:
             t.generated[rid] += (int(emitted[steps - 1]) if steps else 0) if emitted is not None else steps
             self.num_decode -= 1
             self.decode_context -= self.context(rid)
-            self.decode_shared_blocks -= self.blocks.table[t.cached[rid]]
+            self.decode_shared_blocks -= self._shared_blocks(rid)
             self._decode_cache = None
             t.finish_tick[rid] = -1
             t.last_emit_s[rid] = now_s

@@ -1,7 +1,7 @@
 """``simulate``: the latency distribution of a deployment under a traffic, by discrete-event simulation.
 
 Builds the engines of a :class:`~servopt.costmodels.deployment.Deployment` (replicas x pipeline
-lanes, or prefill and decode instances), draws the requests of a
+lanes or data-parallel ranks, or prefill and decode instances), draws the requests of a
 :class:`~servopt.costmodels.serving.traffic.Traffic`, runs them through the vLLM V1 step rule
 (:mod:`.scheduler`) with step times from the roofline cost model (:mod:`.predictor`), and summarises
 the measured requests (:mod:`.metrics`).
@@ -43,13 +43,14 @@ from ..architectures import ModelSpec
 from ..deployment import Deployment
 from ..errors import InputError
 from ..hardware import GPUSpec
-from ..memory import MemoryPlan, kv_bytes_per_token, plan_memory
+from ..memory import GIB, MemoryPlan, kv_bytes_per_token, plan_memory
 from ..profile import PerformanceProfile
 from ..quantization import MODEL_DTYPE_SCHEME
 from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
-from ..vllm_defaults import default_batch_limits
+from ..vllm_defaults import default_batch_limits, parse_vllm_version, tokenize_s_per_token
 from .cluster import ClosedLoop, Cluster, Pool, WorkLimitReached
+from .data_parallel import LockstepGroup
 from .engine import Engine, PipelineStages
 from .metrics import ServingSummary, summarize
 from .predictor import StepTimePredictor
@@ -92,6 +93,12 @@ class Role:
     limits: EngineLimits
     plan: MemoryPlan
     predictor: StepTimePredictor
+    dp: int = 1  # data-parallel ranks per instance, each with these limits and this KV pool
+
+    @property
+    def engines(self) -> int:
+        """Schedulers of this role over the whole deployment (instances x data-parallel ranks)."""
+        return self.instances * self.dp
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ class DeploymentModel:
     max_model_len: int
     transfer_bytes_per_s: float
     request_overhead_s: float = 0.0
+    tokenize_s_per_token: float = 0.0
 
     @property
     def context_source(self) -> str:
@@ -127,7 +135,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
                        profile: PerformanceProfile) -> DeploymentModel:
     """Memory plans, limits and step-time predictors of every engine role; InputError if it cannot run."""
     d = deployment
-    default_tokens, default_seqs = default_batch_limits(gpu)
+    default_tokens, default_seqs = default_batch_limits(gpu, parse_vllm_version(d.vllm_version))
     max_tokens = d.max_num_batched_tokens or default_tokens
     max_seqs = d.max_num_seqs or default_seqs
     max_model_len = d.max_model_len or model.max_context
@@ -160,19 +168,25 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
             speculation = spec
         plan = plan_memory(
             model, gpu, quantization=quantization, kv_cache_dtype=d.kv_cache_dtype, tp=tp, pp=d.pp,
+            dp=d.data_parallel_size,
             gpu_memory_utilization=d.gpu_memory_utilization, max_num_batched_tokens=tokens, max_num_seqs=seqs,
             block_size=d.block_size, max_model_len=max_model_len,
             extra_weights_bytes_per_gpu=spec.head.weights_bytes_per_gpu if spec else 0.0,
             extra_kv_bytes_per_token_per_gpu=spec.head.kv_bytes_per_token_per_gpu if spec else 0.0,
+            kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None,
         )
         if not plan.fits:
             where = f"{name} instances (tp={tp}, pp={d.pp})" if name != "replica" else f"tp={tp}, pp={d.pp}"
+            if d.data_parallel_size > 1:
+                where += f", data_parallel_size={d.data_parallel_size}"
             raise InputError(f"deployment does not fit in memory on {gpu.name} ({where}): " + "; ".join(plan.problems))
         cost = StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
-                             internode_bytes_per_s=d.internode_gbps * 1e9)
+                             internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
+                             dp=d.data_parallel_size, expert_parallel=d.enable_expert_parallel,
+                             all2all_backend=d.all2all_backend)
         limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
                               prefill_only=name == "prefill")
-        roles.append(Role(name, instances, tp, limits, plan, StepTimePredictor(cost, spec)))
+        roles.append(Role(name, instances, tp, limits, plan, StepTimePredictor(cost, spec), d.data_parallel_size))
     transfer = math.inf
     if d.disaggregation is not None:
         p = d.disaggregation
@@ -181,28 +195,36 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
         # Each TP rank sends its shard over its own link.
         transfer = link * min(p.prefill_tp, p.decode_tp)
     return DeploymentModel(model, deployment, gpu, tuple(roles), speculation, max_model_len, transfer,
-                           profile.request_overhead_s)
+                           profile.front_end_latency_s(d.frontend),
+                           tokenize_s_per_token(parse_vllm_version(d.vllm_version), d.frontend))
 
 
 def _build_engines(compiled: DeploymentModel, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
     d = compiled.deployment
+    lockstep = compiled.model.moe is not None
     pools = []
     index = 0
     for role in compiled.roles:
         predictor = role.predictor
         counter = BlockCounter.from_plan(role.plan, compiled.max_model_len + predictor.query_per_seq + 1)
         groups = []
-        for _ in range(role.instances):
+        for instance in range(role.instances):
             lanes = []
             stages = PipelineStages(d.pp) if d.pp > 1 else None
-            for _ in range(d.pp):
+            for _ in range(d.pp * role.dp):
                 sched = Scheduler(table, role.limits, counter, predictor.query_per_seq, predictor.tokens_per_step,
                                   predictor.window, compiled.speculation if role.name != "prefill" else None, rng)
                 lanes.append(Engine(index, sched, predictor, stages))
                 index += 1
-            groups.append(lanes)
-        pools.append(Pool(groups, make_router(d.router)))
+            # An MoE model's data-parallel ranks step together (their MoE layers span all of them).
+            groups.append([LockstepGroup(instance, lanes)] if role.dp > 1 and lockstep else lanes)
+        pools.append(Pool(groups, make_router(d.router), data_parallel=role.dp > 1))
     return pools
+
+
+def ranks_of(engines: list) -> list[Engine]:
+    """Every scheduler-owning engine: a lockstep group's ranks in place of the group."""
+    return [rank for e in engines for rank in (e.ranks if isinstance(e, LockstepGroup) else [e])]
 
 
 def _measures_everything(traffic: Traffic) -> bool:
@@ -238,7 +260,8 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     table = RequestTable(drawn)
     pools = _build_engines(compiled, table, rng)
     front, decode = pools[0], (pools[1] if len(pools) > 1 else None)
-    cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None, compiled.request_overhead_s)
+    cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None, compiled.request_overhead_s,
+                      compiled.tokenize_s_per_token)
     closed = None
     if traffic.arrival.kind == "closed_loop":
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)
@@ -254,10 +277,11 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
     everything = _measures_everything(traffic)
     if not everything and measured.all():
         notes.append("too few requests to exclude a warm-up: every request is measured")
-    summary = summarize(table, cluster.engines, measured, slo=slo, open_loop=closed is None,
+    engines = ranks_of(cluster.engines)
+    summary = summarize(table, engines, measured, slo=slo, open_loop=closed is None,
                         steady_state=not everything, notes=notes)
-    steps = sum(r[1] for e in cluster.engines for r in e.records)
-    decode_steps = sum(r[1] for e in cluster.engines for r in e.records if r[7])
+    steps = sum(r[1] for e in engines for r in e.records)
+    decode_steps = sum(r[1] for e in engines for r in e.records if r[7])
     return SimulationResult(summary, table.frame(), int(steps), int(decode_steps))
 
 

@@ -10,8 +10,8 @@ One :class:`TraceFormat` per layout, tried in order when ``format`` is ``auto``:
   milliseconds since the first request, ``hash_ids`` one id per 512-token block of the prompt
   (equal ids are equal content). Detected by its ``hash_ids``.
 - ``plain``: a CSV or JSONL with an arrival-time column and token columns under the common names of
-  :data:`PLAIN_COLUMNS`; times in seconds unless the column name ends in ``_ms``/``_us`` or
-  ``time_unit`` says otherwise.
+  :data:`PLAIN_COLUMNS` (``cached_tokens``, optional: each prompt's own prefix-cache hit); times in
+  seconds unless the column name ends in ``_ms``/``_us`` or ``time_unit`` says otherwise.
 
 Times are never silently read in the wrong unit. Times that are Unix epochs of another unit
 (milliseconds read as seconds fall in the year 55,000) are refused; unless ``time_unit`` states the
@@ -27,7 +27,7 @@ Example:
     ...     {"timestamp": 0, "input_length": 1100, "output_length": 50, "hash_ids": [0, 1, 2]},
     ...     {"timestamp": 3000, "input_length": 1300, "output_length": 20, "hash_ids": [0, 1, 3]}]))
     >>> trace = read_trace(path)
-    >>> trace.format, trace.arrival_s.tolist(), trace.prefix_hit_tokens.tolist()
+    >>> trace.format, trace.arrival_s.tolist(), trace.cached_tokens.tolist()
     ('mooncake', [0.0, 3.0], [0, 1024])
 """
 
@@ -55,6 +55,7 @@ MOONCAKE_BLOCK_TOKENS = 512
 
 _TOKENS = Number(integer=True, minimum=1, filled=True)
 _TIME = Number(minimum=0, filled=True)
+_CACHED = Number(integer=True, minimum=0, filled=True)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class TraceFormat:
     time: tuple[str, ...]
     input: tuple[str, ...]
     output: tuple[str, ...]
+    cached: tuple[str, ...] = ()  # each prompt's own prefix-cache hit, when the layout records it
     datetimes: bool = False
     unit: str = "s"
     signature: tuple[str, ...] = ()  # columns that identify the layout when format is auto
@@ -88,8 +90,9 @@ PLAIN_COLUMNS = {
              "arrival_us", "timestamp_us", "time_us", "arrival_time", "timestamp", "time"),
     "input": ("input_tokens", "input_len", "prompt_tokens", "input_length", "prompt_len"),
     "output": ("output_tokens", "output_len", "completion_tokens", "output_length"),
+    "cached": ("cached_tokens", "prefix_cached_tokens"),
 }
-PLAIN = TraceFormat("plain", PLAIN_COLUMNS["time"], PLAIN_COLUMNS["input"], PLAIN_COLUMNS["output"])
+PLAIN = TraceFormat("plain", *(PLAIN_COLUMNS[role] for role in ("time", "input", "output", "cached")))
 FORMATS = {f.name: f for f in (AZURE, MOONCAKE, PLAIN)}
 TRACE_FORMATS = tuple(FORMATS)
 
@@ -98,15 +101,16 @@ TRACE_FORMATS = tuple(FORMATS)
 class RequestTrace:
     """Arrival times (seconds from the first request, sorted) and token counts of a replayed trace.
 
-    Lengths are None when the file has no such column and they were not required;
-    ``prefix_hit_tokens`` (Mooncake's ``hash_ids``) counts each prompt's leading tokens that an
-    earlier request already sent, as an unbounded prefix cache would hit them.
+    Lengths are None when the file has no such column and they were not required.
+    ``cached_tokens``, when the trace has them, is each prompt's own prefix-cache hit: a plain
+    trace's ``cached_tokens`` column, or from Mooncake's ``hash_ids`` the leading tokens an earlier
+    request already sent, as an unbounded prefix cache would hit them.
     """
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray | None
     output_tokens: np.ndarray | None
-    prefix_hit_tokens: np.ndarray | None = None
+    cached_tokens: np.ndarray | None = None
     format: str = "plain"
 
     def __len__(self) -> int:
@@ -264,11 +268,22 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
             raise InputError(f"{where} {columns.row(row)}: {column} = {values[row]:.0f} tokens is more than any "
                              f"model's context ({MAX_TOKENS:,})")
         lengths[role] = None if values is None else values.astype(np.int64)
-    hits = None
+    cached = None
     if fmt is MOONCAKE and "hash_ids" in columns.names and columns.jsonl:
-        hits = _prefix_hits(columns.values["hash_ids"], lengths["input"], where)
-    order = np.argsort(arrival, kind="stable")
-    arrival = (arrival[order] - arrival[order][0]) * time_scale
+        cached = _prefix_hits(columns.values["hash_ids"], lengths["input"], where)
+    elif fmt is PLAIN and (column := fmt.pick(columns.names, "cached")) is not None:
+        cached = columns.numbers(column, _CACHED, where).astype(np.int64)
+    return replay(arrival, lengths["input"], lengths["output"], cached, where, time_scale=time_scale,
+                  start_s=start_s, duration_s=duration_s, row_of=columns.row, time_column=time_column, format=fmt.name)
+
+
+def replay(arrival_s: np.ndarray, inputs: np.ndarray | None, outputs: np.ndarray | None, cached: np.ndarray | None,
+           where: str, *, time_scale: float = 1.0, start_s: float = 0.0, duration_s: float | None = None,
+           row_of=lambda i: f"entry {i + 1}", time_column: str = "arrival_s", format: str = "plain") -> RequestTrace:
+    """The requests a trace replays: sorted by arrival, the window ``[start_s, start_s + duration_s)``
+    kept, the first at zero; at most :data:`MAX_TRACE_SPAN_S` and :data:`MAX_TRACE_REQUESTS`."""
+    order = np.argsort(arrival_s, kind="stable")
+    arrival = (arrival_s[order] - arrival_s[order][0]) * time_scale
     keep = arrival >= start_s
     if duration_s is not None:
         keep &= arrival < start_s + duration_s
@@ -279,7 +294,7 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
     if span > MAX_TRACE_SPAN_S:
         last = int(order[np.flatnonzero(keep)[-1]])
         raise InputError(f"{where}: the replay spans {span:.3g} s, more than the {MAX_TRACE_SPAN_S / 86400:.0f} days "
-                         f"servopt replays (the latest arrival, {time_column} on {columns.row(last)}); check the "
+                         f"servopt replays (the latest arrival, {time_column} on {row_of(last)}); check the "
                          "time column and time_unit, or replay a window with start_s and duration_s")
     count = int(keep.sum())
     if count > MAX_TRACE_REQUESTS:
@@ -291,4 +306,4 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
     def take(values: np.ndarray | None) -> np.ndarray | None:
         return None if values is None else values[picked]
 
-    return RequestTrace(arrival, take(lengths["input"]), take(lengths["output"]), take(hits), fmt.name)
+    return RequestTrace(arrival, take(inputs), take(outputs), take(cached), format)

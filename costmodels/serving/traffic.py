@@ -2,7 +2,7 @@
 
 Each arrival process and length distribution is one pydantic class that also samples itself with a
 seeded ``numpy.random.Generator``; a ``trace`` arrival replays a file (:mod:`.traces` reads the
-formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL).
+formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL) or inline records.
 
 Bounds keep runs physical and finite: rates of 0.001 to a million requests/s (below one request per
 1,000 s a server is idle between requests, and the simulated clock would lose the precision of a
@@ -26,10 +26,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from ..errors import MAX_TOKENS, InputError, Name, Spec, Tokens
-from .traces import MAX_TRACE_SPAN_S, TIME_UNITS, TRACE_FORMATS, RequestTrace, read_trace
+from .traces import MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S, TIME_UNITS, TRACE_FORMATS, RequestTrace, read_trace, replay
 
 MIN_RATE_PER_S = 1e-3
 MAX_RATE_PER_S = 1e6
@@ -113,8 +113,35 @@ class ClosedLoopArrival(Spec):
         return None if self.requests_per_client is None else self.concurrency * self.requests_per_client
 
 
+def _python_list(value: object) -> object:
+    """Records built by code may come as numpy arrays: their Python values (a user's YAML never does)."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+class TraceRecords(Spec):
+    """A trace given inline, one list entry per request (seconds and tokens): what a benchmark client sent.
+
+    ``cached_tokens`` (optional) is each prompt's prefix that the server's prefix cache already
+    holds, its own (a prompt an earlier run sent), not shared with the other requests.
+    """
+
+    arrival_s: Annotated[list[Annotated[float, Field(ge=0)]], BeforeValidator(_python_list)] = Field(
+        min_length=1, max_length=MAX_TRACE_REQUESTS)
+    input_tokens: Annotated[list[Tokens], BeforeValidator(_python_list)] = Field(min_length=1)
+    output_tokens: Annotated[list[Tokens], BeforeValidator(_python_list)] = Field(min_length=1)
+    cached_tokens: Annotated[list[Annotated[int, Field(ge=0, le=MAX_TOKENS)]], BeforeValidator(_python_list)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceRecords:
+        n = len(self.arrival_s)
+        if any(len(v) != n for v in (self.input_tokens, self.output_tokens, self.cached_tokens or self.arrival_s)):
+            raise ValueError("arrival_s, input_tokens, output_tokens and cached_tokens need one entry per request")
+        return self
+
+
 class TraceArrival(Spec):
-    """Replay a trace file of (arrival time, input tokens, output tokens): see :mod:`.traces`.
+    """Replay a trace of (arrival time, input tokens, output tokens): a file (``path``, see
+    :mod:`.traces`) or ``records`` given inline.
 
     ``format`` is detected from the columns unless given; ``time_unit`` says what the numbers of the
     time column count (default: the format's, or the column name's ``_s``/``_ms``/``_us``
@@ -127,17 +154,31 @@ class TraceArrival(Spec):
     """
 
     kind: Literal["trace"]
-    path: Name
+    path: Name | None = None
+    records: TraceRecords | None = None
     format: Literal["auto", *TRACE_FORMATS] = "auto"
     time_unit: Literal[*TIME_UNITS] | None = None
     time_scale: float = Field(default=1.0, ge=1e-3, le=1e3, description="multiply arrival times (0.5 = twice the rate)")
     start_s: float = Field(default=0.0, ge=0, le=MAX_TRACE_SPAN_S, description="replay from this many seconds in")
     duration_s: float | None = Field(default=None, gt=0, le=MAX_TRACE_SPAN_S, description="replay this long")
 
+    @model_validator(mode="after")
+    def _one_source(self) -> TraceArrival:
+        if (self.path is None) == (self.records is None):
+            raise ValueError("a trace needs exactly one of path (a CSV or JSONL file) and records")
+        return self
+
     def read(self, need_lengths: bool = True) -> RequestTrace:
         """The requests this arrival replays (lengths may be left out when ``need_lengths`` is False)."""
+        window = {"time_scale": self.time_scale, "start_s": self.start_s, "duration_s": self.duration_s}
+        if self.records is not None:
+            r = self.records
+            return replay(np.asarray(r.arrival_s, dtype=float), np.asarray(r.input_tokens, dtype=np.int64),
+                          np.asarray(r.output_tokens, dtype=np.int64),
+                          None if r.cached_tokens is None else np.asarray(r.cached_tokens, dtype=np.int64),
+                          "traffic.arrival.records", **window)
         return read_trace(self.path, format=self.format, time_unit=self.time_unit, need_lengths=need_lengths,
-                          time_scale=self.time_scale, start_s=self.start_s, duration_s=self.duration_s)
+                          **window)
 
 
 Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival, Field(discriminator="kind")]

@@ -13,6 +13,7 @@ from ...calibration.microbench import make_backend, run_microbenchmarks
 from ...calibration.registry import load_profile, write_profile
 from ...calibration.tables import read_kernel_tables, write_table
 from ...costmodels.architectures import resolve_model
+from ...costmodels.outfiles import write_text
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
 from .common import add_hardware_args, load_deployment
@@ -66,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
     table, meta = run_microbenchmarks(backend, args.quick, models, progress=lambda line: print(f"  {line}", file=sys.stderr))
     out = write_table(table, args.out)
     meta_path = out.with_name(out.name + ".meta.json")
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_text(meta_path, json.dumps(meta, indent=2) + "\n")
     print(f"{len(table)} kernel timings on {meta['device']} ({'GPU' if meta['is_gpu'] else 'CPU: pipeline test only'}) "
           f"in {meta['duration_s']:.0f} s -> {out} (metadata {meta_path.name})")
     return 0

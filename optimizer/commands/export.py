@@ -1,33 +1,50 @@
-"""``servopt export DIR``: launch commands for a front point (vLLM 0.33)."""
+"""``servopt export DIR``: launch scripts for a point of a job's front (vLLM 0.33), or SGLang commands."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 import yaml
 
 from ...costmodels.errors import InputError
-from ...results import check_with_vllm, launch_plan, render_shell
+from ...costmodels.model_sources import check_model_id
+from ...costmodels.outfiles import read_text, write_text
+from ...results import check_with_vllm, launch_plan, node_scripts, render_readme
+from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("export", help="print vLLM launch commands for a point of a job's front")
+    parser = subparsers.add_parser(
+        "export", help="write vLLM launch scripts (one per node, plus the router) for a point of a job's front",
+        description="Write vLLM launch scripts for a point of the front into a folder: node-N.sh per node, "
+        "router.sh when several instances sit behind the vLLM Router, README.md with the order to start them, "
+        "and plan.json. A single-node, single-instance deployment's script is also printed.")
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
     parser.add_argument("--pick", default="cheapest",
                         help="cheapest, fastest, or a trial number from the report's # column (default cheapest)")
-    parser.add_argument("--format", choices=["vllm", "json", "yaml"], default="vllm",
-                        help="shell commands (default), or the launch plan as JSON or YAML")
-    parser.add_argument("--check", action="store_true", help="validate the flags with vLLM's own parser (needs vLLM)")
+    parser.add_argument("--format", choices=["vllm", "json", "yaml", "sglang"], default="vllm",
+                        help="scripts (default), print the launch plan as JSON or YAML, or print "
+                             "`python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, "
+                             "from SGLang importable or $SERVOPT_SGLANG_PYTHON)")
+    parser.add_argument("--out", default=None, metavar="FOLDER",
+                        help="where the scripts go (default: DIR/export-trial-N)")
+    parser.add_argument("--check", action="store_true",
+                        help="parse every vllm serve command with vLLM's own parser (needs vLLM; see --vllm-python)")
+    parser.add_argument("--vllm-python", default=None, metavar="PATH",
+                        help="the Python of an environment with vLLM installed (default: $SERVOPT_VLLM_PYTHON, "
+                        "this one, or ./.vllm-venv/bin/python)")
     parser.set_defaults(handler=run)
 
 
 def read_front(folder: str | Path) -> dict:
     path = Path(folder) / "front.json"
     try:
-        return json.loads(path.read_text())
-    except OSError:
+        return json.loads(read_text(path, "front file"))
+    except FileNotFoundError:
         raise InputError(f"{folder} has no front.json; run servopt optimize (or servopt report {folder}) first") from None
     except json.JSONDecodeError as err:
         raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
@@ -50,23 +67,61 @@ def pick_point(front: dict, pick: str) -> dict:
     raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p['trial']) for p in points)}")
 
 
+def plan_for(front: dict, point: dict) -> dict:
+    """The launch plan of a front point; the ids it serves are checked again (front.json is a file
+    anyone could have edited)."""
+    check_model_id(point["serve_id"], "front.json serve_id")
+    if point.get("weights"):
+        check_model_id(point["weights"]["serve_id"], "front.json weights.serve_id")
+    gpu = point["deployment"]["gpu"]
+    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.get("profile_calibrated", True)))
+    basis = (front.get("max_model_len") or {}).get(point.get("model", ""), {}).get("basis")
+    return launch_plan(point, gpus_per_node=point["gpus_per_node"], calibrated=calibrated, max_model_len_basis=basis)
+
+
 def run(args: argparse.Namespace) -> int:
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
-    w = front["workload"]
-    plan = launch_plan(point, w.get("checkpoints") or {}, gpus_per_node=point["gpus_per_node"])
+    if args.format == "sglang":
+        return _export_sglang(args, front, point)
+    plan = plan_for(front, point)
+    scripts = node_scripts(plan)
     if args.format == "json":
         print(json.dumps(plan, indent=2))
     elif args.format == "yaml":
         print(yaml.safe_dump(plan, sort_keys=False), end="")
     else:
-        print(render_shell(plan), end="")
+        out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+        for name, text in scripts.items():
+            write_text(out / name, text, mode=0o755)
+        write_text(out / "README.md", render_readme(plan, scripts))
+        write_text(out / "plan.json", json.dumps(plan, indent=2) + "\n")
+        if list(scripts) == ["node-0.sh"]:
+            print(scripts["node-0.sh"], end="")
+        else:
+            print(read_text(out / "README.md", "export README"), end="")
+        print(f"# written to {out}: {', '.join(sorted(scripts))}, README.md, plan.json")
     if args.check:
-        try:
-            problems = check_with_vllm(plan)
-        except ImportError:
-            raise InputError("--check needs vLLM importable in this environment (pip install vllm)") from None
+        version, problems = check_with_vllm(scripts, args.vllm_python)
         if problems:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
-        print("# --check: vLLM's parser accepts every instance's flags")
+        count = sum(text.count("vllm serve") for text in scripts.values())
+        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s)")
+    return 0
+
+
+def _export_sglang(args: argparse.Namespace, front: dict, point: dict) -> int:
+    check_model_id(point["serve_id"], "front.json serve_id")
+    plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"])
+    print(render_sglang(plan), end="")
+    if args.check:
+        python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable
+        try:
+            problems = check_with_sglang(plan, python)
+        except (ImportError, OSError) as err:
+            raise InputError(f"--check --format sglang needs SGLang importable by {python} (pip install sglang, or "
+                             f"set SERVOPT_SGLANG_PYTHON to a Python that has it): {err}") from None
+        if problems:
+            raise InputError("SGLang rejects the exported flags: " + "; ".join(problems))
+        print("# --check: SGLang's parser accepts every server's flags")
     return 0

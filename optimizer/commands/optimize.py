@@ -8,11 +8,12 @@ from pathlib import Path
 
 import optuna
 
-from ...costmodels.errors import InputError, validate_spec
+from ...costmodels.errors import validate_spec
 from ...results import explain_empty, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
+from .._storage import STORAGE_ENV
 from ..job import Job
-from ..workload import Budget, check_storage_url, load_workload
+from ..workload import Budget, load_workload
 from .common import positive_float, positive_int
 
 
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
     parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the workload file's name)")
     parser.add_argument("--storage", default=None, metavar="URL",
-                        help="SQLAlchemy URL of a shared study database (default: SQLite in the job folder)")
+                        help=f"SQLAlchemy URL of a shared study database (default: ${STORAGE_ENV}, else the workload's "
+                        "storage, else SQLite in the job folder); its password is never printed or saved")
     parser.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="worker processes on this machine")
     parser.add_argument("--trials", type=positive_int, default=None, help="override budget.trials")
     parser.add_argument("--time", type=positive_float, default=None, metavar="SECONDS", help="override budget.time_s")
@@ -50,11 +52,6 @@ def make_job(args: argparse.Namespace) -> Job:
             "time_s": args.time if args.time is not None else workload.budget.time_s,
         }, "--trials/--time: budget")
         workload = workload.model_copy(update={"budget": budget})
-    if args.storage is not None:
-        try:
-            check_storage_url(args.storage)
-        except ValueError as err:
-            raise InputError(f"--storage: {err}") from None
     study = args.study or name
     out = Path(args.out) if args.out else Path("servopt-runs") / study
     return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name)
@@ -68,10 +65,12 @@ def run(args: argparse.Namespace) -> int:
     paths = write_results(job.out_dir, data)
     front = [t for t in data["trials"] if t["number"] in set(outcome.front)]
     result = {
-        "study": job.study_name, "out_dir": str(job.out_dir), "trials": outcome.trials,
-        "new_trials": outcome.new_trials, "simulated": outcome.simulations, "rechecked": outcome.rechecked,
+        "study": job.study_name, "storage": job.shown_storage, "out_dir": str(job.out_dir),
+        "trials": outcome.trials, "new_trials": outcome.new_trials,
+        "workers": [{"worker": w.worker, "trials": w.trials_run} for w in outcome.workers],
+        "simulated": outcome.simulations, "rechecked": outcome.rechecked,
         "elapsed_s": round(outcome.elapsed_s, 2), "front": outcome.front,
-        "files": {name: str(path) for name, path in paths.items()},
+        "files": {name: str(path) for name, path in paths.items()}, "notes": list(outcome.notes),
     }
     empty = not front
     if empty:
@@ -79,8 +78,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"study '{job.study_name}': {outcome.trials} trials ({outcome.new_trials} new, {outcome.simulations} "
-              f"simulated), front of {len(outcome.front)} re-checked in {outcome.elapsed_s:.1f} s")
+        for note in outcome.notes:
+            print(f"note: {note}")
+        ran = ", ".join(str(w.trials_run) for w in outcome.workers)
+        print(f"study '{job.study_name}' in {job.shown_storage}: {outcome.trials} trials ({outcome.new_trials} run "
+              f"here" + (f" by {len(outcome.workers)} workers: {ran}" if len(outcome.workers) > 1 else "")
+              + f"; {outcome.simulations} simulated in all), front of {len(outcome.front)} re-checked in "
+              f"{outcome.elapsed_s:.1f} s")
         if empty:
             print("\n".join(result["empty_front"]))
         print(f"report: {paths['report.md']} and {paths['report.html']}")

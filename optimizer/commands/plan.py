@@ -85,6 +85,8 @@ def compute_plan(args: argparse.Namespace) -> dict:
         "pp": args.pp,
         "quantization": plan.quantization,
         "kv_cache_dtype": args.kv_dtype,
+        # What vLLM stores: a checkpoint with FP8 KV scales gets an fp8 cache under 'auto'.
+        "kv_cache_stored_dtype": model.kv_cache_dtype(args.kv_dtype),
         "context_tokens": args.context,
         "concurrency": args.concurrency,
         "gpu_memory_utilization": args.gpu_memory_utilization,
@@ -130,7 +132,8 @@ def render(result: dict) -> str:
     r = result
     per_gpu = "per GPU" if r["tp"] * r["pp"] > 1 else ""
     lines = [
-        f"{r['model']} on {r['gpu']} (tp={r['tp']}, pp={r['pp']}, weights {r['quantization']}, KV {r['kv_cache_dtype']}), "
+        f"{r['model']} on {r['gpu']} (tp={r['tp']}, pp={r['pp']}, weights {r['quantization']}, KV {r['kv_cache_dtype']}"
+        f"{'' if r['kv_cache_stored_dtype'] == r['kv_cache_dtype'] else ' = ' + r['kv_cache_stored_dtype'] + ' (checkpoint KV scales)'}), "
         f"{r['concurrency']} x {r['context_tokens']} tokens",
         "",
         "Memory",

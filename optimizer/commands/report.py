@@ -6,18 +6,22 @@ import argparse
 import json
 
 from ...results import write_results
+from .._storage import STORAGE_ENV
 from ..job import Job
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="regenerate trials.csv, pareto.csv and the reports of a job folder")
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
+    parser.add_argument("--storage", default=None, metavar="URL",
+                        help=f"the study's storage URL, when job.json keeps it without its password (or set "
+                        f"${STORAGE_ENV})")
     parser.add_argument("--json", action="store_true", help="print the written paths as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    job = Job.load(args.dir)
+    job = Job.load(args.dir, args.storage)
     paths = write_results(job.out_dir, job.collect())
     files = {name: str(path) for name, path in paths.items()}
     print(json.dumps(files, indent=2) if args.json else "\n".join(files.values()))

@@ -12,6 +12,7 @@ from ...calibration.registry import read_profile
 from ...calibration.validate import VALIDATORS, summarize
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
+from ...costmodels.outfiles import write_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "are counted and listed with the reason.",
     )
     parser.add_argument("--e2e", action="append", default=[], metavar="CSV",
-                        help="closed-loop serving runs (aiconfigurator silicon layout: ISL/OSL, concurrency, TP, mean TTFT/TPOT)")
+                        help="measured serving runs: aiconfigurator's silicon layout (ISL/OSL, concurrency, TP, mean TTFT/TPOT) "
+                        "or vllm bench serve results (model, gpu, vllm_version, tp, mean/median/p99 TTFT, TPOT, ITL)")
     parser.add_argument("--memory", action="append", default=[], metavar="CSV", help="vLLM start-up memory logs (KV tokens)")
     parser.add_argument("--kernels", action="append", default=[], metavar="CSV", help="kernel latency table")
     parser.add_argument("--profile", default=None, metavar="JSON",
@@ -63,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
     overall = summarize(scores.assign(gpu="all", framework="all", slice="all", calibrated=scores["calibrated"].all()))
     skipped = predicted[predicted["reason"] != ""]
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        predicted.to_csv(args.out, index=False)
+        write_text(args.out, predicted.to_csv(index=False))
     if args.json:
         print(json.dumps({
             "summary": summary.to_dict("records"),

@@ -1,0 +1,447 @@
+"""The development corpus: every public measured vLLM serving run servopt is checked against, as a run it can simulate.
+
+Each :class:`MeasuredRun` carries the deployment that served the run, the traffic its client sent
+(:mod:`.bench_clients`: send times, lengths, what the prefix cache held), the vLLM version, and the
+metrics the run measured. A run servopt cannot simulate faithfully keeps its row with ``skip`` saying
+why (an unknown model, tensor parallelism across Kubernetes pods on an unknown network, per-request
+lengths not published, a feature servopt does not model yet), so every measurement is accounted for.
+
+Sources (all public, with provenance in ``../shared/data/measured/PROVENANCE.md`` and
+``calibration/measured/PROVENANCE.md``):
+
+- aiconfigurator's silicon rows of vLLM (``silicon_dense_h100.csv``): aiperf closed-loop clients,
+  simulated as :mod:`.silicon` describes;
+- ``vllm bench serve`` / ``benchmark_serving.py`` results (``vllm_bench_p99_dev.csv``,
+  ``vllm_bench_a100_dennislee22.csv``, ``vllm_bench_public.csv``): open-loop or all-at-once runs,
+  simulated request by request. Runs of one *session* (one server, one benchmark after another, as
+  the sources' scripts ran them) share the server's prefix cache: :data:`SESSIONS` says, per source,
+  which rows form a session and in which order, and why.
+
+Groups for cross-validation are (model, GPU, weight dtype).
+
+Example:
+    >>> runs = load_corpus(SHARED_E2E, REPO_E2E) if SHARED_E2E.exists() else []
+    >>> all(run.skip or run.deployment is not None for run in runs)
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..costmodels.architectures import resolve_model
+from ..costmodels.deployment import Deployment
+from ..costmodels.errors import InputError
+from ..costmodels.hardware import get_gpu
+from ..costmodels.memory import plan_memory
+from ..costmodels.profile import PerformanceProfile
+from ..costmodels.serving.traffic import Traffic
+from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
+from .bench_clients import SessionCache, vllm_bench_send_times
+from .silicon import silicon_run
+from .tables import gpu_name_for
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_E2E = ROOT.parent / "shared" / "data" / "measured" / "e2e"
+REPO_E2E = ROOT / "calibration" / "measured" / "e2e"
+BENCH_TABLES = ("vllm_bench_p99_dev.csv", "vllm_bench_a100_dennislee22.csv", "vllm_bench_public.csv")
+METRICS = ("ttft", "tpot", "itl")
+STATS = ("mean", "median", "p99")
+# Inter-node links of the sources' clusters (GB/s per GPU): Azure ND96asr_v4 has one 200 Gb/s HDR
+# InfiniBand port per GPU; without it NCCL runs over TCP on the VM's 24 Gb/s Ethernet, of which
+# sockets reach about two thirds.
+INFINIBAND_HDR_GBPS = 25.0
+TCP_24GBIT_GBPS = 2.0
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured serving run and how to simulate it."""
+
+    run_id: str
+    source: str
+    model: str
+    gpu: str
+    dtype: str
+    vllm_version: str
+    protocol: str
+    measured: dict[str, float]
+    deployment: Deployment | None = None
+    traffic: Traffic | None = None
+    skip: str = ""
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """(model, GPU, weight dtype): the model as servopt's catalog names it (a quantized
+        checkpoint counts as its base model, the dtype says how it was served)."""
+        try:
+            name = resolve_model(self.model).spec.name
+        except InputError:
+            name = self.model
+        return (name.split("/")[-1], self.gpu, self.dtype)
+
+
+def _text(value: object) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _number(value: object) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _measured(row: dict) -> dict[str, float]:
+    out = {}
+    for metric in METRICS:
+        for stat in STATS:
+            value = _number(row.get(f"{stat}_{metric}_ms"))
+            if math.isfinite(value):
+                out[f"{stat}_{metric}_ms"] = value
+    return out
+
+
+# --- aiconfigurator silicon rows ----------------------------------------------------------------
+SILICON_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def _off_or_count(value: object) -> int:
+    """A parallelism count where empty, 0 and 1 all mean "not used" (tools write any of them)."""
+    number = _number(value)
+    return int(number) if math.isfinite(number) and number > 1 else 1
+
+
+def _silicon_row_run(row: dict, index: int, name: str) -> MeasuredRun:
+    precision = _text(row.get("precision")) or "bf16"
+    gpu = _gpu(_text(row["system"])) or _text(row["system"])
+    base = dict(run_id=f"silicon:{index}", source=f"{name} row {index}", model=_text(row["model_path"]), gpu=gpu,
+                dtype=precision, vllm_version=_text(row.get("backend_version")) or "0.12.0",
+                protocol="aiperf closed loop (silicon)",
+                measured={"mean_ttft_ms": _number(row["silicon_ttft_ms"]), "mean_tpot_ms": _number(row["silicon_tpot_ms"])},
+                extra={"isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"],
+                       "concurrency": row.get("silicon_concurrency"), "row_id": _text(row.get("id")) or f"row {index}"})
+    backend = _text(row["backend"]).lower()
+    if backend != "vllm":
+        return MeasuredRun(**base, skip=f"framework '{backend}' is not modelled (servopt predicts vLLM)")
+    if _text(row.get("mode")) not in ("", "agg"):
+        return MeasuredRun(**base, skip="disaggregated layout without its client concurrency")
+    if not math.isfinite(_number(row.get("silicon_concurrency"))):
+        return MeasuredRun(**base, skip="client concurrency not recorded")
+    if _gpu(_text(row["system"])) is None:
+        return MeasuredRun(**base, skip=f"GPU '{_text(row['system'])[:40]}' not in the catalog")
+    try:
+        resolve_model(base["model"])
+        run = silicon_run(row, gpu, pp=_off_or_count(row.get("pp_size")),
+                          data_parallel_size=_off_or_count(row.get("attention_dp_size")),
+                          expert_parallel=_off_or_count(row.get("moe_ep_size")) > 1)
+    except InputError as err:
+        return MeasuredRun(**base, skip=str(err))
+    except ValueError as err:  # a layout the deployment model refuses (pydantic names the rule)
+        return MeasuredRun(**base, skip=f"layout not modelled: {str(err).splitlines()[-1].strip()}")
+    return MeasuredRun(**base, deployment=run.deployment, traffic=run.traffic)
+
+
+def silicon_runs(path: Path, table: pd.DataFrame | None = None) -> list[MeasuredRun]:
+    """Every row of a table in aiconfigurator's silicon layout; rows servopt cannot simulate are
+    kept with ``skip`` saying why (other frameworks, disaggregated rows, no client concurrency)."""
+    table = pd.read_csv(path) if table is None else table
+    return [_silicon_row_run(row, i, path.name) for i, row in enumerate(table.to_dict("records"))]
+
+
+# --- vllm bench serve rows ----------------------------------------------------------------------
+_FLAG_INT = {"max_num_seqs": r"--max-num-seqs[ =](\d+)", "max_num_batched_tokens": r"--max-num-batched-tokens[ =](\d+)",
+             "max_model_len": r"--max-model-len[ =](\d+)", "data_parallel": r"(?:--data-parallel-size|-dp)[ =](\d+)"}
+
+
+def _flags(text: str) -> dict:
+    out: dict = {}
+    for name, pattern in _FLAG_INT.items():
+        match = re.search(pattern, text)
+        if match:
+            out[name] = int(match.group(1))
+    match = re.search(r"--gpu-memory-utilization[ =]([0-9.]+)", text)
+    if match:
+        out["gpu_memory_utilization"] = float(match.group(1))
+    # The KV cache a start-up log reported ("Available KV cache memory: 8.22 GiB" per GPU).
+    match = re.search(r"available KV cache (?:memory:? )?([0-9.]+) GiB", text, flags=re.IGNORECASE)
+    if match:
+        out["kv_cache_memory_gib"] = float(match.group(1))
+    if "--no-enable-prefix-caching" in text or "prefix caching off" in text:
+        out["prefix_caching"] = False
+    elif "--enable-prefix-caching" in text:
+        out["prefix_caching"] = True
+    if "--kv-cache-dtype fp8" in text:
+        out["kv_cache_dtype"] = "fp8"
+    if "--enable-expert-parallel" in text:
+        out["expert_parallel"] = True
+    if "--enable-chunked-prefill" in text:
+        out["chunked_prefill"] = True
+    return out
+
+
+def _source_of(ref: str) -> str:
+    match = re.search(r"github\.com/([^/@ ]+/[^/@ :]+)", ref)
+    return match.group(1) if match else (ref.split() or [""])[0]
+
+
+def _run_json(ref: str, folders: list[Path]) -> dict | None:
+    """The per-request result file a row names (``vllm_bench_runs/<name>`` or the surajssd layout)."""
+    names = re.findall(r"vllm_bench_runs/([^\s;,)]+\.json)", ref)
+    match = re.search(r"results_serving_[^/]+/([^/]+)/([^ ]+\.json)", ref)
+    if match:
+        names.append(f"{match.group(1)}__{match.group(2)}")
+    for folder in folders:
+        for name in names:
+            path = folder / "vllm_bench_runs" / name
+            if path.exists():
+                return json.loads(path.read_text())
+    return None
+
+
+def _stated_version(text: str) -> str:
+    """The version a provenance cell settles on: where the source did not log it, the cell gives its
+    reasoning and ends "most likely X" (earlier versions in it are evidence, such as "fields added
+    after v0.11.0")."""
+    _, marker, conclusion = text.partition("most likely")
+    return conclusion if marker else text
+
+
+def _model_name(text: str) -> str:
+    """The model id of a cell; a fine-tune the cell says keeps its base's architecture runs as the base."""
+    base = re.search(r"fine-tune of ([\w.-]+/[\w.-]+), same architecture", text)
+    return base.group(1) if base else text.split(" (")[0].strip()
+
+
+def _dtype(quantization: str, model: str) -> str:
+    text = f"{quantization} {model}".lower()
+    for key, name in (("mxfp4", "mxfp4"), ("int4", "int4"), ("awq", "int4"), ("gptq", "int4"), ("w4a16", "int4"),
+                      ("w8a8", "int8"), ("int8", "int8"), ("fp8", "fp8")):
+        if key in text:
+            return "fp8" if key == "fp8" or "fp8" in text.split("w8a8")[0] else name
+    return "bf16"
+
+
+# Per source: how its runs were made, where the shared tables do not say (cited from the source's
+# own scripts). ``session`` lists the columns that identify one server's run of benchmarks, in the
+# order the script ran them; ``order`` sorts the runs within a session.
+SESSIONS = {
+    # run_vllm_upstream_benchmark.sh: one server per layout, QPS 01, 04, 16, inf in turn, ShareGPT seed 0.
+    "surajssd/llm-k8s": {"session": ["variant"], "order": "request_rate", "dataset_keys": "index"},
+    # benchmaq/vllm/bench.py: one VLLMServer per config, its bench list (random 1024, 2048, 4096,
+    # 8192, 15000) in turn; random dataset seed 0, so prompt i of a longer run extends prompt i.
+    "Scicom-AI-Enterprise-Organization/llm-benchmaxxing": {"session": ["gpu", "model", "variant"], "order": "input_len",
+                                                           "dataset_keys": "index"},
+    # README sections "Test N": one server each, the tests in the README's order; random dataset, seed 0.
+    "dennislee22/vLLM-benchmarking": {"session": ["test"], "order": None, "dataset_keys": "index"},
+}
+
+
+def _gpu(text: str) -> str | None:
+    name = gpu_name_for(None, text)
+    try:
+        return get_gpu(name).name
+    except InputError:
+        return None
+
+
+def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> MeasuredRun:
+    ref = _text(row["source_url_or_ref"])
+    source = _source_of(ref)
+    model_id = _model_name(_text(row["model"]))
+    gpu = _gpu(_text(row["gpu"])) or _text(row["gpu"])
+    version_text = _text(row["vllm_version"])
+    quantization = _text(row.get("quantization"))
+    notes = f"{_text(row.get('variant'))}; {_text(row.get('notes'))}"
+    base = dict(run_id=f"{table}:{index}", source=f"{table} row {index} ({source})", model=model_id, gpu=gpu,
+                dtype=_dtype(quantization, model_id), vllm_version=version_text, protocol="vllm bench serve",
+                measured=_measured(row), notes=notes[:300])
+    try:
+        if not version_text.strip():
+            raise InputError("empty")
+        version = parse_vllm_version(_stated_version(version_text))
+    except InputError:
+        return MeasuredRun(**base, skip=f"vLLM version unknown ({version_text[:40]})")
+    try:
+        resolved = resolve_model(model_id)
+    except InputError:
+        return MeasuredRun(**base, skip=f"model '{model_id}' is not in servopt's catalog")
+    if _gpu(_text(row["gpu"])) is None:
+        return MeasuredRun(**base, skip=f"GPU '{gpu[:40]}' not in the catalog")
+    if not _number(row["tp"]) >= 1:
+        return MeasuredRun(**base, skip="tensor parallelism (tp) not stated")
+    lower = notes.lower()
+    if re.search(r"\d+ gpu pods", lower) and int(_number(row["tp"])) > 1:
+        # Ray places each TP rank in its own pod: NCCL then talks between containers (sockets, or
+        # across nodes), over an interconnect the source does not record.
+        return MeasuredRun(**base, skip="tensor parallelism across Kubernetes pods (interconnect between pods unknown)")
+    run_json = _run_json(ref, folders)
+    dataset = _text(row.get("dataset")).lower()
+    n = int(_number(row.get("num_prompts")) or 0)
+    if run_json is not None and run_json.get("input_lens"):
+        inputs = [int(x) for x in run_json["input_lens"]]
+        outputs = [max(int(x), 1) for x in run_json["output_lens"]]
+    elif "random" in dataset and math.isfinite(_number(row.get("input_len"))) and n:
+        inputs = [int(round(_number(row["input_len"])))] * n
+        outputs = [max(int(round(_number(row["output_len"]))), 1)] * n
+    else:
+        return MeasuredRun(**base, skip="per-request lengths not published")
+    flags = _flags(_text(row.get("server_flags")))
+    tp, pp = int(_number(row["tp"])), _off_or_count(row.get("pp"))
+    # --data-parallel-size: ranks of one instance behind vLLM's own load balancer (for an MoE model
+    # the experts span every rank).
+    data_parallel = flags.get("data_parallel") or (2 if "DP2" in _text(row.get("variant")) else 1)
+    gpu_spec = get_gpu(gpu)
+    tokens, seqs = default_batch_limits(gpu_spec, version)
+    across = "no InfiniBand" in _text(row["gpu"]) or "no-ib" in ref
+    deployment = Deployment(
+        gpu=gpu, tp=tp, pp=pp, data_parallel_size=data_parallel, enable_expert_parallel=flags.get("expert_parallel", False),
+        vllm_version=".".join(map(str, version)),
+        quantization=resolved.quantization,
+        max_num_seqs=flags.get("max_num_seqs", seqs), max_num_batched_tokens=flags.get("max_num_batched_tokens", tokens),
+        max_model_len=flags.get("max_model_len"),
+        enable_prefix_caching=flags.get("prefix_caching", version >= (0, 8, 0)),
+        kv_cache_dtype=flags.get("kv_cache_dtype", "auto"),
+        internode_gbps=TCP_24GBIT_GBPS if across else INFINIBAND_HDR_GBPS, kv_cache_memory_gib=flags.get("kv_cache_memory_gib"),
+        **({"gpu_memory_utilization": flags["gpu_memory_utilization"]} if "gpu_memory_utilization" in flags else {}),
+    )
+    rate = _number(row.get("request_rate"))
+    rate = math.inf if not math.isfinite(rate) else rate
+    extra = {"inputs": inputs, "outputs": outputs, "rate": rate, "dataset": dataset, "source_repo": source,
+             "session": None, "version": version, "max_concurrency": _number(row.get("max_concurrency"))}
+    rules = SESSIONS.get(source)
+    if rules is not None:
+        test = re.search(r"Test (\d+)", notes)
+        keys = {"variant": _text(row.get("variant")), "gpu": gpu, "model": model_id, "test": test.group(1) if test else ""}
+        extra["session"] = (source, *[keys[k] for k in rules["session"]])
+        extra["order"] = {"request_rate": rate, "input_len": inputs[0], None: index}[rules["order"]]
+    return MeasuredRun(**base, deployment=deployment, extra=extra)
+
+
+def _kv_capacity_tokens(run: MeasuredRun) -> float:
+    d = run.deployment
+    resolved = resolve_model(run.model)
+    plan = plan_memory(resolved.spec, get_gpu(d.gpu), quantization=d.quantization or resolved.quantization,
+                       kv_cache_dtype=d.kv_cache_dtype, tp=d.tp, pp=d.pp, gpu_memory_utilization=d.gpu_memory_utilization,
+                       max_model_len=d.max_model_len or resolved.spec.max_context,
+                       kv_cache_memory_bytes=d.kv_cache_memory_gib * 2**30 if d.kv_cache_memory_gib else None)
+    # Tokens of full-attention context the pool holds (sliding-window layers hold less, never more).
+    return float(plan.kv_cache_blocks * plan.block_size / plan.layout.groups) * d.replicas * d.data_parallel_size
+
+
+def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
+    """Build the run's traffic: send times from the client's seeded generator, prefix hits from the session."""
+    extra = run.extra
+    inputs, outputs = extra["inputs"], extra["outputs"]
+    concurrency = extra["max_concurrency"]
+    if math.isfinite(concurrency) and concurrency < len(inputs):
+        return run.__class__(**{**run.__dict__, "deployment": None,
+                                "skip": "a concurrency cap below the number of prompts (not simulated here)"})
+    send = vllm_bench_send_times(len(inputs), extra["rate"], seed=0, vllm_version=run.vllm_version)
+    keys = list(range(len(inputs)))
+    cached = None
+    if cache is not None and run.deployment.enable_prefix_caching:
+        # The tool's initial test prompt (request 0) runs alone just before the run.
+        cache.warm(keys[0], inputs[0], outputs[0])
+        hits = cache.hits(keys, inputs)
+        ranks = run.deployment.replicas * run.deployment.data_parallel_size
+        if ranks > 1:
+            # vLLM's data-parallel load balancer routes by queue lengths, not by prefix: a prompt
+            # reaches the rank that cached it with probability 1 / ranks.
+            rng = np.random.default_rng(zlib.crc32(run.run_id.encode()))
+            hits = np.where(rng.random(len(hits)) < 1.0 / ranks, hits, 0)
+        cached = hits.tolist()
+        cache.record(keys, inputs, outputs)
+    records = {"arrival_s": send, "input_tokens": inputs, "output_tokens": outputs, "cached_tokens": cached}
+    traffic = Traffic.model_validate({"arrival": {"kind": "trace", "records": records}})
+    return run.__class__(**{**run.__dict__, "traffic": traffic})
+
+
+BENCH_COLUMNS = ("model", "gpu", "vllm_version", "tp")
+
+
+def _with_sessions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Give every simulable run its traffic, runs of one session in order through one prefix cache."""
+    out: list[MeasuredRun] = []
+    sessions: dict = {}
+    for run in runs:
+        if run.skip:
+            out.append(run)
+        elif run.extra.get("session") is None:
+            out.append(_with_traffic(run, SessionCache(_kv_capacity_tokens(run))))
+        else:
+            sessions.setdefault(run.extra["session"], []).append(run)
+    for members in sessions.values():
+        cache = SessionCache(_kv_capacity_tokens(members[0]))
+        for run in sorted(members, key=lambda r: r.extra["order"]):
+            out.append(_with_traffic(run, cache))
+    return out
+
+
+def bench_runs(folders: list[Path]) -> list[MeasuredRun]:
+    """Every row of the ``vllm bench serve`` tables found in ``folders``, with its traffic."""
+    runs: list[MeasuredRun] = []
+    for folder in folders:
+        for name in BENCH_TABLES:
+            path = folder / name
+            if path.exists():
+                table = pd.read_csv(path)
+                runs += [_bench_row_run(row, name, i, folders) for i, row in enumerate(table.to_dict("records"))]
+    return _with_sessions(runs)
+
+
+def table_runs(path: Path, table: pd.DataFrame) -> list[MeasuredRun]:
+    """The runs of one measured table, in the input's row order, whichever layout it has:
+    aiconfigurator's silicon rows (``silicon_ttft_ms``) or ``vllm bench serve`` results (``vllm_version``,
+    the metrics as ``mean_ttft_ms``, ``p99_itl_ms`` and so on; per-request lengths in
+    ``vllm_bench_runs/`` next to it). A row that cannot be simulated keeps ``skip`` with the reason."""
+    silicon = "silicon_ttft_ms" in table
+    missing = [c for c in (SILICON_COLUMNS if silicon else BENCH_COLUMNS) if c not in table]
+    if missing:
+        raise InputError(f"e2e table '{path}' lacks the column(s) {', '.join(missing)} (aiconfigurator's silicon "
+                         f"layout needs {', '.join(SILICON_COLUMNS)}; vllm bench results need {', '.join(BENCH_COLUMNS)})")
+    if silicon:
+        runs = silicon_runs(path, table)
+    else:
+        table = table.reindex(columns=list(dict.fromkeys([*table.columns, "source_url_or_ref"])))
+        runs = _with_sessions([_bench_row_run(row, path.name, i, [path.parent])
+                               for i, row in enumerate(table.to_dict("records"))])
+    return sorted(runs, key=lambda r: int(r.run_id.rsplit(":", 1)[1]))
+
+
+def load_corpus(shared_e2e: Path = SHARED_E2E, repo_e2e: Path = REPO_E2E) -> list[MeasuredRun]:
+    """Every measured run of the shared data and the repository's public tables."""
+    runs: list[MeasuredRun] = []
+    silicon = shared_e2e / "silicon_dense_h100.csv"
+    if silicon.exists():
+        runs += silicon_runs(silicon)
+    runs += bench_runs([p for p in (shared_e2e, repo_e2e) if p.exists()])
+    return runs
+
+
+def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
+    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``."""
+    from ..costmodels.serving import simulate
+
+    resolved = resolve_model(run.model)
+    deployment = run.deployment
+    if deployment.quantization is None and resolved.quantization:
+        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
+    gpu = get_gpu(deployment.gpu)
+    summary = simulate(resolved.spec, deployment, run.traffic, gpu, profile, seed=seed).summary
+    out = {"saturated": float(summary.saturated)}
+    for metric in METRICS:
+        stats = getattr(summary, f"{metric}_s")
+        for stat, value in (("mean", stats.mean), ("median", stats.p50), ("p99", stats.p99)):
+            out[f"{stat}_{metric}_ms"] = value * 1e3
+    return out
