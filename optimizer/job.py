@@ -1,10 +1,11 @@
 """An optimize job: a workload, an output folder, a study in a storage, and N workers.
 
 The folder holds ``job.json`` (the workload as validated, the storage URL with its password
-hidden, and the study name), the SQLite study (unless ``--storage`` names another database), and
-the results. Running the same job again resumes it: finished trials are read back and the budget
+hidden, and the study name), the study's journal file ``study.journal`` (unless ``--storage`` names
+a database; a folder written by an older servopt keeps its SQLite ``study.db``), and the results.
+Running the same job again resumes it: finished trials are read back and the budget
 counts them. The storage URL comes from ``--storage``, else the ``SERVOPT_STORAGE`` environment
-variable, else the workload's ``storage:``, else SQLite in the folder; a command that reopens a job
+variable, else the workload's ``storage:``, else the journal file in the folder; a command that reopens a job
 whose URL had a password needs the URL again from one of the first two (see
 :mod:`servopt.optimizer._storage`).
 
@@ -12,13 +13,13 @@ Every file is written atomically through :mod:`servopt.costmodels.outfiles`, so 
 the old ``job.json`` or the new one. A ``job.json`` that is unreadable all the same (truncated by an
 older version, edited by hand) is recovered: ``servopt optimize`` rewrites it once the study has
 confirmed the workload is the same (the study keeps its own copy of the workload), and
-``servopt report`` / ``export`` rebuild it from the folder's SQLite study.
+``servopt report`` / ``export`` rebuild it from the folder's own study.
 
 Example:
     >>> from servopt.optimizer.job import Job
     >>> from servopt.optimizer.defaults import default_workload
     >>> job = Job(default_workload(), "/tmp/servopt-doc-job")
-    >>> job.storage_url.endswith("/tmp/servopt-doc-job/study.db"), job.study_name
+    >>> job.storage_url.endswith("/tmp/servopt-doc-job/study.journal"), job.study_name
     (True, 'default')
 """
 
@@ -39,7 +40,7 @@ from ..costmodels.outfiles import ensure_folder, read_text, write_text
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
-from ._storage import STORAGE_ENV, has_hidden_password, masked_url, open_storage, storage_from_env
+from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_from_env
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
@@ -58,8 +59,21 @@ from .study import (
 from .workload import Workload, parse_workload
 
 JOB_FILE = "job.json"
+JOURNAL_FILE = "study.journal"
+# The SQLite study of a folder written before the journal became the default.
+LEGACY_DATABASE = "study.db"
 WORKLOAD_HASH_ATTR = "workload_sha256"
 JOB_ATTR = "job"
+
+
+def folder_storage(out_dir: Path) -> str | None:
+    """The URL of the study a job folder holds itself (its journal, or an older SQLite database), or
+    None when it holds neither."""
+    if (out_dir / JOURNAL_FILE).is_file():
+        return journal_url(out_dir / JOURNAL_FILE)
+    if (out_dir / LEGACY_DATABASE).is_file():
+        return f"sqlite:///{(out_dir / LEGACY_DATABASE).resolve()}"
+    return None
 
 
 class _BrokenJobFile(Exception):
@@ -139,7 +153,7 @@ class Job:
         """The URL to connect with (it may hold a password: never print or save it; see
         :attr:`shown_storage`)."""
         explicit = self.storage or storage_from_env() or self.workload.storage
-        return explicit or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
+        return explicit or folder_storage(self.out_dir) or journal_url(self.out_dir / JOURNAL_FILE)
 
     @property
     def shown_storage(self) -> str:
@@ -219,7 +233,7 @@ class Job:
     def load(cls, out_dir: str | Path, storage: str | None = None) -> Job:
         """The job a folder holds (for ``servopt report`` and ``servopt export``). ``storage`` (else
         ``SERVOPT_STORAGE``) gives the URL again when job.json keeps it without its password; an
-        unreadable job.json is rebuilt from the folder's SQLite study."""
+        unreadable job.json is rebuilt from the folder's own study."""
         path = Path(out_dir) / JOB_FILE
         try:
             data = _read_job_file(path)
@@ -244,17 +258,17 @@ class Job:
 
     @classmethod
     def _recover(cls, out_dir: Path, problem: str) -> Job:
-        """Rebuild a job from the one study in the folder's SQLite database."""
-        database = out_dir / "study.db"
+        """Rebuild a job from the one study in the folder's own storage."""
         fix = "rerun servopt optimize with the same workload file and --out to rewrite it"
-        if not database.is_file():
-            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no study.db to rebuild "
-                             f"it from; {fix}")
-        url = f"sqlite:///{database.resolve()}"
+        url = folder_storage(out_dir)
+        if url is None:
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no {JOURNAL_FILE} to "
+                             f"rebuild it from; {fix}")
+        database = out_dir / (JOURNAL_FILE if url.startswith("journal:") else LEGACY_DATABASE)
         summaries = [s for s in optuna.get_all_study_summaries(open_storage(url))
                      if "workload" in s.user_attrs]
         if len(summaries) != 1:
-            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and study.db holds {len(summaries)} "
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and {database.name} holds {len(summaries)} "
                              f"studies with a workload; {fix}")
         summary = summaries[0]
         extra = summary.user_attrs.get(JOB_ATTR) or {}

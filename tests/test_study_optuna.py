@@ -12,6 +12,7 @@ import pytest
 from _optimizer_fixtures import TINY, serving  # noqa: F401
 from _postgres import free_port
 
+from servopt.optimizer._storage import journal_path, open_storage
 from servopt.optimizer.job import Job
 from servopt.optimizer._evaluate import CONSTRAINT_GROUPS
 from servopt.optimizer.study import CONSTRAINT_NAMES_ATTR, BudgetSpent, TrialBudget
@@ -33,7 +34,7 @@ def finished_job(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def study(finished_job):
-    return optuna.load_study(study_name=finished_job.study_name, storage=finished_job.storage_url)
+    return optuna.load_study(study_name=finished_job.study_name, storage=open_storage(finished_job.storage_url))
 
 
 def test_metric_names_and_no_placeholder_values(study):
@@ -105,7 +106,7 @@ def test_dashboard_shows_metric_names_and_constraints(finished_job, study):
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", "import sys, optuna_dashboard; optuna_dashboard.run_server(sys.argv[1], "
-         "host='127.0.0.1', port=int(sys.argv[2]))", finished_job.storage_url, str(port)],
+         "host='127.0.0.1', port=int(sys.argv[2]))", str(journal_path(finished_job.storage_url)), str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}"
