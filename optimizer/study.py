@@ -283,7 +283,8 @@ def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | Non
     evaluator = evaluator or Evaluator(problem)
     w = problem.workload
     deployment = Deployment.model_validate(record["deployment"])
-    summary = evaluator.simulate(record["model"], deployment, w.fidelity.final_requests, w.seed + 1)
+    compiled = problem.ctx.compile(record["model"], deployment)
+    summary = evaluator.simulate(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
     violations = evaluator._prediction_violations(summary)
     costs = evaluator.cost(deployment, summary)
     feasible = all(v <= 0 for v in violations.values()) and record["feasible"]

@@ -33,8 +33,16 @@ def test_tiny_job_records_every_trial_with_a_reason(tmp_path, serving):  # noqa:
         assert record["feasible"] == (not record["violations"])
         if not record["feasible"]:
             assert record["reason"]
-    gptq = [t for t in data["trials"] if t["record"]["knobs"]["quantization"] == "gptq"]
-    assert gptq and all("accuracy" in t["record"]["violations"] for t in gptq)
+    # gptq is over the accuracy budget whatever else is chosen: left out before sampling, with why.
+    assert not [t for t in data["trials"] if t["record"]["knobs"]["quantization"] == "gptq"]
+    assert "left out: gptq: expected accuracy drop" in data["space"]["quantization"]
+    # Drawn points are repaired onto what vLLM accepts; the record says what moved.
+    for trial in data["trials"]:
+        knobs = trial["record"]["knobs"]
+        assert "batch_limits" not in trial["record"]["violations"]
+        assert knobs["enable_chunked_prefill"] or knobs["max_num_batched_tokens"] >= trial["record"]["deployment"]["max_model_len"]
+        for knob, (drawn, scored) in trial["record"]["repaired"].items():
+            assert knobs[knob] == scored != drawn
     assert outcome.front and set(outcome.front) <= set(data["rechecks"])
     assert all(data["rechecks"][n]["requests"] == 400 for n in outcome.front)
 
@@ -121,7 +129,7 @@ def test_simulator_errors_are_recorded_not_raised(tmp_path, serving, monkeypatch
     def refuse(*args, **kwargs):
         raise InputError("this deployment cannot be simulated")
 
-    monkeypatch.setattr(serving, "simulate", refuse)
+    monkeypatch.setattr(serving, "simulate_compiled", refuse)
     job = tiny_job(tmp_path, budget={"trials": 5})
     outcome = job.run(progress=False)
     records = [t["record"] for t in job.collect()["trials"]]

@@ -18,10 +18,12 @@ from servopt.optimizer._evaluate import CONSTRAINT_GROUPS
 from servopt.optimizer.study import CONSTRAINT_NAMES_ATTR, BudgetSpent, TrialBudget
 from servopt.optimizer.workload import parse_workload
 
-# gptq breaks the accuracy budget before anything is predicted (pruned); the TTFT target is tight
-# enough that some simulated trials miss it (complete, infeasible, with their predicted values).
-WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"]},
+# TP 4 breaks the two-GPU fleet limit before anything is predicted (pruned; no repair lowers a TP);
+# the TTFT target is tight enough that some simulated trials miss it (complete, infeasible, with
+# their predicted values).
+WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"], "tp": [1, 4]},
             "checkpoints": {"gptq": "hugging-quants/Meta-Llama-3.1-8B-Instruct-GPTQ-INT4"},
+            "accuracy": {"max_drop_pct": 10.0}, "limits": {"max_gpus": 2},
             "slo": {"p99_ttft_s": 0.12, "p99_tpot_s": 0.1}, "budget": {"trials": 24}}
 
 
@@ -73,8 +75,8 @@ def test_flat_attributes_filter_trials(study):
     for key in ("gpu", "tp", "quantization", "model", "usd_per_hour", "usd_per_output_mtoken", "usd_per_total_mtoken",
                 "gpus_used", "gpus_rented", "p99_ttft_s", "p99_tpot_s", "feasible", "reason", "fidelity"):
         assert f"user_attrs_{key}" in frame, key
-    gptq = frame[frame["user_attrs_quantization"] == "gptq"]
-    assert len(gptq) and set(gptq["state"]) == {"PRUNED"}
+    too_big = frame[frame["user_attrs_tp"] == 4]
+    assert len(too_big) and set(too_big["state"]) == {"PRUNED"}
     # The model attribute names the weights served: the base model, or the gptq checkpoint.
     assert set(frame["user_attrs_model"]) == {"meta-llama/Llama-3.1-8B", WORKLOAD["checkpoints"]["gptq"]}
 

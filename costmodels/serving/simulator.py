@@ -43,19 +43,14 @@ from ..architectures import ModelSpec
 from ..deployment import Deployment
 from ..errors import InputError
 from ..hardware import GPUSpec
-from ..memory import GIB, MemoryPlan, kv_bytes_per_token, plan_memory
 from ..profile import PerformanceProfile
-from ..quantization import MODEL_DTYPE_SCHEME
-from ..roofline import StepCostModel
-from ..speculation import Speculation, build_speculation
-from ..vllm_defaults import default_batch_limits, parse_vllm_version, tokenize_s_per_token
 from .cluster import ClosedLoop, Cluster, Pool
+from .compiled import CompiledDeployment, compile_deployment
 from .engine import Engine, PipelineStages
 from .metrics import ServingSummary, summarize
-from .predictor import StepTimePredictor
 from .requests import RequestTable, draw_requests
 from .router import make_router
-from .scheduler import BlockCounter, EngineLimits, Scheduler
+from .scheduler import BlockCounter, Scheduler
 from .slo import SLO
 from .traffic import Traffic
 
@@ -77,105 +72,7 @@ class SimulationResult:
     decode_steps: int = 0
 
 
-@dataclass(frozen=True)
-class Role:
-    """One kind of engine in a deployment: how many, their parallelism, limits and step times."""
-
-    name: str  # "replica", "prefill" or "decode"
-    instances: int
-    tp: int
-    limits: EngineLimits
-    plan: MemoryPlan
-    predictor: StepTimePredictor
-
-
-@dataclass(frozen=True)
-class DeploymentModel:
-    """A deployment compiled for simulation (and for the analytic estimate)."""
-
-    model: ModelSpec
-    deployment: Deployment
-    gpu: GPUSpec
-    roles: tuple[Role, ...]
-    speculation: Speculation | None
-    max_model_len: int
-    transfer_bytes_per_s: float
-    request_overhead_s: float = 0.0
-    tokenize_s_per_token: float = 0.0
-
-    @property
-    def disaggregated(self) -> bool:
-        return self.deployment.disaggregation is not None
-
-    def transfer_s(self, prompt_tokens: int) -> float:
-        """KV transfer of one prompt from a prefill to a decode instance."""
-        return prompt_tokens * kv_bytes_per_token(self.model, self.deployment.kv_cache_dtype) / self.transfer_bytes_per_s
-
-
-def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec,
-                       profile: PerformanceProfile) -> DeploymentModel:
-    """Memory plans, limits and step-time predictors of every engine role; InputError if it cannot run."""
-    d = deployment
-    default_tokens, default_seqs = default_batch_limits(gpu, parse_vllm_version(d.vllm_version))
-    max_tokens = d.max_num_batched_tokens or default_tokens
-    max_seqs = d.max_num_seqs or default_seqs
-    max_model_len = d.max_model_len or model.max_context
-    if max_model_len > model.max_context:
-        raise InputError(f"max_model_len {max_model_len} exceeds {model.name}'s context of {model.max_context} tokens")
-    quantization = d.quantization or MODEL_DTYPE_SCHEME[model.dtype]
-    if d.disaggregation is None:
-        specs = [("replica", d.replicas, d.tp, max_seqs, max_tokens)]
-    else:
-        p = d.disaggregation
-        specs = [
-            ("prefill", p.prefill_instances * d.replicas, p.prefill_tp, p.prefill_max_num_seqs or max_seqs,
-             p.prefill_max_num_batched_tokens or max_tokens),
-            ("decode", p.decode_instances * d.replicas, p.decode_tp, p.decode_max_num_seqs or max_seqs,
-             p.decode_max_num_batched_tokens or max_tokens),
-        ]
-    roles = []
-    speculation = None
-    for name, instances, tp, seqs, tokens in specs:
-        if tokens < seqs:
-            raise InputError(f"{name}: max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}), as vLLM requires")
-        if not d.enable_chunked_prefill and tokens < max_model_len:
-            raise InputError(
-                f"enable_chunked_prefill is false, so max_num_batched_tokens ({tokens}) must be >= max_model_len "
-                f"({max_model_len}), as vLLM requires; raise it or set max_model_len"
-            )
-        spec = None
-        if d.speculative is not None and name != "prefill":
-            spec = build_speculation(d.speculative, model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp)
-            speculation = spec
-        plan = plan_memory(
-            model, gpu, quantization=quantization, kv_cache_dtype=d.kv_cache_dtype, tp=tp, pp=d.pp,
-            gpu_memory_utilization=d.gpu_memory_utilization, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-            block_size=d.block_size, max_model_len=max_model_len,
-            extra_weights_bytes_per_gpu=spec.head.weights_bytes_per_gpu if spec else 0.0,
-            extra_kv_bytes_per_token_per_gpu=spec.head.kv_bytes_per_token_per_gpu if spec else 0.0,
-            kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None,
-        )
-        if not plan.fits:
-            where = f"{name} instances (tp={tp}, pp={d.pp})" if name != "replica" else f"tp={tp}, pp={d.pp}"
-            raise InputError(f"deployment does not fit in memory on {gpu.name} ({where}): " + "; ".join(plan.problems))
-        cost = StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
-                             internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version)
-        limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
-                              prefill_only=name == "prefill")
-        roles.append(Role(name, instances, tp, limits, plan, StepTimePredictor(cost, spec)))
-    transfer = math.inf
-    if d.disaggregation is not None:
-        p = d.disaggregation
-        same_node = p.same_node if p.same_node is not None else d.gpus_per_replica <= gpu.gpus_per_node
-        link = gpu.interconnect_bytes_per_s if same_node else p.rdma_gbps * 1e9
-        # Each TP rank sends its shard over its own link.
-        transfer = link * min(p.prefill_tp, p.decode_tp)
-    return DeploymentModel(model, deployment, gpu, tuple(roles), speculation, max_model_len, transfer,
-                           profile.request_overhead_s,
-                           tokenize_s_per_token(parse_vllm_version(d.vllm_version), d.frontend))
-
-
-def _build_engines(compiled: DeploymentModel, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
+def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
     d = compiled.deployment
     pools = []
     index = 0
@@ -219,7 +116,7 @@ def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
     return keep
 
 
-def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | None, seed: int,
+def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int,
               slo: SLO | None) -> SimulationResult:
     rng = np.random.default_rng(seed)
     d = compiled.deployment
@@ -251,7 +148,14 @@ def _run_once(compiled: DeploymentModel, traffic: Traffic, num_requests: int | N
 def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,
              *, num_requests: int | None = None, seed: int = 0, slo: SLO | None = None) -> SimulationResult:
     """Simulate ``deployment`` serving ``traffic``; see the module docstring for how many requests run."""
-    compiled = compile_deployment(model, deployment, gpu, profile)
+    return simulate_compiled(compile_deployment(model, deployment, gpu, profile), traffic, num_requests=num_requests,
+                             seed=seed, slo=slo)
+
+
+def simulate_compiled(compiled: CompiledDeployment, traffic: Traffic, *, num_requests: int | None = None,
+                      seed: int = 0, slo: SLO | None = None) -> SimulationResult:
+    """:func:`simulate` of a deployment compiled already (InputError when vLLM would not start it)."""
+    compiled.require()
     if num_requests is not None and num_requests < 1:
         raise InputError(f"num_requests must be at least 1, got {num_requests}")
     benchmark = traffic.arrival.benchmark_requests if traffic.arrival.kind == "closed_loop" else None
