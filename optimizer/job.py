@@ -51,7 +51,7 @@ from .study import (
     make_sampler,
     prepare_study,
     recheck,
-    recheck_candidates,
+    recheck_layers,
     run_worker,
     save_recheck,
     stored_rechecks,
@@ -178,7 +178,7 @@ class Job:
         storage = open_storage(self.storage_url)
         expected = workload_hash(self.workload)
         w = self.workload
-        sampler = make_sampler(w.sampler, w.seed, w.budget.trials)
+        sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.problem.space)
         if create:
             study = optuna.create_study(study_name=self.study_name, storage=storage, directions=list(DIRECTIONS),
                                         sampler=sampler, load_if_exists=True)
@@ -312,24 +312,28 @@ class Job:
                 "study": self.study_name, "storage": self.storage_url, "hardware": self.hardware, "name": self.name}
 
     def recheck_front(self, study: optuna.Study) -> int:
-        """Re-simulate the front (and the runners-up) with more requests; returns how many ran."""
-        done = stored_rechecks(study)
+        """Re-simulate the front with more requests, and the runners-up only when a front point
+        fails its re-check; returns how many ran."""
         requests = self.workload.fidelity.final_requests
-        todo = [t for t in recheck_candidates(study)
-                if t.number not in done or done[t.number].get("requests") != requests]
-        if not todo:
-            return 0
-        records = [(t.number, t.user_attrs[RECORD_ATTR]) for t in todo]
-        if self.jobs <= 1:
-            evaluator = Evaluator(self.problem)
-            results = [recheck(self.problem, record, evaluator) for _, record in records]
-        else:
-            results = Parallel(n_jobs=self.jobs, backend="loky")(
-                delayed(_recheck)(self.config(), record) for _, record in records
-            )
-        for (number, _), result in zip(records, results, strict=True):
-            save_recheck(study, number, result)
-        return len(records)
+        evaluator = Evaluator(self.problem) if self.jobs <= 1 else None
+        ran = 0
+        for layer in recheck_layers(study):
+            done = stored_rechecks(study)
+            records = [(t.number, t.user_attrs[RECORD_ATTR]) for t in layer
+                       if t.number not in done or done[t.number].get("requests") != requests]
+            if evaluator is not None:
+                results = [recheck(self.problem, record, evaluator) for _, record in records]
+            else:
+                results = Parallel(n_jobs=self.jobs, backend="loky")(
+                    delayed(_recheck)(self.config(), record) for _, record in records
+                )
+            for (number, _), result in zip(records, results, strict=True):
+                save_recheck(study, number, result)
+            ran += len(records)
+            done = stored_rechecks(study)
+            if all(done[t.number]["feasible"] for t in layer):
+                break
+        return ran
 
     # --- reading back -----------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
@@ -373,7 +377,7 @@ def _worker(config: dict[str, Any], index: int) -> WorkerResult:
     w = job.workload
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = job.open_study(create=False)
-    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials)
+    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials, job.problem.space)
     return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s)
 
 

@@ -205,6 +205,14 @@ class SearchSpace:
                 found.append(violation)
         return found
 
+    def scored_key(self, params: Mapping[str, Value]) -> tuple | None:
+        """The identity of the point that drawn parameters are scored as (after pinned values and
+        the repair), or None when they leave an active knob without a value."""
+        try:
+            return self.repair(self.fixed(params)).key
+        except InputError:
+            return None
+
     # --- repair --------------------------------------------------------------------------------
     def repair(self, candidate: Candidate) -> Candidate:
         """The nearest point that passes the rules a knob of the candidate can fix (within each

@@ -169,6 +169,7 @@ class CompileCache:
     costs: dict[tuple, tuple[Any, ...]] = field(default_factory=dict)
     plans: dict[tuple, tuple[Any, ...]] = field(default_factory=dict)
     drafters: dict[tuple, tuple[Any, ...]] = field(default_factory=dict)
+    predictors: dict[tuple, tuple[Any, ...]] = field(default_factory=dict)
 
     @staticmethod
     def _get(table: dict, key: tuple, keep: tuple, build):
@@ -242,8 +243,9 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
                                       internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version))
             limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
                                   prefill_only=name == "prefill")
-            roles.append(Role(name, per_replica, per_replica * d.replicas, tp, limits, plan,
-                              StepTimePredictor(cost, spec)))
+            predictor = cache._get(cache.predictors, (id(cost), id(spec)), (cost, spec),
+                                   lambda: StepTimePredictor(cost, spec))
+            roles.append(Role(name, per_replica, per_replica * d.replicas, tp, limits, plan, predictor))
     except InputError as err:
         return CompiledDeployment(roles=(), speculation=None, error=str(err), **common)
     return CompiledDeployment(roles=tuple(roles), speculation=speculation, **common)

@@ -15,6 +15,25 @@ the steady state. A trace is replayed as is, every request measured, and so is a
 run of closed-loop clients (``requests_per_client``), whose opening burst and closing drain are part
 of what such a benchmark reports.
 
+A fleet of identical replicas behind one router is simulated through a few of its replicas fed their
+share of the arrivals (:func:`simulated_share`), so a simulation costs the same for 2 replicas as for
+200; throughputs are scaled back to the fleet. What that is for each router:
+
+- ``round_robin`` sends replica i arrivals i, i + N, i + 2N, ...; one replica fed every N-th arrival of
+  the same stream sees exactly that (for a Poisson stream of rate r, a renewal stream with Erlang-N
+  inter-arrival times of rate r / N, coefficient of variation 1 / sqrt(N)), so the per-replica
+  latency distribution is the fleet's, up to sampling noise. The replicas' phases do not matter:
+  percentiles pool requests, and each replica's marginal distribution is the same.
+- ``least_outstanding`` sends each request to the replica with the fewest outstanding requests,
+  close to join-the-shortest-queue: a replica's arrivals depend on every replica's state. Four
+  replicas routed among themselves by that rule are fed an evenly spaced 4 / N of the stream. They
+  keep the balancing among four and see the smoother arrivals an even split gives; they miss the
+  better balancing among more than four, so tails near saturation come out somewhat higher than
+  the whole fleet's. ``benchmarks/bench_simulator_fleet.py`` prints the P99 differences against
+  simulating every replica.
+
+Closed-loop clients are split with the replicas when they divide evenly; traces are replayed whole.
+
 Example:
     >>> from servopt.costmodels.architectures import get_model
     >>> from servopt.costmodels.deployment import Deployment
@@ -34,7 +53,7 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -59,6 +78,8 @@ MAX_REQUESTS = 32000
 P99_TOLERANCE = 0.05
 WARMUP_SHARE = 0.10
 COOLDOWN_SHARE = 0.05
+# Replicas simulated for a fleet behind each router (see the module docstring).
+SIMULATED_REPLICAS = {"round_robin": 1, "least_outstanding": 4}
 
 
 @dataclass(frozen=True)
@@ -117,11 +138,11 @@ def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
 
 
 def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int,
-              slo: SLO | None) -> SimulationResult:
+              slo: SLO | None, arrival_share: float = 1.0) -> SimulationResult:
     rng = np.random.default_rng(seed)
     d = compiled.deployment
     drawn = draw_requests(traffic, num_requests, rng, max_model_len=compiled.max_model_len,
-                          block_size=d.block_size, prefix_caching=d.enable_prefix_caching)
+                          block_size=d.block_size, prefix_caching=d.enable_prefix_caching, arrival_share=arrival_share)
     table = RequestTable(drawn)
     pools = _build_engines(compiled, table, rng)
     front, decode = pools[0], (pools[1] if len(pools) > 1 else None)
@@ -146,16 +167,63 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
 
 
 def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,
-             *, num_requests: int | None = None, seed: int = 0, slo: SLO | None = None) -> SimulationResult:
-    """Simulate ``deployment`` serving ``traffic``; see the module docstring for how many requests run."""
+             *, num_requests: int | None = None, seed: int = 0, slo: SLO | None = None,
+             whole_fleet: bool = False) -> SimulationResult:
+    """Simulate ``deployment`` serving ``traffic``; see the module docstring for how many requests run
+    and how a fleet of replicas is simulated."""
     return simulate_compiled(compile_deployment(model, deployment, gpu, profile), traffic, num_requests=num_requests,
-                             seed=seed, slo=slo)
+                             seed=seed, slo=slo, whole_fleet=whole_fleet)
+
+
+def simulated_share(compiled: CompiledDeployment, traffic: Traffic) -> tuple[CompiledDeployment, Traffic, float]:
+    """The replicas that stand for the fleet, the traffic they get, and their share of its arrivals.
+
+    Identical replicas behind a router see statistically identical streams, so a few of them, fed
+    their share of the arrivals, give the fleet's latency distribution at a cost that does not grow
+    with the fleet (see the module docstring for what this approximates per router). Traces and
+    closed-loop clients that do not split evenly are simulated whole.
+    """
+    d = compiled.deployment
+    kept = min(d.replicas, SIMULATED_REPLICAS[d.router])
+    arrival = traffic.arrival
+    if kept == d.replicas or arrival.kind == "trace" or \
+            (arrival.kind == "closed_loop" and (arrival.requests_per_client is not None
+                                                or arrival.concurrency * kept % d.replicas)):
+        return compiled, traffic, 1.0
+    if arrival.kind == "closed_loop":
+        clients = arrival.model_copy(update={"concurrency": arrival.concurrency * kept // d.replicas})
+        return compiled.with_replicas(kept), traffic.model_copy(update={"arrival": clients}), 1.0
+    return compiled.with_replicas(kept), traffic, kept / d.replicas
 
 
 def simulate_compiled(compiled: CompiledDeployment, traffic: Traffic, *, num_requests: int | None = None,
-                      seed: int = 0, slo: SLO | None = None) -> SimulationResult:
-    """:func:`simulate` of a deployment compiled already (InputError when vLLM would not start it)."""
+                      seed: int = 0, slo: SLO | None = None, whole_fleet: bool = False) -> SimulationResult:
+    """:func:`simulate` of a deployment compiled already (InputError when vLLM would not start it).
+
+    ``whole_fleet`` simulates every replica instead of :func:`simulated_share`'s few (for checking
+    that approximation: ``benchmarks/bench_simulator_fleet.py``).
+    """
     compiled.require()
+    fleet = compiled.deployment.replicas
+    share = 1.0
+    if not whole_fleet:
+        compiled, traffic, share = simulated_share(compiled, traffic)
+    result = _simulate(compiled, traffic, num_requests, seed, slo, share)
+    kept = compiled.deployment.replicas
+    if kept == fleet:
+        return result
+    # Throughputs are the fleet's: the simulated replicas' times fleet / kept.
+    s, scale = result.summary, fleet / kept
+    note = (f"{kept} of {fleet} identical replicas simulated with their share of the traffic "
+            f"({compiled.deployment.router} router); throughput scaled to the fleet")
+    summary = replace(s, requests_per_s=s.requests_per_s * scale, input_tokens_per_s=s.input_tokens_per_s * scale,
+                      output_tokens_per_s=s.output_tokens_per_s * scale,
+                      goodput_requests_per_s=s.goodput_requests_per_s * scale, notes=(*s.notes, note))
+    return replace(result, summary=summary)
+
+
+def _simulate(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int, slo: SLO | None,
+              share: float) -> SimulationResult:
     if num_requests is not None and num_requests < 1:
         raise InputError(f"num_requests must be at least 1, got {num_requests}")
     benchmark = traffic.arrival.benchmark_requests if traffic.arrival.kind == "closed_loop" else None
@@ -165,12 +233,12 @@ def simulate_compiled(compiled: CompiledDeployment, traffic: Traffic, *, num_req
                              f"leave num_requests out or set it to that, not {num_requests}")
         num_requests = benchmark
     if num_requests is not None or traffic.arrival.kind == "trace":
-        return _run_once(compiled, traffic, num_requests, seed, slo)
+        return _run_once(compiled, traffic, num_requests, seed, slo, share)
     n = INITIAL_REQUESTS
     if traffic.arrival.kind == "closed_loop":
         n = max(n, 40 * traffic.arrival.concurrency)
     while True:
-        result = _run_once(compiled, traffic, n, seed, slo)
+        result = _run_once(compiled, traffic, n, seed, slo, share)
         s = result.summary
         widths = [s.p99_ci_relative_half_width(m) for m in ("ttft", "tpot") if math.isfinite(getattr(s, f"{m}_s").p99)]
         worst = max(widths, default=0.0)
