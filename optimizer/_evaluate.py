@@ -14,7 +14,8 @@
    ``screen_margin`` and is not that much slower than a simulated configuration that costs no more.
 4. The discrete-event simulation, at ``search_requests`` requests.
 
-Every outcome is a record (plain JSON) with the reason; nothing raises for an infeasible point.
+Every outcome is a :class:`~servopt.results.TrialRecord` with the reason; nothing raises for an
+infeasible point.
 Its objective values are the predicted ones, or None when nothing finite was predicted (rejected
 before the estimate, or an estimated queue that grows without bound): the study prunes those.
 """
@@ -32,6 +33,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.roofline import Batch, StepCostModel
 from ..costmodels.serving.compiled import CompiledDeployment
+from ..results._record import TrialRecord
 from ..search_spaces import Candidate, Violation
 from ._engine import ServingEngine, Summary
 from ._problem import Problem
@@ -48,8 +50,6 @@ CONSTRAINT_GROUPS = {
     "saturated": ("saturated",),
     "slo": tuple(SLO_CONSTRAINTS),
 }
-# The costs a record holds; the objective's is ``cost_<objective.cost>``.
-COST_KEYS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
 # ngram's mean accepted length is unknown without the text; the simulator models it, and the
 # capacity seed stays conservative by counting one token per verify step.
 _TOKENS_PER_VERIFY = 1.0
@@ -63,29 +63,27 @@ def p99(summary: Summary, metric: str) -> float:
 @dataclass
 class TrialOutcome:
     """Objective values (None when not predicted), each rule's violation amount (> 0: broken), and
-    the JSON record."""
+    the trial's record."""
 
     values: tuple[float, float] | None
     constraints: dict[str, float]
-    record: dict[str, Any]
+    record: TrialRecord
 
     def attrs(self) -> dict[str, Any]:
         """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``): the
         deployment as run, its cost and, when predicted, its P99 latencies. The other knobs are the
         trial's parameters already."""
-        r, d = self.record, self.record["deployment"]
-        out: dict[str, Any] = {"model": r["serve_id"], "gpu": d["gpu"], "quantization": d["quantization"]}
+        r, d = self.record, self.record.deployment
+        out: dict[str, Any] = {"model": r.serve_id, "gpu": d["gpu"], "quantization": d["quantization"]}
         if not d.get("disaggregation"):
             out["tp"] = d["tp"]
-        out.update({"replicas": r["replicas"], "gpus_used": r["num_gpus"], "gpus_rented": r["gpus_rented"]})
-        out.update({key[len("cost_"):]: r[key] for key in COST_KEYS if r[key] is not None})
-        summary = r.get("simulation") or r.get("estimate")
-        if summary is not None:
-            for metric in ("ttft", "tpot", "itl", "e2e"):
-                if math.isfinite(p99(summary, metric)):
-                    out[f"p99_{metric}_s"] = p99(summary, metric)
-        out.update({"feasible": r["feasible"], "fidelity": r["fidelity"], "reason": r["reason"],
-                    "violated": ", ".join(sorted(r["violations"])), "accuracy_drop_pct": r["accuracy_drop_pct"]})
+        out.update({"replicas": r.replicas, "gpus_used": r.num_gpus, "gpus_rented": r.gpus_rented})
+        out.update({key[len("cost_"):]: value for key, value in r.costs().items() if value is not None})
+        for metric in ("ttft", "tpot", "itl", "e2e"):
+            if math.isfinite(r.p99(metric)):
+                out[f"p99_{metric}_s"] = r.p99(metric)
+        out.update({"feasible": r.feasible, "fidelity": r.fidelity, "reason": r.reason,
+                    "violated": ", ".join(sorted(r.violations)), "accuracy_drop_pct": r.accuracy_drop_pct})
         return out
 
     def grouped_constraints(self) -> dict[str, float]:
@@ -327,7 +325,7 @@ class Evaluator:
         })
         if screen is not None and record["feasible"] and record["fidelity"] == "simulate":
             screen.add(*record["estimate_objectives"])
-        return TrialOutcome(values, amounts, record)
+        return TrialOutcome(values, amounts, TrialRecord.model_validate(record))
 
     def _estimate_fleet(self, candidate: Candidate, model: str,
                         compiled: CompiledDeployment) -> tuple[CompiledDeployment, Summary]:

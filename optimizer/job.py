@@ -37,6 +37,7 @@ from joblib import Parallel, delayed
 
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import ensure_folder, read_text, write_text
+from ..results._record import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
@@ -46,6 +47,7 @@ from .study import (
     RECORD_ATTR,
     WorkerResult,
     evaluated_trials,
+    fail_dead_workers_trials,
     final_front,
     front_equivalents,
     make_sampler,
@@ -299,6 +301,8 @@ class Job:
                     delayed(_worker)(config, index) for index in range(self.jobs)
                 )
         bar.close()
+        if budget.trials is not None:
+            wait_for_other_workers(study)
         rechecked = self.recheck_front(study)
         trials = evaluated_trials(study)
         simulations = sum(1 for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate")
@@ -337,11 +341,12 @@ class Job:
 
     # --- reading back -----------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        """Everything the results package needs, as plain data: trials, re-checks and the front."""
+        """Everything the results package needs: the trials and re-checks as typed records
+        (:mod:`servopt.results._record`), the front, and the job's settings as plain data."""
         study = self.open_study(create=False)
         trials = [
-            {"number": t.number, "values": list(t.values) if t.values else None, "record": t.user_attrs[RECORD_ATTR],
-             "duration_s": t.duration.total_seconds() if t.duration else None}
+            TrialResult(t.number, list(t.values) if t.values else None, TrialRecord.model_validate(t.user_attrs[RECORD_ATTR]),
+                        t.duration.total_seconds() if t.duration else None)
             for t in evaluated_trials(study)
         ]
         problem = self.problem
@@ -357,12 +362,29 @@ class Job:
             "space": problem.space.describe(),
             "gpus": gpus,
             "trials": trials,
-            "rechecks": stored_rechecks(study),
+            "rechecks": {n: Recheck.model_validate(r) for n, r in stored_rechecks(study).items()},
             "front": final_front(study),
             "front_equivalents": front_equivalents(study),
             "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
                               for key, basis in problem.max_model_len_basis.items()},
         }
+
+
+# How long a worker that has run out of budget waits for other workers' last trials before it
+# re-checks the front (their trials belong to the budget it reports on).
+OTHER_WORKERS_WAIT_S = 600.0
+
+
+def wait_for_other_workers(study: optuna.Study, timeout_s: float = OTHER_WORKERS_WAIT_S) -> None:
+    """Wait until no trial of the study is running (a dead worker's is failed by
+    :func:`~servopt.optimizer.study.fail_dead_workers_trials` or the storage's heartbeat)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        fail_dead_workers_trials(study)
+        optuna.storages.fail_stale_trials(study)  # other hosts' dead workers, through the heartbeat
+        if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            return
+        time.sleep(0.2)
 
 
 def _job_from_config(config: dict[str, Any]) -> Job:

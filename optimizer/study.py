@@ -185,9 +185,9 @@ class Objective:
                                             list(outcome.grouped_constraints().values()))
         for key, value in outcome.attrs().items():
             trial.set_user_attr(key, value)
-        trial.set_user_attr(RECORD_ATTR, outcome.record)
+        trial.set_user_attr(RECORD_ATTR, outcome.record.model_dump())
         if outcome.values is None:
-            raise optuna.TrialPruned(outcome.record["reason"])
+            raise optuna.TrialPruned(outcome.record.reason)
         return outcome.values
 
 

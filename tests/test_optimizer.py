@@ -28,32 +28,32 @@ def test_tiny_job_records_every_trial_with_a_reason(tmp_path, serving):  # noqa:
     data = job.collect()
     assert outcome.trials == 12 == len(data["trials"])
     for trial in data["trials"]:
-        record = trial["record"]
-        assert record["fidelity"] in ("precheck", "estimate", "simulate")
-        assert record["feasible"] == (not record["violations"])
-        if not record["feasible"]:
-            assert record["reason"]
+        record = trial.record
+        assert record.fidelity in ("precheck", "estimate", "simulate")
+        assert record.feasible == (not record.violations)
+        if not record.feasible:
+            assert record.reason
     # gptq is over the accuracy budget whatever else is chosen: left out before sampling, with why.
-    assert not [t for t in data["trials"] if t["record"]["knobs"]["quantization"] == "gptq"]
+    assert not [t for t in data["trials"] if t.record.knobs["quantization"] == "gptq"]
     assert "left out: gptq: expected accuracy drop" in data["space"]["quantization"]
     # Drawn points are repaired onto what vLLM accepts; the record says what moved.
     for trial in data["trials"]:
-        knobs = trial["record"]["knobs"]
-        assert "batch_limits" not in trial["record"]["violations"]
-        assert knobs["enable_chunked_prefill"] or knobs["max_num_batched_tokens"] >= trial["record"]["deployment"]["max_model_len"]
-        for knob, (drawn, scored) in trial["record"]["repaired"].items():
+        knobs = trial.record.knobs
+        assert "batch_limits" not in trial.record.violations
+        assert knobs["enable_chunked_prefill"] or knobs["max_num_batched_tokens"] >= trial.record.deployment["max_model_len"]
+        for knob, (drawn, scored) in trial.record.repaired.items():
             assert knobs[knob] == scored != drawn
     assert outcome.front and set(outcome.front) <= set(data["rechecks"])
-    assert all(data["rechecks"][n]["requests"] == 400 for n in outcome.front)
+    assert all(data["rechecks"][n].requests == 400 for n in outcome.front)
 
 
 def test_rerun_resumes_without_repeating(tmp_path, serving):  # noqa: F811
     job = tiny_job(tmp_path)
     job.run(progress=False)
-    first = {t["number"]: t["values"] for t in job.collect()["trials"]}
+    first = {t.number: t.values for t in job.collect()["trials"]}
     more = tiny_job(tmp_path, budget={"trials": 20})
     outcome = more.run(progress=False)
-    second = {t["number"]: t["values"] for t in more.collect()["trials"]}
+    second = {t.number: t.values for t in more.collect()["trials"]}
     assert outcome.new_trials == 8 and len(second) == 20
     assert all(second[n] == v for n, v in first.items())
 
@@ -132,10 +132,10 @@ def test_simulator_errors_are_recorded_not_raised(tmp_path, serving, monkeypatch
     monkeypatch.setattr(serving, "simulate_compiled", refuse)
     job = tiny_job(tmp_path, budget={"trials": 5})
     outcome = job.run(progress=False)
-    records = [t["record"] for t in job.collect()["trials"]]
+    records = [t.record for t in job.collect()["trials"]]
     assert outcome.trials == 5 and not outcome.front
-    assert any("simulator: this deployment cannot be simulated" in r["reason"] for r in records)
-    assert all(not r["feasible"] for r in records if r["fidelity"] == "estimate")
+    assert any("simulator: this deployment cannot be simulated" in r.reason for r in records)
+    assert all(not r.feasible for r in records if r.fidelity == "estimate")
 
 
 def test_front_keeps_one_of_each_group_of_identical_predictions():
