@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -381,7 +382,9 @@ def wait_for_other_workers(study: optuna.Study, timeout_s: float = OTHER_WORKERS
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         fail_dead_workers_trials(study)
-        optuna.storages.fail_stale_trials(study)  # other hosts' dead workers, through the heartbeat
+        with warnings.catch_warnings():  # other hosts' dead workers, through the heartbeat
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
         if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             return
         time.sleep(0.2)
