@@ -116,16 +116,25 @@ def shell_command(env: dict[str, str], program: list[str], args: list[str]) -> s
     return " ".join(words)
 
 
-def _roles(d: dict[str, Any]) -> list[tuple]:
+_KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def _roles(point: dict[str, Any]) -> dict[str, tuple]:
+    """Each instance kind's (TP, max_num_seqs, max_num_batched_tokens, KV-transfer role), as the trial's
+    deployment was compiled (``roles`` of its record); a front point written before roles were
+    recorded falls back to the deployment's own fields."""
+    d = point["deployment"]
+    compiled = point.get("roles")
+    if compiled:
+        return {("serve" if r["role"] == "replica" else r["role"]): (r["tp"], r["max_num_seqs"], r["max_num_batched_tokens"],
+                                                                    _KV_ROLES.get(r["role"]))
+                for r in compiled}
     dis = d.get("disaggregation")
     if not dis:
-        return [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)]
-    return [("prefill", dis["prefill_instances"], dis["prefill_tp"],
-             dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
-             dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_producer"),
-            ("decode", dis["decode_instances"], dis["decode_tp"],
-             dis.get("decode_max_num_seqs") or d["max_num_seqs"],
-             dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_consumer")]
+        return {"serve": (d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)}
+    return {role: (dis[f"{role}_tp"], dis.get(f"{role}_max_num_seqs") or d["max_num_seqs"],
+                   dis.get(f"{role}_max_num_batched_tokens") or d["max_num_batched_tokens"], _KV_ROLES[role])
+            for role in ("prefill", "decode")}
 
 
 def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool = True,
@@ -134,7 +143,7 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
     d = point["deployment"]
     model, quantization, kv_auto = _weights(point)
     dis = d.get("disaggregation")
-    roles = {role: (tp, seqs, tokens, kv_role) for role, _, tp, seqs, tokens, kv_role in _roles(d)}
+    roles = _roles(point)
     placements = Deployment.model_validate(d).placement(gpus_per_node)
     instances = []
     port, side_port = BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
