@@ -40,7 +40,7 @@ MEANS = ["mean_ttft_ms", "mean_tpot_ms"]
 TAILS = ["p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms"]
 TPOT_TARGET, TTFT_TARGET, TAIL_TARGET, MIN_ROWS = 6.0, 15.0, 20.0, 10
 FRAMEWORK = ("step_overhead_s", "step_overhead_per_seq_s", "v0_step_overhead_s", "v0_step_overhead_per_seq_s",
-             "request_overhead_s")
+             "request_overhead_s", "dynamo_request_overhead_s")
 
 
 def shipped_framework() -> dict[str, float]:

@@ -113,29 +113,50 @@ def _measured(row: dict) -> dict[str, float]:
 
 
 # --- aiconfigurator silicon rows ----------------------------------------------------------------
-def silicon_runs(path: Path) -> list[MeasuredRun]:
-    """The vLLM rows of aiconfigurator's silicon sample (aggregated, closed loop); others are skipped."""
-    table = pd.read_csv(path)
-    runs = []
-    for i, row in enumerate(table.to_dict("records")):
-        if row["backend"] != "vllm":
-            continue
-        precision = row["precision"] if isinstance(row["precision"], str) else "bf16"
-        base = dict(run_id=f"silicon:{i}", source=f"{path.name} row {i}", model=row["model_path"], gpu="h100",
-                    dtype=precision, vllm_version=_text(row.get("backend_version")) or "0.12.0",
-                    protocol="aiperf closed loop (silicon)",
-                    measured={"mean_ttft_ms": row["silicon_ttft_ms"], "mean_tpot_ms": row["silicon_tpot_ms"]},
-                    extra={"isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"],
-                           "concurrency": row["silicon_concurrency"]})
-        if row["mode"] != "agg":
-            runs.append(MeasuredRun(**base, skip="disaggregated layout without its client concurrency"))
-            continue
-        if pd.isna(row["silicon_concurrency"]):
-            runs.append(MeasuredRun(**base, skip="client concurrency not recorded"))
-            continue
-        run = silicon_run(row, "h100")
-        runs.append(MeasuredRun(**base, deployment=run.deployment, traffic=run.traffic))
-    return runs
+SILICON_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def _off_or_count(value: object) -> int:
+    """A parallelism count where empty, 0 and 1 all mean "not used" (tools write any of them)."""
+    number = _number(value)
+    return int(number) if math.isfinite(number) and number > 1 else 1
+
+
+def _silicon_row_run(row: dict, index: int, name: str) -> MeasuredRun:
+    precision = _text(row.get("precision")) or "bf16"
+    gpu = _gpu(_text(row["system"])) or _text(row["system"])
+    base = dict(run_id=f"silicon:{index}", source=f"{name} row {index}", model=_text(row["model_path"]), gpu=gpu,
+                dtype=precision, vllm_version=_text(row.get("backend_version")) or "0.12.0",
+                protocol="aiperf closed loop (silicon)",
+                measured={"mean_ttft_ms": _number(row["silicon_ttft_ms"]), "mean_tpot_ms": _number(row["silicon_tpot_ms"])},
+                extra={"isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"],
+                       "concurrency": row.get("silicon_concurrency"), "row_id": _text(row.get("id")) or f"row {index}"})
+    backend = _text(row["backend"]).lower()
+    if backend != "vllm":
+        return MeasuredRun(**base, skip=f"framework '{backend}' is not modelled (servopt predicts vLLM)")
+    if _text(row.get("mode")) not in ("", "agg"):
+        return MeasuredRun(**base, skip="disaggregated layout without its client concurrency")
+    if not math.isfinite(_number(row.get("silicon_concurrency"))):
+        return MeasuredRun(**base, skip="client concurrency not recorded")
+    if _gpu(_text(row["system"])) is None:
+        return MeasuredRun(**base, skip=f"GPU '{_text(row['system'])[:40]}' not in the catalog")
+    try:
+        resolve_model(base["model"])
+        run = silicon_run(row, gpu, pp=_off_or_count(row.get("pp_size")),
+                          data_parallel_size=_off_or_count(row.get("attention_dp_size")),
+                          expert_parallel=_off_or_count(row.get("moe_ep_size")) > 1)
+    except InputError as err:
+        return MeasuredRun(**base, skip=str(err))
+    except ValueError as err:  # a layout the deployment model refuses (pydantic names the rule)
+        return MeasuredRun(**base, skip=f"layout not modelled: {str(err).splitlines()[-1].strip()}")
+    return MeasuredRun(**base, deployment=run.deployment, traffic=run.traffic)
+
+
+def silicon_runs(path: Path, table: pd.DataFrame | None = None) -> list[MeasuredRun]:
+    """Every row of a table in aiconfigurator's silicon layout; rows servopt cannot simulate are
+    kept with ``skip`` saying why (other frameworks, disaggregated rows, no client concurrency)."""
+    table = pd.read_csv(path) if table is None else table
+    return [_silicon_row_run(row, i, path.name) for i, row in enumerate(table.to_dict("records"))]
 
 
 # --- vllm bench serve rows ----------------------------------------------------------------------
@@ -162,6 +183,8 @@ def _flags(text: str) -> dict:
         out["prefix_caching"] = True
     if "--kv-cache-dtype fp8" in text:
         out["kv_cache_dtype"] = "fp8"
+    if "--enable-expert-parallel" in text:
+        out["expert_parallel"] = True
     if "--enable-chunked-prefill" in text:
         out["chunked_prefill"] = True
     return out
@@ -169,7 +192,7 @@ def _flags(text: str) -> dict:
 
 def _source_of(ref: str) -> str:
     match = re.search(r"github\.com/([^/@ ]+/[^/@ :]+)", ref)
-    return match.group(1) if match else ref.split()[0]
+    return match.group(1) if match else (ref.split() or [""])[0]
 
 
 def _run_json(ref: str, folders: list[Path]) -> dict | None:
@@ -186,8 +209,18 @@ def _run_json(ref: str, folders: list[Path]) -> dict | None:
     return None
 
 
+def _stated_version(text: str) -> str:
+    """The version a provenance cell settles on: where the source did not log it, the cell gives its
+    reasoning and ends "most likely X" (earlier versions in it are evidence, such as "fields added
+    after v0.11.0")."""
+    _, marker, conclusion = text.partition("most likely")
+    return conclusion if marker else text
+
+
 def _model_name(text: str) -> str:
-    return text.split(" (")[0].strip()
+    """The model id of a cell; a fine-tune the cell says keeps its base's architecture runs as the base."""
+    base = re.search(r"fine-tune of ([\w.-]+/[\w.-]+), same architecture", text)
+    return base.group(1) if base else text.split(" (")[0].strip()
 
 
 def _dtype(quantization: str, model: str) -> str:
@@ -234,17 +267,19 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
                 dtype=_dtype(quantization, model_id), vllm_version=version_text, protocol="vllm bench serve",
                 measured=_measured(row), notes=notes[:300])
     try:
-        version = parse_vllm_version(version_text)
+        if not version_text.strip():
+            raise InputError("empty")
+        version = parse_vllm_version(_stated_version(version_text))
     except InputError:
         return MeasuredRun(**base, skip=f"vLLM version unknown ({version_text[:40]})")
     try:
         resolved = resolve_model(model_id)
     except InputError:
         return MeasuredRun(**base, skip=f"model '{model_id}' is not in servopt's catalog")
-    if resolved.spec.moe is not None:
-        return MeasuredRun(**base, skip="MoE model: expert and data parallelism are not modelled yet (issue 14)")
-    if gpu not in {g for g in ("h100", "h200", "a100-80gb", "a100-40gb", "l40s", "b200", "l4")}:
-        return MeasuredRun(**base, skip=f"GPU '{gpu}' not in the catalog")
+    if _gpu(_text(row["gpu"])) is None:
+        return MeasuredRun(**base, skip=f"GPU '{gpu[:40]}' not in the catalog")
+    if not _number(row["tp"]) >= 1:
+        return MeasuredRun(**base, skip="tensor parallelism (tp) not stated")
     lower = notes.lower()
     if re.search(r"\d+ gpu pods", lower) and int(_number(row["tp"])) > 1:
         # Ray places each TP rank in its own pod: NCCL then talks between containers (sockets, or
@@ -262,13 +297,16 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
     else:
         return MeasuredRun(**base, skip="per-request lengths not published")
     flags = _flags(_text(row.get("server_flags")))
-    tp, pp = int(_number(row["tp"])), int(_number(row.get("pp")) or 1)
-    replicas = flags.get("data_parallel") or (2 if "DP2" in _text(row.get("variant")) else 1)
+    tp, pp = int(_number(row["tp"])), _off_or_count(row.get("pp"))
+    # --data-parallel-size: ranks of one instance behind vLLM's own load balancer (for an MoE model
+    # the experts span every rank).
+    data_parallel = flags.get("data_parallel") or (2 if "DP2" in _text(row.get("variant")) else 1)
     gpu_spec = get_gpu(gpu)
     tokens, seqs = default_batch_limits(gpu_spec, version)
     across = "no InfiniBand" in _text(row["gpu"]) or "no-ib" in ref
     deployment = Deployment(
-        gpu=gpu, tp=tp, pp=pp, replicas=replicas, vllm_version=".".join(map(str, version)),
+        gpu=gpu, tp=tp, pp=pp, data_parallel_size=data_parallel, enable_expert_parallel=flags.get("expert_parallel", False),
+        vllm_version=".".join(map(str, version)),
         quantization=resolved.quantization,
         max_num_seqs=flags.get("max_num_seqs", seqs), max_num_batched_tokens=flags.get("max_num_batched_tokens", tokens),
         max_model_len=flags.get("max_model_len"),
@@ -298,7 +336,7 @@ def _kv_capacity_tokens(run: MeasuredRun) -> float:
                        max_model_len=d.max_model_len or resolved.spec.max_context,
                        kv_cache_memory_bytes=d.kv_cache_memory_gib * 2**30 if d.kv_cache_memory_gib else None)
     # Tokens of full-attention context the pool holds (sliding-window layers hold less, never more).
-    return float(plan.kv_cache_blocks * plan.block_size / plan.layout.groups) * d.replicas
+    return float(plan.kv_cache_blocks * plan.block_size / plan.layout.groups) * d.replicas * d.data_parallel_size
 
 
 def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
@@ -316,12 +354,12 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
         # The tool's initial test prompt (request 0) runs alone just before the run.
         cache.warm(keys[0], inputs[0], outputs[0])
         hits = cache.hits(keys, inputs)
-        replicas = run.deployment.replicas
-        if replicas > 1:
+        ranks = run.deployment.replicas * run.deployment.data_parallel_size
+        if ranks > 1:
             # vLLM's data-parallel load balancer routes by queue lengths, not by prefix: a prompt
-            # reaches the rank that cached it with probability 1 / replicas.
+            # reaches the rank that cached it with probability 1 / ranks.
             rng = np.random.default_rng(zlib.crc32(run.run_id.encode()))
-            hits = np.where(rng.random(len(hits)) < 1.0 / replicas, hits, 0)
+            hits = np.where(rng.random(len(hits)) < 1.0 / ranks, hits, 0)
         cached = hits.tolist()
         cache.record(keys, inputs, outputs)
     records = {"arrival_s": send, "input_tokens": inputs, "output_tokens": outputs, "cached_tokens": cached}
@@ -329,15 +367,11 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
     return run.__class__(**{**run.__dict__, "traffic": traffic})
 
 
-def bench_runs(folders: list[Path]) -> list[MeasuredRun]:
-    """Every row of the ``vllm bench serve`` tables found in ``folders``, with its traffic."""
-    runs: list[MeasuredRun] = []
-    for folder in folders:
-        for name in BENCH_TABLES:
-            path = folder / name
-            if path.exists():
-                table = pd.read_csv(path)
-                runs += [_bench_row_run(row, name, i, folders) for i, row in enumerate(table.to_dict("records"))]
+BENCH_COLUMNS = ("model", "gpu", "vllm_version", "tp")
+
+
+def _with_sessions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Give every simulable run its traffic, runs of one session in order through one prefix cache."""
     out: list[MeasuredRun] = []
     sessions: dict = {}
     for run in runs:
@@ -352,6 +386,37 @@ def bench_runs(folders: list[Path]) -> list[MeasuredRun]:
         for run in sorted(members, key=lambda r: r.extra["order"]):
             out.append(_with_traffic(run, cache))
     return out
+
+
+def bench_runs(folders: list[Path]) -> list[MeasuredRun]:
+    """Every row of the ``vllm bench serve`` tables found in ``folders``, with its traffic."""
+    runs: list[MeasuredRun] = []
+    for folder in folders:
+        for name in BENCH_TABLES:
+            path = folder / name
+            if path.exists():
+                table = pd.read_csv(path)
+                runs += [_bench_row_run(row, name, i, folders) for i, row in enumerate(table.to_dict("records"))]
+    return _with_sessions(runs)
+
+
+def table_runs(path: Path, table: pd.DataFrame) -> list[MeasuredRun]:
+    """The runs of one measured table, in the input's row order, whichever layout it has:
+    aiconfigurator's silicon rows (``silicon_ttft_ms``) or ``vllm bench serve`` results (``vllm_version``,
+    the metrics as ``mean_ttft_ms``, ``p99_itl_ms`` and so on; per-request lengths in
+    ``vllm_bench_runs/`` next to it). A row that cannot be simulated keeps ``skip`` with the reason."""
+    if "silicon_ttft_ms" in table:
+        missing = [c for c in SILICON_COLUMNS if c not in table]
+        runs = silicon_runs(path, table)
+    else:
+        missing = [c for c in BENCH_COLUMNS if c not in table]
+        table = table.reindex(columns=list(dict.fromkeys([*table.columns, "source_url_or_ref"])))
+        runs = [] if missing else _with_sessions([_bench_row_run(row, path.name, i, [path.parent])
+                                                  for i, row in enumerate(table.to_dict("records"))])
+    if missing:
+        raise InputError(f"e2e table '{path}' lacks the column(s) {', '.join(missing)} (aiconfigurator's silicon "
+                         f"layout needs {', '.join(SILICON_COLUMNS)}; vllm bench results need {', '.join(BENCH_COLUMNS)})")
+    return sorted(runs, key=lambda r: int(r.run_id.rsplit(":", 1)[1]))
 
 
 def load_corpus(shared_e2e: Path = SHARED_E2E, repo_e2e: Path = REPO_E2E) -> list[MeasuredRun]:

@@ -32,9 +32,10 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..costmodels.errors import InputError
-from ..costmodels.hardware import GPUSpec
+from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, PerformanceProfile
 from ..costmodels.roofline import activation_quant_bytes
+from ..costmodels.vllm_defaults import symm_mem_variant
 from .tables import DTYPE_BYTES, KERNEL_COLUMNS
 
 # GEMM dtypes whose kernel benchmarks include quantizing the bf16 input (W8A8 linear layers).
@@ -244,7 +245,17 @@ def allreduce_implementation_of(kernel_source: object) -> str | None:
     return ALLREDUCE_SOURCES.get(str(kernel_source).strip().lower())
 
 
-class AllReduceFit(FamilyFit):
+class _MeasuredCurveFit(FamilyFit):
+    """Families whose profile entry is the measurements themselves (no parameters to fit)."""
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        return np.zeros(0)
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        return profile
+
+
+class AllReduceFit(_MeasuredCurveFit):
     """Measured all-reduce curves: the median latency at each measured size, per implementation and GPU count.
 
     Nothing is fitted by least squares: a :class:`CollectiveCurve` interpolates the measurements
@@ -260,6 +271,11 @@ class AllReduceFit(FamilyFit):
         rows = rows[rows["dtype"].isin(["bf16", "fp16"]) | rows["dtype"].isna()]
         rows = rows.assign(implementation=rows["kernel_source"].map(allreduce_implementation_of))
         rows = rows[rows["implementation"].notna()]
+        # Symmetric memory has two kernels; vLLM picks one by GPU count and architecture.
+        variant = rows["kernel_source"].astype(str).str.extract(r"symm_mem_(multimem|two_shot)$", expand=False)
+        runs = [v != v or v == symm_mem_variant(int(n), get_gpu(g))
+                for v, n, g in zip(variant, rows["num_gpus"], rows["gpu"])]
+        rows = rows[np.asarray(runs, dtype=bool)]
         # One source per implementation: two benchmarks of the same kernel differ in their launch and
         # timing overheads, and interleaving their sizes would make the curve zigzag. NCCL's own
         # benchmark (nccl-tests) wins over a framework's wrapper; otherwise the most measured.
@@ -267,23 +283,13 @@ class AllReduceFit(FamilyFit):
         for _, part in rows.groupby("implementation"):
             own = part[part["framework"].isin(SHARED_LIBRARY_FRAMEWORKS)]
             part = own if len(own) else part
-            keep.append(part[part["kernel_source"] == part["kernel_source"].value_counts().index[0]])
+            # (the symmetric-memory kernels, one per GPU count as selected above, are one benchmark's)
+            bench = part["kernel_source"].astype(str).str.replace(r"_(multimem|two_shot)$", "", regex=True)
+            keep.append(part[bench == bench.value_counts().index[0]])
         return pd.concat(keep) if keep else rows
 
-    def initial(self, rows: pd.DataFrame) -> np.ndarray:
-        return np.zeros(0)
-
-    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
-        return profile
-
     def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
-        curves = {}
-        for implementation, part in rows.groupby("implementation"):
-            medians = part.groupby(["num_gpus", "message_bytes"])["latency_ms"].median().reset_index()
-            points = {int(n): [(float(b), float(ms) / 1e3) for b, ms in zip(g["message_bytes"], g["latency_ms"])]
-                      for n, g in medians.groupby("num_gpus")}
-            curves[str(implementation)] = CollectiveCurve(link_gbps=gpu.interconnect_gbps, points=points)
-        return base.model_copy(update={"allreduce": curves})
+        return base.model_copy(update={"allreduce": _measured_curves(rows, "implementation", gpu)})
 
     def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
         out = np.empty(len(rows))
@@ -302,6 +308,46 @@ class AllReduceFit(FamilyFit):
 # what those kernels are fitted to; Vidur's timings of the old kernels (about a third of the memory
 # bandwidth for RMSNorm) are not.
 LEGACY_ELEMENTWISE_KERNELS = frozenset({"input_layernorm", "post_attention_layernorm", "mlp_act"})
+
+
+def _measured_curves(rows: pd.DataFrame, by: str, gpu: GPUSpec) -> dict[str, CollectiveCurve]:
+    """One :class:`CollectiveCurve` per value of ``by``: the median latency at each measured size and GPU count."""
+    curves = {}
+    for key, part in rows.groupby(by):
+        medians = part.groupby(["num_gpus", "message_bytes"])["latency_ms"].median().reset_index()
+        points = {int(n): [(float(b), float(ms) / 1e3) for b, ms in zip(g["message_bytes"], g["latency_ms"])]
+                  for n, g in medians.groupby("num_gpus")}
+        collective = str(part["collective"].iloc[0]) if "collective" in part else "all_reduce"
+        curves[str(key)] = CollectiveCurve(link_gbps=gpu.interconnect_gbps, points=points, collective=collective)
+    return curves
+
+
+# Kernel-table op names of the NCCL collectives an MoE layer's dispatch and combine run, and the
+# profile's names for them (PerformanceProfile.collectives).
+MOE_COLLECTIVES = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all",
+                   "all_to_all": "all_to_all"}
+
+
+class NcclCollectiveFit(_MeasuredCurveFit):
+    """Measured NCCL all-gather, reduce-scatter and all-to-all curves (nccl-tests), like :class:`AllReduceFit`:
+    the measurements themselves, interpolated, so the held-out error is the interpolation error."""
+
+    family = "moe_collectives"
+    holdout_columns = ["message_bytes"]
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        rows = table[table["op"].isin(list(MOE_COLLECTIVES)) & table["message_bytes"].notna() & (table["num_gpus"] > 1)]
+        # 16-bit messages: the dispatch moves bf16 activations (nccl-tests also times int8).
+        rows = rows[rows["dtype"].isin(["bf16", "fp16"])]
+        return rows.assign(collective=rows["op"].map(MOE_COLLECTIVES))
+
+    def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:
+        return base.model_copy(update={"collectives": _measured_curves(rows, "collective", gpu)})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        sizes, counts = rows["message_bytes"].to_numpy(float), rows["num_gpus"].astype(int).to_numpy()
+        return np.array([float(profile.collective_time_s(gpu, c, b, n)) * 1e3
+                         for c, b, n in zip(rows["collective"], sizes, counts)])
 
 
 # Below this size a streaming kernel is bound by its launch; above the second it streams from HBM
@@ -341,7 +387,7 @@ def family_fits(table: pd.DataFrame) -> list[FamilyFit]:
     fits: list[FamilyFit] = [ElementwiseFit()]
     gemm = table[table["op"] == "gemm"]
     fits += [GemmFit(dtype) for dtype in sorted(gemm["dtype"].dropna().unique())]
-    fits += [AttentionFit("prefill"), AttentionFit("decode"), AllReduceFit()]
+    fits += [AttentionFit("prefill"), AttentionFit("decode"), AllReduceFit(), NcclCollectiveFit()]
     return fits
 
 

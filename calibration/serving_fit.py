@@ -9,7 +9,12 @@ vLLM's costs, not the GPU's, so one set serves every GPU profile:
   per step (hidden behind the GPU step under async scheduling, vLLM >= 0.14);
 - ``v0_step_overhead_s`` + ``v0_step_overhead_per_seq_s``: the V0 engine's (vLLM < 0.8, and
   pipeline parallelism in 0.8);
-- ``request_overhead_s``: the front end's latency per request.
+- ``request_overhead_s``: the front end's latency per request behind vLLM's API server, and
+  ``dynamo_request_overhead_s`` behind Dynamo's front end (another HTTP stack and tokenizer, and a
+  hop to the worker): each fitted on the runs that went through it.
+
+Only dense-model runs fit them: servopt's fused-MoE kernel time has no kernel data behind it yet,
+and a host cost fitted to MoE runs would absorb that kernel's error; MoE runs are scored, never fitted.
 
 They are fitted in two stages with a clear attribution: the engine costs to the mean TPOT of the
 runs (a decode step is GPU time plus these), then the front-end latency to their mean TTFT with
@@ -51,6 +56,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import PerformanceProfile
@@ -60,16 +66,21 @@ from .corpus import MeasuredRun, predict_run
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
 ENGINE_PARAMS = {"v1": ("step_overhead_s", "step_overhead_per_seq_s"),
                  "v0": ("v0_step_overhead_s", "v0_step_overhead_per_seq_s")}
-FRONT_END = "request_overhead_s"
+FRONT_ENDS = {"vllm": "request_overhead_s", "dynamo": "dynamo_request_overhead_s"}
 # Physical bounds: a step's CPU time stays under 30 ms plus 1 ms per sequence, the front end under
 # 50 ms; beyond that a parameter absorbs a modelling error rather than measuring a cost.
 BOUNDS = {"step_overhead_s": 0.03, "step_overhead_per_seq_s": 1e-3, "v0_step_overhead_s": 0.03,
-          "v0_step_overhead_per_seq_s": 1e-3, FRONT_END: 0.05}
+          "v0_step_overhead_per_seq_s": 1e-3, "request_overhead_s": 0.05, "dynamo_request_overhead_s": 0.05}
 START = {"step_overhead_s": 1e-3, "step_overhead_per_seq_s": 2e-5, "v0_step_overhead_s": 2e-3,
-         "v0_step_overhead_per_seq_s": 5e-5, FRONT_END: 5e-3}
+         "v0_step_overhead_per_seq_s": 5e-5, "request_overhead_s": 5e-3, "dynamo_request_overhead_s": 5e-3}
 # Residuals beyond ~10% count linearly (soft L1): benchmark artefacts should not steer the fit.
 ROBUST_SCALE = 0.1
 GAUSS_NEWTON_ROUNDS = 3
+
+
+def host_cost_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
+    """The runs the host costs are fitted on: simulated runs of dense models (module docstring)."""
+    return [r for r in runs if not r.skip and resolve_model(r.model).spec.moe is None]
 
 
 def engine_of(run: MeasuredRun) -> str:
@@ -86,7 +97,9 @@ def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: di
             profiles[name] = profile_for(get_gpu(name)).model_copy(update=params)
         predicted = predict_run(run, profiles[name])
         row = {"run_id": run.run_id, "group": "/".join(run.group), "model": run.group[0], "gpu": run.gpu,
-               "dtype": run.dtype, "engine": engine_of(run), "protocol": run.protocol,
+               "moe": resolve_model(run.model).spec.moe is not None,
+               "dtype": run.dtype, "engine": engine_of(run), "frontend": run.deployment.frontend,
+               "protocol": run.protocol,
                "saturated": bool(predicted.pop("saturated")), "calibrated": profiles[name].calibrated}
         row.update({f"measured_{k}": v for k, v in run.measured.items()})
         row.update({f"pred_{k}": v for k, v in predicted.items()})
@@ -130,22 +143,28 @@ def fit_framework(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: d
                   fit_front_end: bool = True) -> dict[str, float]:
     """The host-side parameters that best explain ``runs`` (see the module docstring)."""
     runs = [r for r in runs if not r.skip]
-    if not runs:
-        raise InputError("no runs to fit the serving framework's costs to")
+    dense = host_cost_runs(runs)
+    if not dense:
+        raise InputError("no dense-model runs to fit the serving framework's costs to")
     params = {**START, **(start or {})}
-    engines = {engine_of(r) for r in runs}
+    engines = {engine_of(r) for r in dense}
+    frontends = {r.deployment.frontend for r in dense}
     # The front end's latency shifts when closed-loop clients return, so the engines' fit is
     # repeated once with the fitted front end.
     for _ in range(2 if fit_front_end else 1):
         for engine in ("v1", "v0"):
             if engine in engines:
                 params = _stage(runs, profile_for, params, list(ENGINE_PARAMS[engine]), "mean_tpot_ms",
-                                lambda frame, e=engine: (frame["engine"] == e).to_numpy())
-        if fit_front_end:
-            params = _stage(runs, profile_for, params, [FRONT_END], "mean_ttft_ms",
-                            lambda frame: ~frame["saturated"].to_numpy())
+                                lambda frame, e=engine: (~frame["moe"] & (frame["engine"] == e)).to_numpy())
+        for frontend, name in FRONT_ENDS.items() if fit_front_end else ():
+            if frontend in frontends:
+                params = _stage(runs, profile_for, params, [name], "mean_ttft_ms",
+                                lambda frame, f=frontend: (~frame["moe"] & ~frame["saturated"]
+                                                           & (frame["frontend"] == f)).to_numpy())
     if "v0" not in engines:
         params.update(v0_step_overhead_s=None, v0_step_overhead_per_seq_s=None)
+    if "dynamo" not in frontends:
+        params.update(dynamo_request_overhead_s=None)
     return params
 
 
@@ -160,7 +179,8 @@ class Linearization:
         self.runs = [r for r in runs if not r.skip]
         self.profile_for = profile_for
         self.params = {k: v for k, v in params.items()}
-        self.names = [n for n in (*ENGINE_PARAMS["v1"], *ENGINE_PARAMS["v0"], FRONT_END) if self.params.get(n) is not None]
+        self.names = [n for n in (*ENGINE_PARAMS["v1"], *ENGINE_PARAMS["v0"], *FRONT_ENDS.values())
+                      if self.params.get(n) is not None]
         self.base = predictions(self.runs, profile_for, self.params)
         self.slopes: dict[str, dict[str, np.ndarray]] = {}
         for name in self.names:
@@ -186,16 +206,20 @@ class Linearization:
     def refit(self, train: np.ndarray) -> dict[str, float]:
         """Parameters fitted on the runs ``train`` selects (the two stages of :func:`fit_framework`)."""
         params = dict(self.params)
+        train = train & ~self.base["moe"].to_numpy()
         for engine in ("v1", "v0"):
             names = [n for n in ENGINE_PARAMS[engine] if n in self.names]
             mask = train & (self.base["engine"] == engine).to_numpy()
             params.update(self._solve(names, "mean_tpot_ms", mask, {}))
         if not (train & (self.base["engine"] == "v0").to_numpy()).any():
             params.update(v0_step_overhead_s=None, v0_step_overhead_per_seq_s=None)
-        engine_moves = {n: params[n] for n in self.names if n != FRONT_END and params[n] is not None}
-        if FRONT_END in self.names:
-            params.update(self._solve([FRONT_END], "mean_ttft_ms", train & ~self.base["saturated"].to_numpy(),
-                                      engine_moves))
+        engine_moves = {n: params[n] for n in self.names if n not in FRONT_ENDS.values() and params[n] is not None}
+        for frontend, name in FRONT_ENDS.items():
+            mask = train & ~self.base["saturated"].to_numpy() & (self.base["frontend"] == frontend).to_numpy()
+            if name in self.names and mask.any():
+                params.update(self._solve([name], "mean_ttft_ms", mask, engine_moves))
+            elif name in self.names:
+                params[name] = None  # no run through this front end to fit it: the vLLM API server's serves
         return params
 
 

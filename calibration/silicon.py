@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..costmodels.deployment import Deployment
+from ..costmodels.errors import InputError
 from ..costmodels.serving.traffic import Traffic
 
 # aiconfigurator's generator: budget and context margin beyond the prompt (vllm.rule).
@@ -71,23 +72,40 @@ class SiliconRun:
     traffic: Traffic
 
 
-def silicon_run(row: dict, gpu: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT) -> SiliconRun:
+def weight_scheme(row: dict) -> str | None:
+    """servopt's weight scheme for a row's ``precision`` (or ``gemm_quant_mode``): None for 16-bit."""
+    texts = [row.get(c) for c in ("precision", "gemm_quant_mode")]
+    text = next((t.lower() for t in texts if isinstance(t, str) and t.strip()), "bf16")
+    for prefix, scheme in (("fp8", "fp8"), ("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("int8", "int8"), ("w8a8", "int8"),
+                           ("w4a16", "awq"), ("awq", "awq"), ("gptq", "gptq")):
+        if text.startswith(prefix):
+            return scheme
+    if text in ("bf16", "fp16", "float16", "bfloat16", "auto"):
+        return None
+    raise InputError(f"precision '{text[:20]}' is not a weight format servopt models (bf16, fp16, fp8, int8, nvfp4, "
+                     "mxfp4, awq, gptq)")
+
+
+def silicon_run(row: dict, gpu: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT, pp: int = 1,
+                data_parallel_size: int = 1, expert_parallel: bool = False) -> SiliconRun:
     """The deployment and benchmark traffic of one aggregated, closed-loop silicon row.
 
     ``gpu`` overrides the row's ``system`` name (servopt's GPU name when the caller resolved it);
     ``requests_per_client`` is aiperf's request count over its concurrency (the benchmark prints how
-    the errors move with the generator script's 20 and 50).
+    the errors move with the generator script's 20 and 50). ``pp``, ``data_parallel_size`` (the
+    row's attention-DP ranks, each with the per-worker batch) and ``expert_parallel`` give its layout.
     """
     isl, osl = int(row["isl"]), int(row["osl"])
     concurrency = int(row["silicon_concurrency"])
     batch = int(row["batch_size"]) if not pd.isna(row.get("batch_size")) else concurrency
-    precision = row.get("precision") if isinstance(row.get("precision"), str) else "bf16"
+    version = row.get("backend_version")
     deployment = Deployment(
-        gpu=gpu or str(row["system"]), tp=int(row["tp_size"]),
-        quantization="fp8" if precision == "fp8" else None,
+        gpu=gpu or str(row["system"]), tp=int(row["tp_size"]), pp=pp, data_parallel_size=data_parallel_size,
+        enable_expert_parallel=expert_parallel,
+        quantization=weight_scheme(row),
         max_num_seqs=batch, max_num_batched_tokens=batch + isl + GENERATOR_MARGIN_TOKENS,
         max_model_len=isl + osl + GENERATOR_MARGIN_TOKENS, enable_prefix_caching=False,
-        vllm_version=str(row.get("backend_version") or "0.12.0"), frontend="dynamo",
+        vllm_version=str(version) if isinstance(version, str) and version else "0.12.0", frontend="dynamo",
     )
     traffic = Traffic.model_validate({
         "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": requests_per_client},

@@ -2,8 +2,8 @@
 
 One validator per table kind, behind :class:`Validator`: :class:`KernelValidator` (kernel tables:
 latency of each GEMM, attention or all-reduce configuration), :class:`MemoryValidator` (vLLM
-start-up memory logs: KV-cache tokens) and :class:`E2EValidator` (closed-loop serving runs with fixed
-ISL/OSL: mean TTFT and TPOT, through the serving simulator). Each returns one row per input row
+start-up memory logs: KV-cache tokens) and :class:`E2EValidator` (serving runs: aiconfigurator's closed-loop
+rows and ``vllm bench serve`` results, through the serving simulator). Each returns one row per input row
 with the measured and predicted values and, for a row it cannot predict, the reason; nothing is
 dropped. :func:`summarize` gives the median and p90 absolute % error per slice.
 
@@ -38,7 +38,7 @@ from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_csv_table
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
 from .registry import load_profile
-from .silicon import silicon_run
+from .corpus import METRICS, STATS, predict_run, table_runs
 from .tables import KERNEL_COLUMNS, normalize_kernel_frame
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
@@ -244,55 +244,33 @@ class MemoryValidator(Validator):
 
 
 class E2EValidator(Validator):
-    """Closed-loop serving runs (aiconfigurator's silicon layout): mean TTFT and TPOT by simulation,
-    each row run as it was measured (:func:`~servopt.calibration.silicon.silicon_run`)."""
+    """Measured serving runs, each simulated as it was run (:mod:`.corpus`): aiconfigurator's
+    closed-loop silicon rows (mean TTFT and TPOT) and ``vllm bench serve`` results (mean, median and
+    P99 of TTFT, TPOT and ITL, whichever the table has)."""
 
     kind = "e2e"
-    metrics = ["ttft_ms", "tpot_ms"]
+    metrics = [f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS]
     slice_columns = ["gpu", "framework", "model", "precision"]
-    required = ["backend", "model_path", "system", "isl", "osl", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"]
 
     def read(self, path: str | Path) -> pd.DataFrame:
-        frame = _read_csv(path, self.kind)
-        _require(frame, self.required, self.kind, str(path))
-        return frame
-
-    def unsupported_reason(self, row: dict) -> str:
-        """Why a row cannot be simulated ('' when it can)."""
-        if str(row["backend"]).lower() != "vllm":
-            return f"framework '{row['backend']}' is not modelled (servopt predicts vLLM)"
-        if str(row.get("mode", "agg")) != "agg":
-            return "disaggregated run (per-worker layout not recorded in enough detail)"
-        if pd.isna(row.get("silicon_concurrency")):
-            return "no client concurrency recorded"
-        if int(row.get("pp_size") or 1) != 1 or not pd.isna(row.get("attention_dp_size")):
-            return "pipeline or attention-DP runs are not in this table's closed-loop format"
-        return ""
+        runs = table_runs(Path(path), _read_csv(path, self.kind))
+        return pd.DataFrame({"run": runs})
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        try:
-            from ..costmodels.serving import simulate
-        except ImportError:
-            simulate = None
         records = []
-        for i, row in enumerate(table.to_dict("records")):
-            precision = row.get("precision") if isinstance(row.get("precision"), str) else "bf16"
-            record = {"id": row.get("id", i), "gpu": row["system"], "framework": str(row["backend"]).lower(),
-                      "model": row["model_path"], "precision": precision,
-                      "measured_ttft_ms": row["silicon_ttft_ms"], "measured_tpot_ms": row["silicon_tpot_ms"],
-                      "pred_ttft_ms": np.nan, "pred_tpot_ms": np.nan, "calibrated": False,
-                      "reason": self.unsupported_reason(row)}
-            if not record["reason"] and simulate is None:
-                record["reason"] = "the serving simulator (servopt.costmodels.serving.simulate) is not in this build"
-            if not record["reason"]:
+        for run in table["run"]:
+            record = {"id": run.extra.get("row_id", run.run_id), "gpu": run.gpu, "framework": "vllm", "model": run.model,
+                      "precision": run.dtype, "calibrated": False, "reason": run.skip}
+            if run.skip.startswith("framework '"):
+                record["framework"] = run.skip.split("'")[1]
+            for metric in self.metrics:
+                record[f"measured_{metric}"] = run.measured.get(metric, np.nan)
+                record[f"pred_{metric}"] = np.nan
+            if not run.skip:
                 try:
-                    gpu = get_gpu(row["system"])
-                    record["gpu"] = gpu.name
-                    profile = self.profile(gpu)
-                    run = silicon_run(row, gpu.name)
-                    result = simulate(resolve_model(run.model).spec, run.deployment, run.traffic, gpu, profile, seed=0)
-                    record["pred_ttft_ms"] = result.summary.ttft_s.mean * 1e3
-                    record["pred_tpot_ms"] = result.summary.tpot_s.mean * 1e3
+                    profile = self.profile(get_gpu(run.deployment.gpu))
+                    predicted = predict_run(run, profile)
+                    record.update({f"pred_{m}": v for m, v in predicted.items() if m in self.metrics})
                     record["calibrated"] = profile.calibrated
                 except InputError as err:
                     record["reason"] = str(err)

@@ -120,6 +120,8 @@ class ModelSpec(BaseModel):
     rope_cache_values: int = Field(
         default=0, ge=0, description="RoPE cos/sin values vLLM precomputes on the GPU, over its distinct tables"
     )
+    num_mtp_layers: int = Field(
+        default=0, ge=0, description="multi-token-prediction modules the checkpoint ships (num_nextn_predict_layers)")
     checkpoint: CheckpointFormat | None = Field(
         default=None, description="how a pre-quantized checkpoint stores its weights (None: 16-bit weights)")
     published_params_b: float | None = Field(default=None, description="size the model card states")
@@ -645,6 +647,8 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
             "expert_bias": True,
         }
 
+    # DeepSeek-V3 (and GLM-4.5+, MiMo) ship MTP modules that vLLM's "mtp" speculation drafts with.
+    fields["num_mtp_layers"] = _int(config, "num_nextn_predict_layers", source, default=0)
     fields["checkpoint"] = checkpoint_format(config.get("quantization_config"), hf_quant_config, source)
     fields.update(extra)
     return validate_spec(ModelSpec, fields, source)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .quantization import WeightScheme
 from .vllm_defaults import (
+    ALL2ALL_COLLECTIVES,
     BLOCK_SIZE,
     ENABLE_CHUNKED_PREFILL,
     ENABLE_PREFIX_CACHING,
@@ -90,13 +91,25 @@ class DisaggregationConfig(BaseModel):
 
 
 class Deployment(BaseModel):
-    """One replica configuration, replicated ``replicas`` times behind a router."""
+    """One replica configuration, replicated ``replicas`` times behind a router.
+
+    A replica is one ``vllm serve`` instance of ``data_parallel_size`` ranks of ``tp x pp`` GPUs
+    (vLLM's ``--data-parallel-size``): each rank has its own scheduler, ``max_num_seqs`` and KV
+    cache, the instance's load balancer spreads requests over them, and for MoE models the routed
+    experts span all ``data_parallel_size x tp`` GPUs, as tensor-parallel slices or, with
+    ``enable_expert_parallel``, as whole experts (:mod:`.moe`).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gpu: str
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
+    data_parallel_size: int = Field(default=1, ge=1, description="vLLM --data-parallel-size: ranks of tp GPUs per replica")
+    enable_expert_parallel: bool = Field(
+        default=False, description="vLLM --enable-expert-parallel: whole experts per GPU over the dp x tp GPUs")
+    all2all_backend: Literal[tuple(ALL2ALL_COLLECTIVES)] | None = Field(  # type: ignore[valid-type]
+        default=None, description="vLLM --all2all-backend for the MoE dispatch across DP ranks; default: vLLM's")
     replicas: int = Field(default=1, ge=1)
     quantization: WeightScheme | None = Field(
         default=None, description="default: implied by the model id, else the model dtype"
@@ -130,6 +143,14 @@ class Deployment(BaseModel):
         return data
 
     @model_validator(mode="after")
+    def _check_data_parallel(self) -> Deployment:
+        if self.data_parallel_size > 1 and self.pp > 1:
+            raise ValueError("data_parallel_size > 1 with pp > 1 is not modelled; use tp x data_parallel_size")
+        if self.data_parallel_size > 1 and self.disaggregation is not None:
+            raise ValueError("data_parallel_size > 1 with disaggregation is not modelled; give each role tp only")
+        return self
+
+    @model_validator(mode="after")
     def _check_limits(self) -> Deployment:
         if (self.max_num_seqs and self.max_num_batched_tokens
                 and self.max_num_batched_tokens < self.max_num_seqs):
@@ -144,7 +165,7 @@ class Deployment(BaseModel):
         if self.disaggregation is not None:
             d = self.disaggregation
             return d.prefill_instances * d.prefill_tp * self.pp + d.decode_instances * d.decode_tp * self.pp
-        return self.tp * self.pp
+        return self.tp * self.pp * self.data_parallel_size
 
     @property
     def num_gpus(self) -> int:
@@ -155,7 +176,7 @@ class Deployment(BaseModel):
         the role is 'serve' for an aggregated instance."""
         d = self.disaggregation
         if d is None:
-            per_replica = [("serve", self.tp * self.pp)]
+            per_replica = [("serve", self.tp * self.pp * self.data_parallel_size)]
         else:
             per_replica = ([("prefill", d.prefill_tp * self.pp)] * d.prefill_instances
                            + [("decode", d.decode_tp * self.pp)] * d.decode_instances)

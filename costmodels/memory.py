@@ -100,14 +100,19 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
     return max(model.num_kv_heads / tp, 1.0)
 
 
-def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) -> WeightBreakdown:
-    """Weight bytes per GPU and in total for a quantization scheme, TP and PP degree.
+def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, dp: int = 1) -> WeightBreakdown:
+    """Weight bytes per GPU and in total (one copy of the model) for a quantization scheme and TP, PP, DP degree.
 
     The scheme applies to the linear layers (for mxfp4 only to the MoE experts, as gpt-oss ships);
     embeddings, LM head and norms stay in the model dtype. K/V projections are replicated on ranks
     when TP exceeds the KV heads. Embeddings sit on the first stage and the LM head on the last.
+    With ``dp`` data-parallel ranks every rank holds the attention, dense and shared-expert weights
+    of its TP shard, and the routed experts are split over all ``dp x tp`` GPUs (vLLM's MoE group:
+    tensor-parallel slices of every expert, or whole experts with expert parallelism; same bytes).
     """
     _check_parallel(model, tp, pp)
+    if dp < 1:
+        raise InputError(f"data_parallel_size must be at least 1 (got {dp})")
     scheme = model.weight_scheme(quantization)  # a checkpoint's own group size and zero points
     dense_bytes = MODEL_DTYPE_BYTES[model.dtype]
     h = model.hidden_size
@@ -129,8 +134,11 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1) 
     head = model.lm_head_params
     unquantized = unquantized_linear + embed + head + model.norm_params + model.extra_params
     total = quantized * scheme.weight_bytes_per_param + unquantized * dense_bytes
-    # Per GPU: the layers of one stage split over TP, plus the vocabulary-parallel embedding or head.
-    layer_bytes = (quantized * scheme.weight_bytes_per_param + unquantized_linear * dense_bytes) / (tp * pp)
+    # Per GPU: the layers of one stage split over TP (routed experts over the MoE group of dp x tp GPUs),
+    # plus the vocabulary-parallel embedding or head.
+    expert_bytes = experts * scheme.weight_bytes_per_param
+    layer_bytes = ((quantized * scheme.weight_bytes_per_param - expert_bytes + unquantized_linear * dense_bytes) / (tp * pp)
+                   + expert_bytes / (dp * tp * pp))
     ends = max(embed + (0 if pp > 1 else head), head if pp > 1 else 0) * dense_bytes / tp
     rest = (model.norm_params / pp + model.extra_params / tp) * dense_bytes
     # Precomputed RoPE tables (large for Gemma 3's scaled RoPE) are replicated on every GPU.
@@ -178,7 +186,8 @@ def cuda_graph_bytes(model: ModelSpec, pp: int = 1) -> float:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per-GPU memory breakdown of one replica and the KV capacity it leaves."""
+    """Per-GPU memory breakdown of one replica and the KV capacity it leaves (with data parallelism:
+    the KV capacity of each of its ``dp`` ranks, which keep their own caches)."""
 
     model: str
     gpu: str
@@ -204,6 +213,7 @@ class MemoryPlan:
     kv_cache_blocks: int
     kv_capacity_tokens: int
     layout: KVLayout
+    dp: int = 1
     problems: tuple[str, ...] = field(default_factory=tuple)
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -213,7 +223,7 @@ class MemoryPlan:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     @property
     def headroom_bytes_per_gpu(self) -> float:
@@ -290,6 +300,7 @@ def plan_memory(
     kv_cache_dtype: str = "auto",
     tp: int = 1,
     pp: int = 1,
+    dp: int = 1,
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
@@ -299,7 +310,7 @@ def plan_memory(
     extra_kv_bytes_per_token_per_gpu: float = 0.0,
     kv_cache_memory_bytes: float | None = None,
 ) -> MemoryPlan:
-    """Memory of one replica (tp x pp GPUs) as vLLM lays it out.
+    """Memory of one replica (tp x pp x dp GPUs) as vLLM lays it out (:func:`weight_bytes` for ``dp``).
 
     ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one).
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
@@ -314,11 +325,11 @@ def plan_memory(
     # A pre-quantized checkpoint is served in its own format unless another scheme is asked for.
     quantization = quantization or model.native_quantization or MODEL_DTYPE_SCHEME[model.dtype]
     check_supported(quantization, gpu)
-    weights = weight_bytes(model, quantization, tp, pp)
+    weights = weight_bytes(model, quantization, tp, pp, dp)
     layers_per_stage = math.ceil(model.num_layers / pp)
     per_layer = kv_bytes_per_token_per_layer_per_gpu(model, kv_cache_dtype, tp)
     activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp)
-    non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp > 1 else 0.0)
+    non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp * dp > 1 else 0.0)
     budget = gpu_memory_utilization * gpu.memory_bytes
     kv_cache = budget - weights.per_gpu_bytes - extra_weights_bytes_per_gpu - activations - non_torch
     if kv_cache_memory_bytes is not None:
@@ -343,7 +354,7 @@ def plan_memory(
         activation_peak_bytes_per_gpu=activations, non_torch_bytes_per_gpu=non_torch,
         cuda_graph_bytes_per_gpu=cuda_graph_bytes(model, pp), extra_weights_bytes_per_gpu=extra_weights_bytes_per_gpu,
         budget_bytes_per_gpu=budget, kv_cache_bytes_per_gpu=max(kv_cache, 0.0), kv_cache_blocks=blocks,
-        kv_capacity_tokens=capacity, layout=layout,
+        kv_capacity_tokens=capacity, layout=layout, dp=dp,
     )
     if not problems and plan.max_concurrency(context) < 1:
         problems.append(

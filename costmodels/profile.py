@@ -28,6 +28,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -126,16 +128,20 @@ class AttentionEfficiency(BaseModel):
 
 
 class CollectiveCurve(BaseModel):
-    """Measured latency of one all-reduce implementation against message size, per GPU count.
+    """Measured latency of one collective (an all-reduce implementation, or an NCCL all-gather,
+    reduce-scatter or all-to-all) against message size, per GPU count.
 
     ``points[n]`` holds (message bytes, latency in seconds) measured over ``n`` GPUs whose link
-    carries ``link_gbps`` GB/s per direction. Between measured sizes the latency is interpolated
+    carries ``link_gbps`` GB/s per direction. Message bytes follow nccl-tests: the buffer each GPU
+    all-reduces, the whole gathered (or reduce-scattered) buffer, and the buffer each GPU sends in an
+    all-to-all. Between measured sizes the latency is interpolated
     linearly in log-log (a collective's protocol changes with size: a flat launch-and-sync floor,
     then a ramp, then the link's bandwidth); below the smallest size it stays at that latency, above
     the largest it grows in proportion to the bytes. On another link (a GPU of another fabric, a
     group that spans nodes) a message costs what a message larger by the link ratio costs on this
     one: the curve keeps its shape and its bandwidth scales. A GPU count that was not measured takes
-    the nearest one, with the bytes scaled by the ring's 2(n-1)/n wire factor.
+    the nearest one, with the bytes scaled by the share of the buffer each GPU puts on the wire:
+2(n-1)/n for an all-reduce, (n-1)/n for the others (``collective``).
 
     Example:
         >>> curve = CollectiveCurve(link_gbps=450, points={8: [(1e3, 5e-6), (1e6, 1e-5), (1e8, 4e-4)]})
@@ -149,6 +155,7 @@ class CollectiveCurve(BaseModel):
 
     link_gbps: float = Field(gt=0, description="per-direction link bandwidth where the points were measured")
     points: dict[int, list[tuple[float, float]]] = Field(min_length=1, description="GPU count -> (bytes, seconds)")
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"] = "all_reduce"
 
     @model_validator(mode="after")
     def _check_points(self) -> CollectiveCurve:
@@ -160,12 +167,11 @@ class CollectiveCurve(BaseModel):
                 raise ValueError(f"points for {count} GPUs need positive bytes and seconds, sizes increasing")
         return self
 
-    @staticmethod
-    def _wire(num_gpus: int) -> float:
-        return 2.0 * (num_gpus - 1) / num_gpus
+    def _wire(self, num_gpus: int) -> float:
+        return (2.0 if self.collective == "all_reduce" else 1.0) * (num_gpus - 1) / num_gpus
 
     def time_s(self, message_bytes: ArrayLike, num_gpus: int, link_gbps: float | None = None) -> np.ndarray:
-        """Latency of all-reducing ``message_bytes`` over ``num_gpus`` GPUs (on a link of ``link_gbps``)."""
+        """Latency of the collective on ``message_bytes`` over ``num_gpus`` GPUs (on a link of ``link_gbps``)."""
         count = min(self.points, key=lambda n: (abs(n - num_gpus), n))
         scale = (link_gbps and self.link_gbps / link_gbps) or 1.0
         scale *= self._wire(num_gpus) / self._wire(count)
@@ -176,12 +182,18 @@ class CollectiveCurve(BaseModel):
         return np.where(message > sizes[-1], times[-1] * message / sizes[-1], inside)
 
 
-def textbook_allreduce(link_gbps: float, counts: tuple[int, ...] = (2, 4, 8)) -> dict[str, CollectiveCurve]:
-    """NCCL-like curves for a fabric nobody measured: 15 us plus the ring's bytes at 70% of the link."""
+def textbook_curve(link_gbps: float, collective: str = "all_reduce", counts: tuple[int, ...] = (2, 4, 8)) -> CollectiveCurve:
+    """An NCCL-like curve for a fabric nobody measured: 15 us plus the wire bytes at 70% of the link."""
+    factor = 2.0 if collective == "all_reduce" else 1.0
     sizes = 2.0 ** np.arange(10, 31, 2)
-    points = {n: [(float(b), 15e-6 + float(b) * 2 * (n - 1) / n / (0.7 * link_gbps * 1e9)) for b in sizes]
+    points = {n: [(float(b), 15e-6 + float(b) * factor * (n - 1) / n / (0.7 * link_gbps * 1e9)) for b in sizes]
               for n in counts}
-    return {"nccl": CollectiveCurve(link_gbps=link_gbps, points=points)}
+    return CollectiveCurve(link_gbps=link_gbps, points=points, collective=collective)
+
+
+def textbook_allreduce(link_gbps: float) -> dict[str, CollectiveCurve]:
+    """The all-reduce curves of a GPU nobody measured (:func:`textbook_curve`)."""
+    return {"nccl": textbook_curve(link_gbps)}
 
 
 # Textbook shapes for a GPU nobody measured: Hopper-like GEMM ramp in M, no N/K dependence.
@@ -205,6 +217,10 @@ class PerformanceProfile(BaseModel):
     attention_decode: AttentionEfficiency
     allreduce: dict[str, CollectiveCurve] = Field(
         min_length=1, description="measured curves by implementation: custom_graph, custom_eager, symm_mem, nccl")
+    collectives: dict[str, CollectiveCurve] = Field(
+        default_factory=dict,
+        description="measured NCCL curves of the MoE dispatch and combine collectives: all_gather, reduce_scatter, "
+                    "all_to_all (missing ones: textbook curves on the GPU's link)")
     elementwise_memory_efficiency: float = Field(gt=0, le=1.2)
     elementwise_overhead_s: float = Field(ge=0)
     weight_only_compute_factor: float = Field(
@@ -221,6 +237,9 @@ class PerformanceProfile(BaseModel):
         description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
                     "tokenization on the way in, the first token's way back to the client",
     )
+    dynamo_request_overhead_s: float | None = Field(
+        default=None, ge=0, description="the same latency behind Dynamo's front end (Rust HTTP and tokenizer, a hop to "
+                                        "the vLLM worker); default: vLLM API server's")
     p2p_latency_s: float = Field(default=20e-6, ge=0)
     fit_report: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="median/p90 absolute % error per op family (train and held-out)"
@@ -343,6 +362,22 @@ class PerformanceProfile(BaseModel):
         link = (link_bytes_per_s or gpu.interconnect_bytes_per_s) / 1e9
         return curve.time_s(message_bytes, num_gpus, link_gbps=link)
 
+    def collective_time_s(self, gpu: GPUSpec, collective: str, message_bytes: ArrayLike, num_gpus: int,
+                          link_bytes_per_s: float | None = None) -> np.ndarray:
+        """NCCL ``collective`` (all_gather, reduce_scatter, all_to_all or all_reduce) of ``message_bytes``
+        (nccl-tests' buffer size) over ``num_gpus`` GPUs; zero for one GPU.
+
+        A collective the profile did not measure takes :func:`textbook_curve` on this GPU's link.
+        """
+        message_bytes = np.asarray(message_bytes, dtype=float)
+        if num_gpus <= 1:
+            return np.zeros_like(message_bytes)
+        if collective == "all_reduce":
+            return self.allreduce_time_s(gpu, message_bytes, num_gpus, "nccl", link_bytes_per_s)
+        curve = self.collectives.get(collective) or textbook_curve(gpu.interconnect_gbps, collective)
+        link = (link_bytes_per_s or gpu.interconnect_bytes_per_s) / 1e9
+        return curve.time_s(message_bytes, num_gpus, link_gbps=link)
+
     def p2p_time_s(self, message_bytes: ArrayLike, link_bytes_per_s: float) -> np.ndarray:
         """Point-to-point send between pipeline stages."""
         return self.p2p_latency_s + np.asarray(message_bytes, dtype=float) / link_bytes_per_s
@@ -351,6 +386,12 @@ class PerformanceProfile(BaseModel):
         """Memory-bound kernels (norms, RoPE, activations, residual adds)."""
         bw = gpu.memory_bandwidth_bytes_per_s * self.elementwise_memory_efficiency
         return np.asarray(bytes_moved, dtype=float) / bw + self.elementwise_overhead_s * kernels
+
+    def front_end_latency_s(self, frontend: str = "vllm") -> float:
+        """The front end's latency per request: vLLM's API server, or Dynamo's front end."""
+        if frontend == "dynamo" and self.dynamo_request_overhead_s is not None:
+            return self.dynamo_request_overhead_s
+        return self.request_overhead_s
 
     def engine_cpu_s(self, engine: str = "v1") -> tuple[float, float]:
         """(per step, per running sequence) CPU time of the 'v0' or 'v1' engine."""

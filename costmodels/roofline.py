@@ -2,7 +2,10 @@
 
 A step runs every layer once over the batch's tokens: the linear operators (QKV, O, gate/up, down,
 MoE experts, LM head) see all T tokens of the step; attention sees each sequence's own context;
-tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage.
+tensor parallelism adds two all-reduces per layer and pipeline parallelism a send per stage; with
+data-parallel ranks (:mod:`.moe`) each rank's step is padded to the largest rank's token count, the
+MoE layers compute the routed experts over every rank's tokens and add the dispatch and combine
+collectives.
 Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` (the profile may
 round the corner of a GEMM's max) with
 efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
@@ -34,12 +37,15 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
+from .moe import ExpertLayout
 from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
 from .vllm_defaults import (
+    ALL2ALL_COLLECTIVES,
     MAX_CUDAGRAPH_TOKENS,
     allreduce_limits,
     async_scheduling,
+    default_all2all_backend,
     engine_generation,
     parse_vllm_version,
 )
@@ -156,13 +162,16 @@ def _pairs(chunk: np.ndarray, offset: np.ndarray, window: int | None) -> np.ndar
 
 @dataclass
 class StepCostModel:
-    """The precompiled step-time model of one deployment (one TP x PP replica).
+    """The precompiled step-time model of one deployment (one TP x PP replica, or one of ``dp``
+    data-parallel ranks of TP GPUs stepping together).
 
-    Build one per (model, GPU, profile, quantization, KV dtype, TP, PP) and reuse it.
+    Build one per (model, GPU, profile, quantization, KV dtype, TP, PP, DP, EP) and reuse it.
     ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes (and
-    for TP all-reduces when one TP group does). ``vllm_version`` selects the vLLM behaviour that
-    changes step times (:mod:`.vllm_defaults`: which all-reduce runs, async scheduling); None is
-    the version servopt's exports target.
+    for TP all-reduces when one TP group does, and for the MoE dispatch when the DP x TP GPUs do).
+    ``vllm_version`` selects the vLLM behaviour that changes step times (:mod:`.vllm_defaults`:
+    which all-reduce runs, async scheduling, the MoE dispatch backend unless ``all2all_backend``
+    names one); None is the version servopt's exports target. With ``dp > 1`` a step's token count
+    is that of every rank after padding (:class:`ScalarStepTime` takes the largest rank's).
     """
 
     model: ModelSpec
@@ -174,13 +183,16 @@ class StepCostModel:
     pp: int = 1
     internode_bytes_per_s: float = 50e9
     vllm_version: str | None = None
+    dp: int = 1
+    expert_parallel: bool = False
+    all2all_backend: str | None = None
     _table_s: np.ndarray = field(init=False, repr=False)
     _table_compute_s: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.quantization = self.quantization or MODEL_DTYPE_SCHEME[self.model.dtype]
         check_supported(self.quantization, self.gpu)
-        weight_bytes(self.model, self.quantization, self.tp, self.pp)  # validates tp/pp
+        weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp)  # validates tp/pp/dp
         m, tp = self.model, self.tp
         # A pre-quantized checkpoint's own format (group size, zero points) sets its bytes per weight.
         self._scheme = m.weight_scheme(self.quantization)
@@ -195,8 +207,17 @@ class StepCostModel:
         self._window = m.sliding_window
         self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
         self._full_layers = m.num_layers - self._sliding_layers
-        self._spans_nodes = tp * self.pp > self.gpu.gpus_per_node
+        self._spans_nodes = tp * self.pp * self.dp > self.gpu.gpus_per_node
         self._version = parse_vllm_version(self.vllm_version)
+        self._layout = None if m.moe is None else ExpertLayout(
+            m.moe.num_experts, m.moe.experts_per_token, self.dp, tp, self.expert_parallel)
+        self.all2all_backend = self.all2all_backend or default_all2all_backend(self._version)
+        if self.all2all_backend not in ALL2ALL_COLLECTIVES:
+            raise InputError(f"all2all_backend '{self.all2all_backend}' is not one of "
+                             f"{', '.join(ALL2ALL_COLLECTIVES)}")
+        if ALL2ALL_COLLECTIVES[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
+            raise InputError(f"all2all_backend {self.all2all_backend} runs with tp 1 (one GPU per data-parallel "
+                             "rank); use allgather_reducescatter with tp > 1")
         self._engine = engine_generation(self._version, self.pp)
         self._async = self._engine == "v1" and async_scheduling(self._version, self.pp)
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
@@ -261,16 +282,20 @@ class StepCostModel:
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _experts(self, tokens: np.ndarray) -> _OpCost | None:
-        """Routed experts as grouped GEMMs: FLOPs of the chosen experts, bytes of those touched."""
-        m = self.model
-        if m.moe is None:
+        """Routed experts as grouped GEMMs on one GPU: FLOPs of its routed pairs, bytes of the experts touched.
+
+        With data-parallel ranks the experts see every rank's (padded) tokens; with expert
+        parallelism the busiest GPU sets the time (:class:`~servopt.costmodels.moe.ExpertLayout`).
+        """
+        m, layout = self.model, self._layout
+        if layout is None:
             return None
-        moe = m.moe
         layers = m.num_moe_layers
-        routed = tokens * moe.experts_per_token
-        touched = moe.num_experts * (1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens)
+        gathered = tokens * self.dp
+        routed = layout.busiest_pairs_per_gpu(gathered)
+        touched = layout.touched_experts_per_gpu(gathered)
         per_expert_tokens = routed / np.maximum(touched, 1e-9)
-        expert_weights = m.expert_params / self.tp
+        expert_weights = m.expert_params * layout.width_share
         wbytes = self._scheme.weight_bytes_per_param
         dtype = self._math if self._scheme.name != "mxfp4" else ("fp4" if self._math == "fp4" else self._dense_dtype)
         flops = 2.0 * routed * expert_weights * layers
@@ -343,8 +368,30 @@ class StepCostModel:
         if self.pp > 1:
             link = self.internode_bytes_per_s if self._spans_nodes else self.gpu.interconnect_bytes_per_s
             time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
+        if self.dp > 1 and self._layout is not None:
+            time_s = time_s + self.model.num_moe_layers * self._dispatch_combine_s(tokens)
         zeros = np.zeros_like(message)
         return _OpCost(time_s, zeros, time_s, zeros, zeros)
+
+    def _dispatch_combine_s(self, tokens: np.ndarray) -> np.ndarray:
+        """One MoE layer's dispatch and combine across the data-parallel ranks (``dp`` > 1).
+
+        The all-gather / broadcast backends move every rank's padded tokens to every rank of its DP
+        group (``dp`` GPUs, one group per TP rank) and reduce them back; an all-to-all backend sends
+        each token to the GPUs its experts are on (``dp x tp`` GPUs). Across nodes the collective runs
+        on the inter-node link.
+        """
+        dispatch, combine = ALL2ALL_COLLECTIVES[self.all2all_backend]
+        link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.gpus_per_node else None
+        row_bytes = self.model.hidden_size * self._act_bytes
+        if dispatch == "all_to_all":
+            # nccl-tests' all-to-all size: the buffer each GPU sends (a copy per destination GPU).
+            message = tokens * self._layout.distinct_gpus_per_token() * row_bytes
+            group = self._layout.group
+        else:
+            message = tokens * self.dp * row_bytes  # the whole gathered buffer
+            group = self.dp
+        return sum(self.profile.collective_time_s(self.gpu, op, message, group, link) for op in (dispatch, combine))
 
     def _token_ops(self, tokens: np.ndarray) -> dict[str, _OpCost]:
         ops = {op.name: self._gemm(op, tokens) for op in self._linears}
@@ -417,7 +464,7 @@ class StepCostModel:
     # --- public API -----------------------------------------------------------------------------
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     def token_ops_time_s(self, num_tokens: np.ndarray | int) -> np.ndarray:
         """Time of everything that depends only on the step's token count (table lookup)."""
@@ -536,7 +583,7 @@ class StepCostModel:
 
     def weight_read_floor_s(self, context_tokens: int = 0, batch_size: int = 1) -> float:
         """Seed 2.2's lower bound on a decode step: (weights + KV bytes) / bandwidth, per GPU."""
-        weights = weight_bytes(self.model, self.quantization, self.tp, self.pp).per_gpu_bytes * self.pp
+        weights = weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp).per_gpu_bytes * self.pp
         kv = self._kv_layer_bytes * self.model.num_layers * context_tokens * batch_size
         return (weights + kv) / self.gpu.memory_bandwidth_bytes_per_s
 
@@ -627,9 +674,13 @@ class ScalarStepTime:
     def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
                  decode_context: float, decode_context_windowed: float, prefill_pairs: float,
                  prefill_pairs_windowed: float, prefill_kv_tokens: float, prefill_kv_tokens_windowed: float,
-                 prefill_chunks: int) -> float:
-        """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars)."""
-        total = self._fixed(num_tokens, num_sampled)
+                 prefill_chunks: int, padded_tokens: int = 0) -> float:
+        """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars).
+
+        ``padded_tokens``: the token count data-parallel ranks pad every rank's step to (the
+        token-count operators run on it; attention and sampling on the rank's own work).
+        """
+        total = self._fixed(max(num_tokens, padded_tokens), num_sampled)
         if decode_query_tokens:
             cc, cm, cq, ov, ov_seq = self._dec
             per_seq = decode_query_tokens / max(num_decode_seqs, 1)
@@ -653,14 +704,15 @@ class ScalarStepTime:
         q = num_seqs * query_per_seq
         return self(q, q, q, num_seqs, context, context_windowed, 0.0, 0.0, 0.0, 0.0, 0)
 
-    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> DecodeLine:
+    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float,
+                    padded_tokens: int = 0) -> DecodeLine:
         """The decode step time as a line in the summed context, in the regime that holds at ``context``.
 
         Under async scheduling the CPU time that shows is evaluated at ``context`` and held along the
         line (it shrinks as the contexts grow, so a long run is timed slightly long).
         """
         q = num_seqs * query_per_seq
-        intercept = self._fixed(q, q)
+        intercept = self._fixed(max(q, padded_tokens), q)
         cc, cm, cq, ov, ov_seq = self._dec
         ov = ov + ov_seq * num_seqs
         slopes = [0.0, 0.0]

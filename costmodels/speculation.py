@@ -33,6 +33,11 @@ Sources of the default acceptance rates (``METHODS[...].source``; override them 
   which a chain draft matches at a ~ 0.85.
 - mtp: DeepSeek-V3's second-token acceptance is 85-90% (arXiv 2412.19437, section 5.4.3).
 
+A method is offered only where it exists: ``mtp`` for models whose config ships multi-token-prediction
+layers (``num_nextn_predict_layers``: DeepSeek-V3, GLM-4.5 and later), ``eagle`` and ``eagle3`` only
+with a published head trained for the target (``draft_model`` naming one of
+``data/speculators.yaml``, each with its source); :func:`speculation_problem` says why not otherwise.
+
 Example:
     >>> round(expected_tokens_per_verify(0.8, 4), 3)
     3.362
@@ -45,9 +50,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from typing import ClassVar
 
 import numpy as np
+import yaml
 
 from .architectures import ModelSpec, resolve_model
 from .deployment import SpeculativeConfig
@@ -102,12 +110,34 @@ class _Drafter:
     weights_bytes_per_gpu: float
 
 
+@dataclass(frozen=True)
+class PublishedHead:
+    """An EAGLE or EAGLE-3 head published for one target model (``data/speculators.yaml``)."""
+
+    id: str
+    method: str
+    target: str
+    source: str
+    max_speculative_tokens: int | None = None
+
+
+@lru_cache(maxsize=1)
+def published_heads() -> tuple[PublishedHead, ...]:
+    """The catalog of published draft heads."""
+    text = resources.files(__package__).joinpath("data/speculators.yaml").read_text()
+    return tuple(PublishedHead(**entry) for entry in yaml.safe_load(text)["heads"])
+
+
 class SpeculationMethod:
     """One speculative-decoding method: its default acceptance and its drafter."""
 
     name: ClassVar[str]
     default_acceptance: ClassVar[float]
     source: ClassVar[str]
+
+    def problem(self, draft_model: str | None, target: ModelSpec, num_speculative_tokens: int) -> str | None:
+        """Why this method cannot serve ``target`` (None when it can)."""
+        return None
 
     def drafter(self, config: SpeculativeConfig, target: ModelSpec, tp: int) -> _Drafter | None:
         """The model that drafts, or None when drafting needs no GPU."""
@@ -165,6 +195,21 @@ class DraftModelMethod(SpeculationMethod):
 class _OneLayerHead(SpeculationMethod):
     """Drafters that run one decoder layer of the target's width per drafted token."""
 
+    def problem(self, draft_model: str | None, target: ModelSpec, num_speculative_tokens: int) -> str | None:
+        """EAGLE heads are trained for one target: ``draft_model`` must name a published one."""
+        heads = [h for h in published_heads() if h.method == self.name and resolve_model(h.target).spec.name == target.name]
+        known = ", ".join(h.id for h in heads) or "none is published for it"
+        head = next((h for h in heads if draft_model and h.id.lower() == draft_model.strip().lower()), None)
+        if head is None:
+            given = f"'{draft_model}' is not" if draft_model else "no draft_model names"
+            return (f"method {self.name} drafts with a head trained for the target, and {given} a published "
+                    f"{self.name} head for {target.name} (known: {known}); set draft_model to one, or use ngram "
+                    "or draft_model")
+        if head.max_speculative_tokens and num_speculative_tokens > head.max_speculative_tokens:
+            return (f"{head.id} drafts at most {head.max_speculative_tokens} token(s) (its model card); lower "
+                    "num_speculative_tokens")
+        return None
+
     # Input projection that fuses target hidden states into the head: (inputs x hidden) x hidden.
     fused_inputs: ClassVar[int]
     draft_vocab: ClassVar[int | None] = None
@@ -211,6 +256,13 @@ class MTPMethod(_OneLayerHead):
     fused_inputs = 2  # eh_proj over [embedding, hidden]
     keeps_moe = True
 
+    def problem(self, draft_model: str | None, target: ModelSpec, num_speculative_tokens: int) -> str | None:
+        if target.num_mtp_layers:
+            return None
+        return (f"method mtp drafts with the model's own multi-token-prediction layers and {target.name} has none "
+                "(its config has no num_nextn_predict_layers); use eagle or eagle3 with a published head, ngram "
+                "or draft_model")
+
 
 METHODS: dict[str, SpeculationMethod] = {
     m.name: m for m in (NgramMethod(), DraftModelMethod(), EagleMethod(), Eagle3Method(), MTPMethod())
@@ -248,11 +300,30 @@ class Speculation:
         return cumulative[: int(np.searchsorted(cumulative, tokens)) + 1]
 
 
+def speculation_problem(method: str, draft_model: str | None, target: ModelSpec,
+                        num_speculative_tokens: int = 1) -> str | None:
+    """Why ``method`` (with ``draft_model``) cannot speculate for ``target``, or None.
+
+    Example:
+        >>> from servopt.costmodels.architectures import get_model
+        >>> speculation_problem("mtp", None, get_model("deepseek-v3")) is None
+        True
+        >>> speculation_problem("mtp", None, get_model("llama-3.1-8b")).split(" and ")[1][:36]
+        'meta-llama/Llama-3.1-8B has none (it'
+        >>> speculation_problem("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", get_model("llama-3.1-8b")) is None
+        True
+    """
+    return METHODS[method].problem(draft_model, target, num_speculative_tokens)
+
+
 def build_speculation(config: SpeculativeConfig, target: ModelSpec, gpu: GPUSpec, profile: PerformanceProfile,
                       quantization: str, kv_cache_dtype: str, tp: int, pp: int) -> Speculation:
     """Resolve a :class:`SpeculativeConfig` for one target deployment."""
     if pp > 1:
         raise InputError("speculative decoding with pp > 1 is not supported by vLLM; use tp only")
+    problem = speculation_problem(config.method, config.draft_model, target, config.num_speculative_tokens)
+    if problem:
+        raise InputError(f"speculative: {problem}")
     method = METHODS[config.method]
     head = method.draft_head(config, target, gpu, profile, quantization, kv_cache_dtype, tp)
     acceptance = config.acceptance_rate if config.acceptance_rate is not None else method.default_acceptance

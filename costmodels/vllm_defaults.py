@@ -20,6 +20,16 @@ Each rule cites where vLLM decides it:
   NCCL. Before 0.11 the custom all-reduce covers up to 8 MiB on every NVLink GPU.
 - CUDA graphs: steps of at most :data:`MAX_CUDAGRAPH_TOKENS` tokens replay captured graphs (the
   largest default capture size, 512); larger steps launch every kernel eagerly.
+- data parallelism (``docs/serving/data_parallel_deployment.md``): ``--max-num-seqs`` and the token
+  budget apply per DP rank; the API server sends a request to the rank with the lowest
+  ``4 x waiting + running`` (``DPLBAsyncMPClient.get_core_engine_for_request``,
+  :data:`DP_LB_WAITING_WEIGHT`).
+- which collectives an MoE layer's dispatch and combine run over the DP ranks (``--all2all-backend``;
+  earlier the ``VLLM_ALL2ALL_BACKEND`` variable): ``naive`` (broadcasts, i.e. an all-gather, and
+  an all-reduce of the gathered buffer) until ``allgather_reducescatter`` (PR #23964, 2025-08-29)
+  became the default; the v0.12 documentation names it the default backend, the v0.10.1.1
+  documentation does not list it. DeepEP backends run true all-to-alls. With one DP rank there is
+  no dispatch (``use_all2all_kernels`` needs ``dp_size > 1``): the TP all-reduce combines.
 - the front end's tokenizer: vLLM's API server tokenizes every prompt on one thread
   (``ThreadPoolExecutor(max_workers=1)`` in ``serving_engine.py``), so prompts wait for each other:
   :func:`tokenize_s_per_token`.
@@ -67,6 +77,9 @@ _SYMM_MEM_MAX_BYTES = {
     "hopper": {2: 64 * MiB, 4: 32 * MiB, 6: 64 * MiB, 8: 64 * MiB},
     "blackwell": {2: 8 * MiB, 4: 32 * MiB, 6: 128 * MiB, 8: 128 * MiB},
 }
+# World sizes where vLLM's symmetric-memory all-reduce runs multimem (NVLS) instead of two-shot
+# (SymmMemCommunicator._WORLD_SIZES_MULTIMEM, device_communicators/symm_mem.py).
+_SYMM_MEM_MULTIMEM_WORLD_SIZES = {"hopper": (4, 6, 8), "blackwell": (6, 8)}
 # CustomAllreduce's own buffer (max_size) before symmetric memory took the middle sizes.
 _CUSTOM_MAX_BYTES = 8 * MiB
 _CUSTOM_WORLD_SIZES = (2, 4, 6, 8)
@@ -88,6 +101,22 @@ def parse_vllm_version(text: str | None) -> VllmVersion:
         raise InputError(f"vllm_version '{text}' is not a version number such as 0.12.0")
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
+
+
+# vLLM's DP load balancer scores a rank 4 x waiting + running requests and picks the lowest.
+DP_LB_WAITING_WEIGHT = 4
+# --all2all-backend values servopt models, and the NCCL collectives (dispatch, combine) each runs.
+ALL2ALL_COLLECTIVES = {
+    "naive": ("all_gather", "all_reduce"),
+    "allgather_reducescatter": ("all_gather", "reduce_scatter"),
+    "deepep_high_throughput": ("all_to_all", "all_to_all"),
+    "deepep_low_latency": ("all_to_all", "all_to_all"),
+}
+
+
+def default_all2all_backend(version: VllmVersion) -> str:
+    """vLLM's default MoE dispatch/combine backend across data-parallel ranks."""
+    return "allgather_reducescatter" if version >= (0, 12, 0) else "naive"
 
 
 # Tokenization time per prompt token in vLLM's API server, as measured in vLLM PR #19334 ("microbatch
@@ -158,6 +187,11 @@ def allreduce_limits(num_gpus: int, gpu: GPUSpec, version: VllmVersion, nvlink: 
         return (float(_CUSTOM_MAX_BYTES_WITH_SYMM[gpu.architecture][num_gpus]),
                 float(_SYMM_MEM_MAX_BYTES[gpu.architecture][num_gpus]))
     return float(_CUSTOM_MAX_BYTES), 0.0
+
+
+def symm_mem_variant(num_gpus: int, gpu: GPUSpec) -> str:
+    """The kernel vLLM's symmetric-memory all-reduce runs over ``num_gpus`` GPUs: 'multimem' or 'two_shot'."""
+    return "multimem" if num_gpus in _SYMM_MEM_MULTIMEM_WORLD_SIZES.get(gpu.architecture, ()) else "two_shot"
 
 
 def allreduce_implementation(message_bytes: float, num_gpus: int, gpu: GPUSpec, version: VllmVersion,

@@ -44,7 +44,8 @@ SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s"
 # stores one row per named constraint, so fewer names keep a trial's storage writes down); the
 # record of each trial keeps every rule's own amount and reason.
 CONSTRAINT_GROUPS = {
-    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "max_gpus", "simulator"),
+    "config": ("tp_divides_heads", "fits_node", "quantization_on_gpu", "batch_limits", "moe_parallelism", "speculation",
+               "max_gpus", "simulator"),
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
@@ -170,9 +171,10 @@ class Evaluator:
                     cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
             capacities.append(cap)
             if stats.rate_per_s is not None:
-                needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * role.per_replica))
+                # Each instance and each of its data-parallel ranks holds its share.
+                needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * role.per_replica * role.dp))
             else:
-                needed = max(needed, stats.in_flight_requests / (cap.concurrency * role.per_replica))
+                needed = max(needed, stats.in_flight_requests / (cap.concurrency * role.per_replica * role.dp))
         return needed, capacities
 
     def _replicas(self, candidate: Candidate, needed: float, gpus_per_replica: int) -> int:

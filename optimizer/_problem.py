@@ -16,6 +16,7 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, load_catalog
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.quantization import builtin_accuracy_table
+from ..costmodels.speculation import speculation_problem
 from ..search_spaces import ModelChoice, SearchSpace, SpaceContext, SpeculationChoice, weight_options
 from ._traffic import TrafficStats, max_model_len_for, traffic_stats
 from .workload import Workload
@@ -150,6 +151,11 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
                 resolve_model(option.draft_model)
             except InputError as err:
                 raise _keyed(f"speculation.{i}.draft_model", err) from None
+        # A method no candidate model has (MTP without MTP layers, an EAGLE head of another model) is
+        # an error of the workload; one that only some models have is a constraint of the search.
+        problems = [speculation_problem(option.method, option.draft_model, c.spec) for c in models.values()]
+        if all(problems):
+            raise InputError(f"speculation.{i}: {problems[0]}")
         speculation[option.label] = SpeculationChoice(option.label, option.method, option.draft_model,
                                                       option.acceptance_rate)
 

@@ -52,6 +52,7 @@ BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
 ROUTER_PORT = 8192
 RAY_PORT = 6379
+DP_RPC_PORT = 13345
 ROUTER_INSTALL = "pip install vllm-router"
 
 
@@ -96,6 +97,12 @@ def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_t
     args = ["--tensor-parallel-size", str(tp)]
     if d["pp"] > 1:
         args += ["--pipeline-parallel-size", str(d["pp"]), "--distributed-executor-backend", "ray"]
+    if d.get("data_parallel_size", 1) > 1:
+        args += ["--data-parallel-size", str(d["data_parallel_size"])]
+    if d.get("enable_expert_parallel"):
+        args.append("--enable-expert-parallel")
+    if d.get("all2all_backend"):
+        args += ["--all2all-backend", d["all2all_backend"]]
     if quantization:
         args += ["--quantization", quantization]
     elif d["quantization"] in DTYPES:
@@ -116,25 +123,29 @@ def shell_command(env: dict[str, str], program: list[str], args: list[str]) -> s
     return " ".join(words)
 
 
-_KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+def data_parallel_nodes(dp: int, tp: int, gpus_per_node: int) -> list[list[str]]:
+    """Extra flags per node of one instance whose data-parallel ranks fill more than a node (else one
+    empty list): vLLM's multi-node data parallelism, the first node serving and the others headless.
+    ``${head_address}`` is the first node's address, an argument of each node's script."""
+    local = max(gpus_per_node // tp, 1)
+    if dp <= local:
+        return [[]]
+    common = ["--data-parallel-size-local", str(local), "--data-parallel-address", "${head_address}",
+              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+    return [common + ([] if k == 0 else ["--headless", "--data-parallel-start-rank", str(k * local)])
+            for k in range(-(-dp // local))]
 
 
-def _roles(point: dict[str, Any]) -> dict[str, tuple]:
-    """Each instance kind's (TP, max_num_seqs, max_num_batched_tokens, KV-transfer role), as the trial's
-    deployment was compiled (``roles`` of its record); a front point written before roles were
-    recorded falls back to the deployment's own fields."""
-    d = point["deployment"]
-    compiled = point.get("roles")
-    if compiled:
-        return {("serve" if r["role"] == "replica" else r["role"]): (r["tp"], r["max_num_seqs"], r["max_num_batched_tokens"],
-                                                                    _KV_ROLES.get(r["role"]))
-                for r in compiled}
+def _roles(d: dict[str, Any]) -> list[tuple]:
     dis = d.get("disaggregation")
     if not dis:
-        return {"serve": (d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)}
-    return {role: (dis[f"{role}_tp"], dis.get(f"{role}_max_num_seqs") or d["max_num_seqs"],
-                   dis.get(f"{role}_max_num_batched_tokens") or d["max_num_batched_tokens"], _KV_ROLES[role])
-            for role in ("prefill", "decode")}
+        return [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)]
+    return [("prefill", dis["prefill_instances"], dis["prefill_tp"],
+             dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
+             dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_producer"),
+            ("decode", dis["decode_instances"], dis["decode_tp"],
+             dis.get("decode_max_num_seqs") or d["max_num_seqs"],
+             dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_consumer")]
 
 
 def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool = True,
@@ -143,12 +154,13 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
     d = point["deployment"]
     model, quantization, kv_auto = _weights(point)
     dis = d.get("disaggregation")
-    roles = _roles(point)
+    roles = {role: (tp, seqs, tokens, kv_role) for role, _, tp, seqs, tokens, kv_role in _roles(d)}
     placements = Deployment.model_validate(d).placement(gpus_per_node)
     instances = []
     port, side_port = BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
     for place in placements:
         tp, seqs, tokens, kv_role = roles[place.role]
+        dp = d.get("data_parallel_size", 1) if place.role == "serve" else 1
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.devices))}
         args = ["--port", str(port), *engine_args(d, tp, seqs, tokens, quantization)]
         if kv_role:
@@ -156,12 +168,16 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
             side_port += 1
             transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
             args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
-        instances.append({"replica": place.replica, "role": place.role, "node": place.node, "nodes": place.nodes,
-                          "port": port, "tp": tp, "pp": d["pp"], "env": env, "model": model, "args": args,
-                          "command": shell_command(env, ["vllm", "serve", model], args)})
+        parts = data_parallel_nodes(dp, tp, gpus_per_node)
+        for k, extra in enumerate(parts):
+            nodes = [place.node + k] if len(parts) > 1 else place.nodes
+            instances.append({"replica": place.replica, "role": place.role, "node": place.node + k, "nodes": nodes,
+                              "port": port, "tp": tp, "pp": d["pp"], "dp": dp // len(parts), "env": env,
+                              "model": model, "args": args + extra,
+                              "command": shell_command(env, ["vllm", "serve", model], args + extra)})
         port += 1
     num_nodes = placements[-1].nodes[-1] + 1
-    router = _router(instances, bool(dis), num_nodes)
+    router = _router([i for i in instances if "--headless" not in i["args"]], bool(dis), num_nodes)
     notes = []
     if d["kv_cache_dtype"] == "auto" and kv_auto != "auto":
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
@@ -201,7 +217,7 @@ def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[
 
 def _header(plan: dict[str, Any], title: str) -> list[str]:
     m = plan["metrics"]
-    gpus = sum(i["tp"] * i["pp"] for i in plan["instances"])
+    gpus = sum(i["tp"] * i["pp"] * i.get("dp", 1) for i in plan["instances"])
     lines = ["#!/usr/bin/env bash",
              comment(f"# servopt export for vLLM {plan['vllm_version']}: trial {plan['trial']}, {plan['replicas']} "
                      f"replica(s) on {gpus} x {plan['gpu']} ({plan['num_nodes']} node(s)); {title}")]
@@ -240,13 +256,17 @@ def node_scripts(plan: dict[str, Any]) -> dict[str, str]:
             continue
         if pd_multi_node:
             lines += _usage(name, ["NODE_ADDRESS"])
+        data_parallel = any("--data-parallel-address" in i["args"] for i in here)
+        if data_parallel:  # data-parallel ranks over nodes: every node names the first one
+            lines += _usage(name, ["HEAD_ADDRESS"])
         if any(i["pp"] > 1 for i in here):
             lines.append(f"ray start --head --port={RAY_PORT}")
         lines.append("trap 'kill $(jobs -p) 2>/dev/null || true' EXIT")
         for inst in here:
             lines.append(comment(f"# replica {inst['replica']}, {inst['role']} instance, port {inst['port']}"))
             prefix = 'VLLM_NIXL_SIDE_CHANNEL_HOST="$node_address" ' if pd_multi_node and inst["role"] != "serve" else ""
-            lines.append(f"{prefix}{inst['command']} > vllm-{inst['port']}.log 2>&1 &")
+            command = inst["command"].replace("'${head_address}'", '"$head_address"') if data_parallel else inst["command"]
+            lines.append(f"{prefix}{command} > vllm-{inst['port']}.log 2>&1 &")
         lines += ['echo "started $(jobs -p | wc -l) vLLM instance(s); logs in $PWD/vllm-*.log"', "wait"]
         scripts[name] = "\n".join(lines) + "\n"
     router = plan["router"]
@@ -278,7 +298,9 @@ def render_readme(plan: dict[str, Any], scripts: dict[str, str]) -> str:
         node = int(name.split("-")[1].split(".")[0])
         args, why = "", ""
         if "HEAD_ADDRESS" in scripts[name]:
-            args, why = " HEAD_ADDRESS", " (HEAD_ADDRESS: the address of the node running the stage's head)"
+            args, why = " HEAD_ADDRESS", (" (HEAD_ADDRESS: the address of the instance's first node)"
+                                          if "--data-parallel-address" in scripts[name]
+                                          else " (HEAD_ADDRESS: the address of the node running the stage's head)")
         elif "NODE_ADDRESS" in scripts[name]:
             args, why = " NODE_ADDRESS", " (NODE_ADDRESS: this node's address, reachable by the others for the KV transfer)"
         where = f"on node {node}" if multi_node else "on the GPU machine"

@@ -29,7 +29,10 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("GPU", lambda r: _cell(r, "gpu")),
     ("GPUs used / rented", lambda r: f"{r['num_gpus']} / {r['gpus_rented']}"),
     ("replicas x (TP or P:D)", lambda r: f"{r['replicas']} x " + (
-        r["pd_split"] if r["pd_split"] != "aggregated" else f"TP{r['tp']}" + (f" PP{r['pp']}" if r["pp"] > 1 else ""))),
+        r["pd_split"] if r["pd_split"] != "aggregated" else f"TP{r['tp']}" + (f" PP{r['pp']}" if r["pp"] > 1 else "")
+        + (f" DP{r['data_parallel_size']}" if _present(r.get("data_parallel_size")) and r["data_parallel_size"] > 1
+           else ""))
+     + (" EP" if _present(r.get("enable_expert_parallel")) and r["enable_expert_parallel"] else "")),
     ("quant (weights / KV)", lambda r: f"{r['quantization']} / {r['kv_cache_dtype']}"),
     ("batch / chunk", lambda r: f"{r['max_num_seqs']} / {r['max_num_batched_tokens']}"
      + ("" if r["enable_chunked_prefill"] else " (unchunked)")),
@@ -46,6 +49,11 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("profile", lambda r: "calibrated" if r["profile_calibrated"] else "UNCALIBRATED"),
 ]
 SLO_NAMES = {"p99_ttft_s": "ttft", "p99_tpot_s": "tpot", "p99_e2e_s": "e2e"}
+
+
+def _present(value: Any) -> bool:
+    """Whether a table cell holds a value (not None, NA or NaN)."""
+    return not (value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)))
 
 
 def _fmt(value: Any) -> str:

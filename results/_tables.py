@@ -12,7 +12,7 @@ import pandas as pd
 from ._record import TrialRecord, summary_p99
 
 KNOB_COLUMNS = [
-    "model", "gpu", "mode", "tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
+    "model", "gpu", "mode", "tp", "data_parallel_size", "enable_expert_parallel", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
     "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
     "speculation", "num_speculative_tokens", "headroom",
 ]
@@ -20,7 +20,7 @@ METRICS = ("ttft", "tpot", "itl", "e2e")
 COST_COLUMNS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
 # KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
 KV_LIMITED_UTILIZATION = 0.9
-INT_COLUMNS = ("tp", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
+INT_COLUMNS = ("tp", "data_parallel_size", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
                "max_num_batched_tokens", "num_speculative_tokens")
 
 
@@ -140,6 +140,8 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "quantization": d["quantization"],
             "kv_cache_dtype": d["kv_cache_dtype"],
             "tp": d["tp"] if not d.get("disaggregation") else None,
+            "data_parallel_size": d.get("data_parallel_size", 1) if not d.get("disaggregation") else None,
+            "enable_expert_parallel": d.get("enable_expert_parallel", False),
             "pp": d["pp"],
             "max_num_seqs": d["max_num_seqs"],
             "max_num_batched_tokens": d["max_num_batched_tokens"],
@@ -159,5 +161,6 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if len(frame):
         frame["tp"] = frame["tp"].astype("Int64")
+        frame["data_parallel_size"] = frame["data_parallel_size"].astype("Int64")
         frame = frame.sort_values(["cost_usd_per_hour", "p99_e2e_s"]).reset_index(drop=True)
     return frame

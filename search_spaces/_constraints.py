@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from ..costmodels.quantization import support_problem
 from ..costmodels.serving.compiled import CompiledDeployment
+from ..costmodels.speculation import speculation_problem
 from ._context import SpaceContext
 
 
@@ -88,6 +89,38 @@ class BatchLimits(Constraint):
         return Violation(self.name, *problem) if problem else None
 
 
+class MoEParallelism(Constraint):
+    """Data-parallel ranks and expert parallelism are searched for MoE models: a dense model's DP ranks
+    are replicas (which the search derives), and one GPU per MoE group makes EP a no-op."""
+
+    name = "moe_parallelism"
+
+    def check(self, compiled: CompiledDeployment, model: str, ctx: SpaceContext) -> Violation | None:
+        deployment = compiled.deployment
+        dp, ep = deployment.data_parallel_size, deployment.enable_expert_parallel
+        if ctx.models[model].spec.moe is None and (dp > 1 or ep):
+            return Violation(self.name, 1.0, f"data_parallel_size {dp} / enable_expert_parallel {ep} on dense model "
+                             f"{model}: its data-parallel ranks would be replicas")
+        if ep and dp * deployment.tp == 1:
+            return Violation(self.name, 1.0, "enable_expert_parallel with one GPU per instance changes nothing")
+        if dp > 1 and deployment.pp > 1:
+            return Violation(self.name, 1.0, f"data_parallel_size {dp} with pp {deployment.pp} is not modelled")
+        return None
+
+
+class SpeculationSupported(Constraint):
+    """MTP only for models with MTP layers, EAGLE heads only for the model they were trained on."""
+
+    name = "speculation"
+
+    def check(self, compiled: CompiledDeployment, model: str, ctx: SpaceContext) -> Violation | None:
+        spec = compiled.deployment.speculative
+        if spec is None:
+            return None
+        problem = speculation_problem(spec.method, spec.draft_model, ctx.models[model].spec, spec.num_speculative_tokens)
+        return Violation(self.name, 1.0, problem) if problem else None
+
+
 class AccuracyBudget(Constraint):
     name = "accuracy"
 
@@ -121,8 +154,8 @@ class FleetSize(Constraint):
 
 
 CONSTRAINTS: tuple[Constraint, ...] = (
-    TensorParallelDividesHeads(), FitsNode(), QuantizationOnGPU(), BatchLimits(), AccuracyBudget(), FitsMemory(),
-    FleetSize(),
+    TensorParallelDividesHeads(), FitsNode(), QuantizationOnGPU(), BatchLimits(), MoEParallelism(), SpeculationSupported(),
+    AccuracyBudget(), FitsMemory(), FleetSize(),
 )
 
 

@@ -46,6 +46,13 @@ class _IntKnob(Knob):
         return value
 
 
+class _BoolKnob(Knob):
+    def coerce(self, value: Any) -> Value:
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
+
+
 class _NameKnob(Knob):
     def coerce(self, value: Any) -> Value:
         if not isinstance(value, str):
@@ -93,6 +100,35 @@ class TensorParallelKnob(_IntKnob):
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
         return Choices(_tp_sizes(ctx))
+
+    def active(self, values: dict[str, Value]) -> bool:
+        return values.get("mode", AGGREGATED) == AGGREGATED
+
+
+def _has_moe(ctx: SpaceContext) -> bool:
+    return any(m.spec.moe is not None for m in ctx.models.values())
+
+
+class DataParallelKnob(_IntKnob):
+    """vLLM's --data-parallel-size: searched for MoE models (attention DP x TP, experts over all ranks);
+    a dense model's DP ranks are replicas, which the search derives from the traffic."""
+
+    name = "data_parallel_size"
+    help = "data-parallel ranks of an aggregated MoE instance (experts span data_parallel_size x tp GPUs)"
+
+    def default_domain(self, ctx: SpaceContext) -> Domain:
+        return Choices((1, 2, 4, 8, 16) if _has_moe(ctx) else (1,))
+
+    def active(self, values: dict[str, Value]) -> bool:
+        return values.get("mode", AGGREGATED) == AGGREGATED
+
+
+class ExpertParallelKnob(_BoolKnob):
+    name = "enable_expert_parallel"
+    help = "whole experts per GPU (vLLM --enable-expert-parallel) instead of tensor-parallel slices (MoE models)"
+
+    def default_domain(self, ctx: SpaceContext) -> Domain:
+        return Choices((False, True) if _has_moe(ctx) else (False,))
 
     def active(self, values: dict[str, Value]) -> bool:
         return values.get("mode", AGGREGATED) == AGGREGATED
@@ -189,17 +225,12 @@ class MaxNumBatchedTokensKnob(_IntKnob):
         return IntRange(256, 32768, log=True)
 
 
-class ChunkedPrefillKnob(Knob):
+class ChunkedPrefillKnob(_BoolKnob):
     name = "enable_chunked_prefill"
     help = "chunked prefill on or off"
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
         return Choices((True, False))
-
-    def coerce(self, value: Any) -> Value:
-        if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {value!r}")
-        return value
 
 
 class SpeculationKnob(_NameKnob):
@@ -245,7 +276,8 @@ class HeadroomKnob(Knob):
 
 
 KNOBS: tuple[Knob, ...] = (
-    ModelKnob(), GPUKnob(), ModeKnob(), TensorParallelKnob(), PrefillInstancesKnob(), DecodeInstancesKnob(),
+    ModelKnob(), GPUKnob(), ModeKnob(), TensorParallelKnob(), DataParallelKnob(), ExpertParallelKnob(),
+    PrefillInstancesKnob(), DecodeInstancesKnob(),
     PrefillTensorParallelKnob(), DecodeTensorParallelKnob(), PipelineParallelKnob(), QuantizationKnob(),
     KVCacheDTypeKnob(), MaxNumSeqsKnob(), MaxNumBatchedTokensKnob(), ChunkedPrefillKnob(), SpeculationKnob(),
     SpeculativeTokensKnob(), HeadroomKnob(),

@@ -154,6 +154,8 @@ class SearchSpace:
             "gpu": c["gpu"],
             "tp": c.get("tp", 1),
             "pp": c.get("pp", 1),
+            "data_parallel_size": c.get("data_parallel_size", 1),
+            "enable_expert_parallel": c.get("enable_expert_parallel", False),
             "replicas": c.get("replicas", replicas),
             "quantization": c["quantization"],
             "kv_cache_dtype": c["kv_cache_dtype"],

@@ -163,7 +163,7 @@ def test_memory_check_counts_what_each_drafter_holds():
     from servopt.search_spaces._context import SpeculationChoice, example_context
 
     ctx = example_context()
-    ctx = replace(ctx, speculation={**ctx.speculation, "eagle3": SpeculationChoice("eagle3", "eagle3", "some/eagle3-head")})
+    ctx = replace(ctx, speculation={**ctx.speculation, "eagle3": SpeculationChoice("eagle3", "eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")})
 
     space = SearchSpace(ctx)
 

@@ -86,7 +86,8 @@ def test_the_framework_fit_recovers_known_engine_and_front_end_costs():
     fitted = fit_framework(runs, lambda gpu: PROFILE)
     assert fitted["step_overhead_s"] == pytest.approx(1.2e-3, rel=0.05)
     assert fitted["step_overhead_per_seq_s"] == pytest.approx(40e-6, rel=0.05)
-    assert fitted["request_overhead_s"] == pytest.approx(6e-3, rel=0.1)
+    # These runs went through Dynamo's front end (as aiconfigurator's silicon runs did): its own latency is fitted.
+    assert fitted["dynamo_request_overhead_s"] == pytest.approx(6e-3, rel=0.1)
 
 
 def test_fewer_requests_per_client_weigh_the_opening_burst_more():

@@ -54,9 +54,49 @@ def test_e2e_rows_are_each_predicted_or_explained(data_dir, tmp_path, capsys):
     agg = predictions[predictions["id"].str.contains("_vllm_agg_")]
     predicted = agg[agg["reason"] == ""]
     # keep_default_na=False leaves the unpredicted rows' blanks as strings: compare numbers only.
-    assert ((pd.to_numeric(predicted["pred_tpot_ms"]) > 0) & (pd.to_numeric(predicted["pred_ttft_ms"]) > 0)).all()
+    assert ((pd.to_numeric(predicted["pred_mean_tpot_ms"]) > 0) & (pd.to_numeric(predicted["pred_mean_ttft_ms"]) > 0)).all()
     assert (agg["reason"] != "").sum() + len(predicted) == len(agg)
     assert f"{len(source)} rows" in printed
+
+
+SILICON_HEAD = ("id,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,batch_size,"
+                "tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms,silicon_concurrency\n")
+
+
+def test_e2e_reads_one_and_empty_as_no_parallelism(tmp_path, capsys):
+    """attention_dp_size / pp_size / moe_ep_size of 1, 0 or empty all mean "off"; an FP8 ModelOpt
+    checkpoint on H100 and H200 is predicted, not refused."""
+    path = tmp_path / "rows.csv"
+    path.write_text(SILICON_HEAD
+                    + "a,vllm,0.12.0,nvidia/Llama-3.1-70B-Instruct-FP8,h200_sxm,fp8,agg,1024,128,fp8,8,4,1,1,1,1,150,20,8\n"
+                    + "b,vllm,0.12.0,nvidia/Llama-3.1-70B-Instruct-FP8,h100_sxm,fp8,agg,1024,128,fp8,4,8,,,,0,90,12,4\n"
+                    + "c,vllm,0.12.0,nvidia/Llama-3.1-70B-Instruct-FP8,h100_sxm,w3a3,agg,1024,128,,4,8,,,,,90,12,4\n")
+    result = run_json(["validate", "--e2e", str(path)], capsys)
+    assert result["predicted"] == 2
+    assert [row["id"] for row in result["not_predicted"]] == ["c"]
+    assert "precision 'w3a3'" in result["not_predicted"][0]["reason"]
+
+
+def test_e2e_reads_vllm_bench_results_with_tails(tmp_path, capsys):
+    """A `vllm bench serve` results table (random dataset, fixed lengths) is simulated request by
+    request and scored on every metric it has, P99s included."""
+    path = tmp_path / "bench.csv"
+    path.write_text("model,gpu,vllm_version,tp,dataset,input_len,output_len,num_prompts,request_rate,"
+                    "mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,p99_itl_ms\n"
+                    "meta-llama/Llama-3.1-8B-Instruct,NVIDIA H100 80GB HBM3,0.12.0,1,random,1024,128,50,2.0,"
+                    "40,80,8,9,12\n")
+    result = run_json(["validate", "--e2e", str(path)], capsys)
+    assert result["predicted"] == 1
+    metrics = {row["metric"] for row in result["overall"]}
+    assert {"mean_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms"} <= metrics
+
+
+def test_e2e_table_lacking_a_column_names_it(tmp_path, capsys):
+    path = tmp_path / "bench.csv"
+    path.write_text("model,gpu,tp,mean_ttft_ms\nmeta-llama/Llama-3.1-8B-Instruct,h100,1,40\n")
+    assert main(["validate", "--e2e", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "vllm_version" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("content, message", [

@@ -491,10 +491,11 @@ class _Analysis:
         if compiled.disaggregated:
             self.front = EngineModel(roles["prefill"], m, "prefill", pp)
             self.dec = EngineModel(roles["decode"], m, "decode", pp)
-            self.shares = (roles["prefill"].instances * pp, roles["decode"].instances * pp)
+            self.shares = (roles["prefill"].engines * pp, roles["decode"].engines * pp)
         else:
             self.front = self.dec = EngineModel(roles["replica"], m, "mixed", pp)
-            self.shares = (roles["replica"].instances * pp,) * 2
+            # Data-parallel ranks share the load evenly (their step model pads each to the same tokens).
+            self.shares = (roles["replica"].engines * pp,) * 2
         self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
         # A closed-loop client's next request reaches the engine after its think time and the front end.
         self.tokenize_s = compiled.tokenize_s_per_token * m.input_mean

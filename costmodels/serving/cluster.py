@@ -1,7 +1,10 @@
 """The driver: arrivals, routing, P/D hand-offs and closed-loop clients over many engines.
 
 Engines are grouped in pools: one pool for a plain deployment (every replica, each with ``pp``
-pipeline lanes), or a prefill pool and a decode pool under P/D disaggregation. A request enters the
+pipeline lanes or ``dp`` data-parallel ranks), or a prefill pool and a decode pool under P/D
+disaggregation. A replica's data-parallel ranks take requests by vLLM's DP load balancer; an MoE
+model's ranks step in lockstep as one :class:`~servopt.costmodels.serving.data_parallel.LockstepGroup`
+(:mod:`.data_parallel`). A request enters the
 front pool at its arrival; a prefill instance hands it, after the KV transfer, to the decode pool.
 
 Every request passes its replica's front end before its engine sees it: the front end tokenizes
@@ -33,6 +36,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .data_parallel import pick_rank
 from .engine import Engine
 from .requests import RequestTable
 from .router import Router
@@ -42,7 +46,8 @@ ARRIVAL, ENQUEUE, HANDOFF = 0, 1, 2
 
 @dataclass
 class Pool:
-    """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes).
+    """Engines of one role, grouped by replica (a group holds the replica's pipeline lanes, or its
+    data-parallel ranks when ``data_parallel``).
 
     Each replica has its front end: ``front_end_free_s[g]`` is when its tokenizer is next free and
     ``pending[g]`` counts requests routed there that its engines have not yet received.
@@ -50,6 +55,7 @@ class Pool:
 
     groups: list[list[Engine]]
     router: Router
+    data_parallel: bool = False
     front_end_free_s: list[float] = None
     pending: list[int] = None
 
@@ -72,6 +78,8 @@ class Pool:
         lanes = self.groups[group]
         if len(lanes) == 1:
             return lanes[0]
+        if self.data_parallel:
+            return pick_rank(lanes)
         return min(lanes, key=lambda e: e.outstanding_at(time_s))
 
 

@@ -61,10 +61,16 @@ class Role:
     limits: EngineLimits
     plan: MemoryPlan
     predictor: StepTimePredictor
+    dp: int = 1  # data-parallel ranks per instance, each with these limits and this KV pool
 
     @property
     def cost(self) -> StepCostModel:
         return self.predictor.cost
+
+    @property
+    def engines(self) -> int:
+        """Schedulers of this role over the whole deployment (instances x data-parallel ranks)."""
+        return self.instances * self.dp
 
     def describe(self, pp: int) -> dict[str, Any]:
         """Plain data for trial records and exports: what each ``vllm serve`` of this role runs with."""
@@ -141,6 +147,8 @@ class CompiledDeployment:
                 shortfall = plan.weights_bytes_per_gpu + plan.activation_peak_bytes_per_gpu - budget
                 where = f"{role.name} instances (tp={role.tp}, pp={self.deployment.pp})" if role.name != "replica" \
                     else f"tp={role.tp}, pp={self.deployment.pp}"
+                if role.dp > 1:
+                    where += f", data_parallel_size={role.dp}"
                 return (max(shortfall / budget, 0.0) + 0.05,
                         f"does not fit in memory on {self.gpu.name} ({where}): {plan.problems[0]}")
         return None
@@ -215,7 +223,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
         # Each TP rank sends its shard over its own link.
         transfer = link * min(p.prefill_tp, p.decode_tp)
     common = dict(model=model, deployment=d, gpu=gpu, max_model_len=max_model_len, quantization=quantization,
-                  transfer_bytes_per_s=transfer, request_overhead_s=profile.request_overhead_s,
+                  transfer_bytes_per_s=transfer, request_overhead_s=profile.front_end_latency_s(d.frontend),
                   tokenize_s_per_token=tokenize_s_per_token(version, d.frontend))
     roles, speculation = [], None
     try:
@@ -227,10 +235,12 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
                                      d.speculative), (model, profile),
                     lambda: build_speculation(d.speculative, model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp))
             plan = cache._get(
-                cache.plans, (id(model), gpu.name, quantization, d.kv_cache_dtype, tp, d.pp, d.gpu_memory_utilization,
-                              tokens, seqs, d.block_size, max_model_len, id(spec), d.kv_cache_memory_gib), (model, spec),
+                cache.plans, (id(model), gpu.name, quantization, d.kv_cache_dtype, tp, d.pp, d.data_parallel_size,
+                              d.gpu_memory_utilization, tokens, seqs, d.block_size, max_model_len, id(spec),
+                              d.kv_cache_memory_gib), (model, spec),
                 lambda: plan_memory(
                     model, gpu, quantization=quantization, kv_cache_dtype=d.kv_cache_dtype, tp=tp, pp=d.pp,
+                    dp=d.data_parallel_size,
                     gpu_memory_utilization=d.gpu_memory_utilization, max_num_batched_tokens=tokens,
                     max_num_seqs=seqs, block_size=d.block_size, max_model_len=max_model_len,
                     extra_weights_bytes_per_gpu=spec.head.weights_bytes_per_gpu if spec else 0.0,
@@ -238,14 +248,18 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
                     kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None))
             cost = cache._get(
                 cache.costs, (id(model), gpu.name, id(profile), quantization, d.kv_cache_dtype, tp, d.pp,
-                              d.internode_gbps, d.vllm_version), (model, profile),
+                              d.internode_gbps, d.vllm_version, d.data_parallel_size, d.enable_expert_parallel,
+                              d.all2all_backend), (model, profile),
                 lambda: StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
-                                      internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version))
+                                      internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
+                                      dp=d.data_parallel_size, expert_parallel=d.enable_expert_parallel,
+                                      all2all_backend=d.all2all_backend))
             limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
                                   prefill_only=name == "prefill")
             predictor = cache._get(cache.predictors, (id(cost), id(spec)), (cost, spec),
                                    lambda: StepTimePredictor(cost, spec))
-            roles.append(Role(name, per_replica, per_replica * d.replicas, tp, limits, plan, predictor))
+            roles.append(Role(name, per_replica, per_replica * d.replicas, tp, limits, plan, predictor,
+                              d.data_parallel_size))
     except InputError as err:
         return CompiledDeployment(roles=(), speculation=None, error=str(err), **common)
     return CompiledDeployment(roles=tuple(roles), speculation=speculation, **common)

@@ -67,6 +67,33 @@ class Plan:
     pass_s: float = 0.0  # the last step's own full pass (pipeline lanes share stages)
 
 
+def plan_step(sched: Scheduler) -> StepPlan:
+    """The scheduler's next step; InputError when the head of the queue can never be scheduled."""
+    step = sched.plan_step()
+    if not step.chunks and not step.decodes:
+        rid = sched.waiting[0]
+        t = sched.table
+        raise InputError(
+            f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
+            f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
+            f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
+            "traffic.max_context, or give the engine more memory"
+        )
+    return step
+
+
+def run_steps(run: RunPlan, line, growth: float) -> tuple[int, float, float]:
+    """(steps before a limit of the line, first step's duration, growth per step) of a decode run."""
+    steps = run.max_steps
+    if line.context_limit < math.inf:
+        steps = min(steps, int((line.context_limit - run.context) / (run.num_seqs * growth)) + 1)
+    if line.window_limit < math.inf and run.windowed_growing:
+        steps = min(steps, int((line.window_limit - run.context_windowed) / (run.windowed_growing * growth)) + 1)
+    first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
+    slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
+    return max(steps, 1), first, slope
+
+
 def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> int:
     """How many steps of durations ``first + slope (j - 1)`` start within ``window_s`` (at least 1)."""
 
@@ -143,32 +170,15 @@ class Engine:
         run = sched.plan_run()
         if run is not None:
             return self._plan_run(run, horizon_s)
-        step = sched.plan_step()
-        if not step.chunks and not step.decodes:
-            rid = sched.waiting[0]
-            t = sched.table
-            raise InputError(
-                f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
-                f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
-                f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
-                "traffic.max_context, or give the engine more memory"
-            )
+        step = plan_step(sched)
         full_pass = self.predictor.step_s(step.composition)
         duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
         return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration, pass_s=full_pass)
 
     def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
-        growth = self.scheduler.growth
         line = self.predictor.decode_line(run.num_seqs, run.context, run.context_windowed)
-        steps = run.max_steps
-        if line.context_limit < math.inf:
-            steps = min(steps, int((line.context_limit - run.context) / (run.num_seqs * growth)) + 1)
-        if line.window_limit < math.inf and run.windowed_growing:
-            steps = min(steps, int((line.window_limit - run.context_windowed) / (run.windowed_growing * growth)) + 1)
-        steps = max(steps, 1)
         # Full-pass time of step j is pass_first + pass_slope (j - 1).
-        pass_first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
-        pass_slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
+        steps, pass_first, pass_slope = run_steps(run, line, self.scheduler.growth)
         first, slope = pass_first, pass_slope
         if self.stages is not None:
             others, lanes = self.stages.others_s(self.lane), self.stages.lanes

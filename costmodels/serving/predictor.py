@@ -73,9 +73,12 @@ class StepTimePredictor:
         intercept = g * line.intercept_s + line.slope_s * num_seqs * g * (g - 1) / 2
         return DecodeLine(intercept, g * line.slope_s, 0.0, line.context_limit, line.window_limit)
 
-    def decode_line(self, num_seqs: int, context: float, context_windowed: float) -> DecodeLine:
-        """Decode-only step time as a line in the summed (and windowed) context of ``num_seqs`` sequences."""
-        line = self.target.decode_line(num_seqs, self.query_per_seq, context, context_windowed)
+    def decode_line(self, num_seqs: int, context: float, context_windowed: float, padded_tokens: int = 0) -> DecodeLine:
+        """Decode-only step time as a line in the summed (and windowed) context of ``num_seqs`` sequences.
+
+        ``padded_tokens``: data-parallel ranks pad each step to the largest rank's token count.
+        """
+        line = self.target.decode_line(num_seqs, self.query_per_seq, context, context_windowed, padded_tokens)
         if self.drafter is None or num_seqs == 0:
             return line
         draft = self._draft_line(num_seqs, context)
@@ -86,13 +89,17 @@ class StepTimePredictor:
         """One decode-only step."""
         return self.step_s(StepComposition(num_seqs, context, context_windowed, 0, 0, 0.0, 0.0, 0.0, 0.0))
 
-    def step_s(self, c: StepComposition) -> float:
-        """One step of any composition: decodes (1 + g tokens each) and prefill chunks."""
+    def tokens(self, c: StepComposition) -> int:
+        """Tokens the target computes in a step of this composition."""
+        return c.num_decode_seqs * self.query_per_seq + c.prefill_tokens
+
+    def step_s(self, c: StepComposition, padded_tokens: int = 0) -> float:
+        """One step of any composition: decodes (1 + g tokens each) and prefill chunks (``padded_tokens``
+        as in :meth:`decode_line`)."""
         q = c.num_decode_seqs * self.query_per_seq
-        tokens = q + c.prefill_tokens
-        total = self.target(tokens, q + c.prefill_chunks, q, c.num_decode_seqs, c.decode_context,
+        total = self.target(self.tokens(c), q + c.prefill_chunks, q, c.num_decode_seqs, c.decode_context,
                             c.decode_context_windowed, c.prefill_pairs, c.prefill_pairs_windowed,
-                            c.prefill_kv_tokens, c.prefill_kv_tokens_windowed, c.prefill_chunks)
+                            c.prefill_kv_tokens, c.prefill_kv_tokens_windowed, c.prefill_chunks, padded_tokens)
         if self.drafter is not None and c.num_decode_seqs:
             draft = self._draft_line(c.num_decode_seqs, c.decode_context)
             total += draft.intercept_s + draft.slope_s * c.decode_context

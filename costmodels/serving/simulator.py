@@ -1,7 +1,7 @@
 """``simulate``: the latency distribution of a deployment under a traffic, by discrete-event simulation.
 
 Builds the engines of a :class:`~servopt.costmodels.deployment.Deployment` (replicas x pipeline
-lanes, or prefill and decode instances), draws the requests of a
+lanes or data-parallel ranks, or prefill and decode instances), draws the requests of a
 :class:`~servopt.costmodels.serving.traffic.Traffic`, runs them through the vLLM V1 step rule
 (:mod:`.scheduler`) with step times from the roofline cost model (:mod:`.predictor`), and summarises
 the measured requests (:mod:`.metrics`).
@@ -65,6 +65,7 @@ from ..hardware import GPUSpec
 from ..profile import PerformanceProfile
 from .cluster import ClosedLoop, Cluster, Pool
 from .compiled import CompiledDeployment, compile_deployment
+from .data_parallel import LockstepGroup
 from .engine import Engine, PipelineStages
 from .metrics import ServingSummary, summarize
 from .requests import RequestTable, draw_requests
@@ -95,23 +96,30 @@ class SimulationResult:
 
 def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
     d = compiled.deployment
+    lockstep = compiled.model.moe is not None
     pools = []
     index = 0
     for role in compiled.roles:
         predictor = role.predictor
         counter = BlockCounter.from_plan(role.plan, compiled.max_model_len + predictor.query_per_seq + 1)
         groups = []
-        for _ in range(role.instances):
+        for instance in range(role.instances):
             lanes = []
             stages = PipelineStages(d.pp) if d.pp > 1 else None
-            for _ in range(d.pp):
+            for _ in range(d.pp * role.dp):
                 sched = Scheduler(table, role.limits, counter, predictor.query_per_seq, predictor.tokens_per_step,
                                   predictor.window, compiled.speculation if role.name != "prefill" else None, rng)
                 lanes.append(Engine(index, sched, predictor, stages))
                 index += 1
-            groups.append(lanes)
-        pools.append(Pool(groups, make_router(d.router)))
+            # An MoE model's data-parallel ranks step together (their MoE layers span all of them).
+            groups.append([LockstepGroup(instance, lanes)] if role.dp > 1 and lockstep else lanes)
+        pools.append(Pool(groups, make_router(d.router), data_parallel=role.dp > 1))
     return pools
+
+
+def ranks_of(engines: list) -> list[Engine]:
+    """Every scheduler-owning engine: a lockstep group's ranks in place of the group."""
+    return [rank for e in engines for rank in (e.ranks if isinstance(e, LockstepGroup) else [e])]
 
 
 def _measures_everything(traffic: Traffic) -> bool:
@@ -159,10 +167,11 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     everything = _measures_everything(traffic)
     if not everything and measured.all():
         notes.append("too few requests to exclude a warm-up: every request is measured")
-    summary = summarize(table, cluster.engines, measured, slo=slo, open_loop=closed is None,
+    engines = ranks_of(cluster.engines)
+    summary = summarize(table, engines, measured, slo=slo, open_loop=closed is None,
                         steady_state=not everything, notes=notes)
-    steps = sum(r[1] for e in cluster.engines for r in e.records)
-    decode_steps = sum(r[1] for e in cluster.engines for r in e.records if r[7])
+    steps = sum(r[1] for e in engines for r in e.records)
+    decode_steps = sum(r[1] for e in engines for r in e.records if r[7])
     return SimulationResult(summary, table.frame(), int(steps), int(decode_steps))
 
 

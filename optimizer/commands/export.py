@@ -1,9 +1,11 @@
-"""``servopt export DIR``: launch scripts for a point of a job's front (vLLM 0.33)."""
+"""``servopt export DIR``: launch scripts for a point of a job's front (vLLM 0.33), or SGLang commands."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 import yaml
@@ -12,6 +14,7 @@ from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
 from ...results import check_with_vllm, launch_plan, node_scripts, render_readme
+from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,8 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
     parser.add_argument("--pick", default="cheapest",
                         help="cheapest, fastest, or a trial number from the report's # column (default cheapest)")
-    parser.add_argument("--format", choices=["vllm", "json", "yaml"], default="vllm",
-                        help="scripts (default), or print the launch plan as JSON or YAML")
+    parser.add_argument("--format", choices=["vllm", "json", "yaml", "sglang"], default="vllm",
+                        help="scripts (default), print the launch plan as JSON or YAML, or print "
+                             "`python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, "
+                             "from SGLang importable or $SERVOPT_SGLANG_PYTHON)")
     parser.add_argument("--out", default=None, metavar="FOLDER",
                         help="where the scripts go (default: DIR/export-trial-N)")
     parser.add_argument("--check", action="store_true",
@@ -77,6 +82,8 @@ def plan_for(front: dict, point: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
+    if args.format == "sglang":
+        return _export_sglang(args, front, point)
     plan = plan_for(front, point)
     scripts = node_scripts(plan)
     if args.format == "json":
@@ -100,4 +107,21 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
         count = sum(text.count("vllm serve") for text in scripts.values())
         print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s)")
+    return 0
+
+
+def _export_sglang(args: argparse.Namespace, front: dict, point: dict) -> int:
+    check_model_id(point["serve_id"], "front.json serve_id")
+    plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"])
+    print(render_sglang(plan), end="")
+    if args.check:
+        python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable
+        try:
+            problems = check_with_sglang(plan, python)
+        except (ImportError, OSError) as err:
+            raise InputError(f"--check --format sglang needs SGLang importable by {python} (pip install sglang, or "
+                             f"set SERVOPT_SGLANG_PYTHON to a Python that has it): {err}") from None
+        if problems:
+            raise InputError("SGLang rejects the exported flags: " + "; ".join(problems))
+        print("# --check: SGLang's parser accepts every server's flags")
     return 0

@@ -104,6 +104,9 @@ def _ms(value: float | None) -> str:
 def render(r: dict) -> str:
     d = r["deployment"]
     layout = f"tp={d.get('tp', 1)}, pp={d.get('pp', 1)}, replicas={d.get('replicas', 1)}"
+    if d.get("data_parallel_size", 1) > 1 or d.get("enable_expert_parallel"):
+        layout += (f", data_parallel_size={d.get('data_parallel_size', 1)}"
+                   + (", expert parallel" if d.get("enable_expert_parallel") else ""))
     if "disaggregation" in d:
         p = d["disaggregation"]
         layout = (f"P/D: {p['prefill_instances']} prefill (tp={p.get('prefill_tp', 1)}) + "

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "are counted and listed with the reason.",
     )
     parser.add_argument("--e2e", action="append", default=[], metavar="CSV",
-                        help="closed-loop serving runs (aiconfigurator silicon layout: ISL/OSL, concurrency, TP, mean TTFT/TPOT)")
+                        help="measured serving runs: aiconfigurator's silicon layout (ISL/OSL, concurrency, TP, mean TTFT/TPOT) "
+                        "or vllm bench serve results (model, gpu, vllm_version, tp, mean/median/p99 TTFT, TPOT, ITL)")
     parser.add_argument("--memory", action="append", default=[], metavar="CSV", help="vLLM start-up memory logs (KV tokens)")
     parser.add_argument("--kernels", action="append", default=[], metavar="CSV", help="kernel latency table")
     parser.add_argument("--profile", default=None, metavar="JSON",

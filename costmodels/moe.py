@@ -1,0 +1,108 @@
+"""Mixture-of-experts over GPUs: which GPU holds which experts, how routed tokens spread over them,
+and what the dispatch and combine move.
+
+vLLM's layout (``docs/serving/data_parallel_deployment.md`` and ``expert_parallel_deployment.md``):
+with ``--data-parallel-size D`` and ``--tensor-parallel-size T`` the MoE layers form one group of
+``G = D x T`` GPUs. Without ``--enable-expert-parallel`` the routed experts are tensor-parallel over
+``G`` (every GPU holds ``1/G`` of every expert); with it every GPU holds ``E/G`` whole experts
+(linear placement). Attention, dense MLP layers, shared experts, embeddings and the LM head stay
+tensor-parallel over ``T`` inside each DP rank and are replicated over the ``D`` ranks; every DP rank
+runs its own scheduler and keeps its own KV cache. With ``D > 1`` the ranks step in lockstep: a
+step pads every rank to the largest token count among them (so that CUDA graphs and collectives
+line up), the MoE layers gather all ranks' tokens (dispatch), every GPU runs its experts over them
+and the outputs return (combine); an idle rank runs a dummy step to join the collectives.
+
+Load over expert-parallel GPUs: a **multinomial routing model**. Each token picks ``k`` distinct
+experts uniformly at random, so the routed (token, expert) pairs landing on a GPU that holds ``m`` of
+the ``E`` experts are a sum of hypergeometric counts, mean ``N k m / E`` and variance
+``N k (m/E) (1 - m/E) (E - k)/(E - 1)`` over ``N`` tokens. The step waits for the busiest of the ``G``
+GPUs: its expected load is taken as the mean plus the expected maximum of ``G`` standard normals
+(Blom's approximation ``Phi^-1((G - 0.375) / (G + 0.25))``) standard deviations, at most every pair a
+GPU can take. This is the floor that a perfectly balanced router leaves: trained routers aim at
+uniform loads over large batches (DeepSeek-V3's auxiliary-loss-free bias, arXiv 2412.19437 s2.1.2),
+but real traffic is skewed more than this (the reason vLLM ships its EPLB rebalancer); no skew
+factor beyond the multinomial model is applied, so expert-parallel steps are predicted optimistically.
+
+Example:
+    >>> layout = ExpertLayout(num_experts=256, experts_per_token=8, dp=8, tp=1, expert_parallel=True)
+    >>> layout.group, layout.experts_per_gpu, layout.width_share
+    (8, 32.0, 1.0)
+    >>> mean = float(layout.mean_pairs_per_gpu(1024)); busiest = float(layout.busiest_pairs_per_gpu(1024))
+    >>> mean, 1.0 < busiest / mean < 1.2
+    (1024.0, True)
+    >>> round(float(layout.distinct_gpus_per_token()), 2)
+    5.29
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+ArrayLike = np.ndarray | float | int
+
+
+def expected_max_standard_normal(count: int) -> float:
+    """Expected largest of ``count`` independent standard normals (Blom's approximation; 0 for one)."""
+    if count <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((count - 0.375) / (count + 0.25))
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """How one MoE layer's routed experts sit on its ``dp x tp`` GPUs."""
+
+    num_experts: int
+    experts_per_token: int
+    dp: int = 1
+    tp: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def group(self) -> int:
+        """GPUs the routed experts are spread over."""
+        return self.dp * self.tp
+
+    @property
+    def experts_per_gpu(self) -> float:
+        """Experts a GPU computes (all of them, in slices, without expert parallelism)."""
+        return self.num_experts / self.group if self.expert_parallel else float(self.num_experts)
+
+    @property
+    def width_share(self) -> float:
+        """Share of each held expert's weights on one GPU."""
+        return 1.0 if self.expert_parallel else 1.0 / self.group
+
+    def mean_pairs_per_gpu(self, tokens: ArrayLike) -> np.ndarray:
+        """Routed (token, expert) pairs one GPU computes on average for ``tokens`` gathered tokens."""
+        return np.asarray(tokens, dtype=float) * self.experts_per_token * self.experts_per_gpu / self.num_experts
+
+    def busiest_pairs_per_gpu(self, tokens: ArrayLike) -> np.ndarray:
+        """Expected pairs on the busiest GPU (the multinomial routing model of the module docstring)."""
+        mean = self.mean_pairs_per_gpu(tokens)
+        if not self.expert_parallel or self.group == 1:
+            return mean
+        e, k, share = self.num_experts, self.experts_per_token, self.experts_per_gpu / self.num_experts
+        tokens = np.asarray(tokens, dtype=float)
+        sigma = np.sqrt(tokens * k * share * (1 - share) * (e - k) / (e - 1))
+        cap = tokens * min(k, self.experts_per_gpu)
+        return np.minimum(mean + expected_max_standard_normal(self.group) * sigma, cap)
+
+    def touched_experts_per_gpu(self, tokens: ArrayLike) -> np.ndarray:
+        """Held experts that at least one of ``tokens`` gathered tokens routes to (their weights are read)."""
+        tokens = np.asarray(tokens, dtype=float)
+        untouched = (1.0 - self.experts_per_token / self.num_experts) ** tokens
+        return self.experts_per_gpu * (1.0 - untouched)
+
+    def distinct_gpus_per_token(self) -> float:
+        """Expert-parallel GPUs one token's ``k`` experts live on (what an all-to-all dispatch sends it to)."""
+        if not self.expert_parallel:
+            return float(self.group)
+        e, k, held = self.num_experts, self.experts_per_token, self.experts_per_gpu
+        # P(none of the k distinct experts is on a given GPU), drawing without replacement.
+        miss = math.prod((e - held - i) / (e - i) for i in range(k)) if e - held >= k else 0.0
+        return self.group * (1.0 - miss)

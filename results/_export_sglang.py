@@ -1,0 +1,196 @@
+"""Launch commands for a front point on SGLang (``python -m sglang.launch_server``).
+
+servopt predicts vLLM's engine; this writes the same deployment for SGLang, flag by flag, so that a
+team on SGLang starts from the point the search chose (its latencies are predicted for vLLM, not
+SGLang, and the plan says so):
+
+- parallelism: vLLM's ``tp`` per data-parallel rank and ``data_parallel_size`` ``D`` become SGLang's
+  ``--tp-size`` over all the instance's GPUs with ``--dp-size D --enable-dp-attention`` for an MoE
+  model (attention data-parallel, ``tp`` GPUs per rank; the MoE layers over all of them), and
+  ``--ep-size`` equal to that TP size with expert parallelism; a dense model's DP ranks are SGLang
+  data-parallel workers of ``--tp-size tp`` each; ``--pp-size`` for pipeline stages;
+- weights: ``--quantization fp8`` when the 16-bit checkpoint is quantized at load, else the
+  pre-quantized checkpoint the point serves, whose config SGLang reads; ``--dtype`` for bf16/fp16; ``--kv-cache-dtype fp8_e4m3`` for vLLM's fp8 KV
+  (e4m3 is vLLM's ``fp8``);
+- batching: ``--chunked-prefill-size`` (vLLM's token budget; ``-1`` without chunked prefill),
+  ``--max-running-requests`` (``max_num_seqs``), ``--context-length`` and ``--mem-fraction-static``:
+  SGLang's static pool holds the weights and the KV cache, so it is set to the share of GPU memory
+  that the weights plus the KV pool servopt predicted for vLLM take, keeping the KV capacity;
+- prefix caching off: ``--disable-radix-cache``; speculative decoding: ``--speculative-algorithm``
+  (EAGLE, EAGLE3, NGRAM, STANDALONE for a draft model; MTP runs as EAGLE on the model's own layers)
+  with a chain of ``g`` steps; prefill/decode disaggregation: ``--disaggregation-mode`` per role
+  (NIXL transfer) and SGLang's router in PD mode.
+
+Example:
+    >>> point = {"trial": 3, "model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
+    ...     "gpu": "h100", "tp": 2, "pp": 1, "replicas": 1, "quantization": "fp8", "kv_cache_dtype": "fp8",
+    ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
+    ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
+    ...     "speculative": None, "disaggregation": None}}
+    >>> plan = sglang_plan(point)
+    >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
+    CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct
+    --port 8000 --tp-size 2 --quantization fp8 --kv-cache-dtype fp8_e4m3 --max-running-requests 96
+    --chunked-prefill-size 4096 --context-length 8192 --mem-fraction-static 0.909
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..costmodels.architectures import resolve_model
+from ..costmodels.errors import InputError
+from ..costmodels.hardware import builtin_catalog
+from ..costmodels.memory import plan_memory
+from ._export import BASE_PORT, _roles, _weights, comment, shell_command
+
+ROUTER_PORT = 8192
+KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+SPECULATIVE_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "ngram": "NGRAM",
+                          "draft_model": "STANDALONE"}
+
+
+def _memory_fraction(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs: int, max_tokens: int) -> float | None:
+    """Share of GPU memory for the weights plus the KV pool servopt planned (None when it cannot plan it)."""
+    try:
+        gpu = builtin_catalog().get(d["gpu"])
+        spec = resolve_model(point.get("model") or point["serve_id"]).spec
+        plan = plan_memory(spec, gpu, quantization=d["quantization"], kv_cache_dtype=d["kv_cache_dtype"], tp=tp,
+                           pp=d["pp"], dp=d.get("data_parallel_size", 1) if not d.get("disaggregation") else 1,
+                           gpu_memory_utilization=d["gpu_memory_utilization"], max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=max_tokens, max_model_len=d["max_model_len"])
+    except InputError:
+        return None
+    return round((plan.weights_bytes_per_gpu + plan.kv_cache_bytes_per_gpu) / plan.gpu_memory_bytes, 3)
+
+
+def sglang_args(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs: int, max_tokens: int,
+                moe: bool) -> list[str]:
+    """SGLang's server flags for one instance (after ``--model-path`` and ``--port``), in a fixed order."""
+    dp = d.get("data_parallel_size", 1) if not d.get("disaggregation") else 1
+    ep = d.get("enable_expert_parallel", False) and moe
+    if moe and dp > 1:
+        args = ["--tp-size", str(tp * dp), "--dp-size", str(dp), "--enable-dp-attention"]
+    else:
+        args = ["--tp-size", str(tp)] + (["--dp-size", str(dp)] if dp > 1 else [])
+    if ep:
+        args += ["--ep-size", str(tp * dp)]
+    if d["pp"] > 1:
+        args += ["--pp-size", str(d["pp"])]
+    scheme = d["quantization"]
+    if scheme == "fp8" and (point.get("weights") or {}).get("serve_id", point["serve_id"]) == point["serve_id"]:
+        args += ["--quantization", "fp8"]  # a 16-bit checkpoint quantized at load
+    elif scheme in DTYPES:
+        args += ["--dtype", DTYPES[scheme]]
+    args += ["--kv-cache-dtype", KV_DTYPES[d["kv_cache_dtype"]], "--max-running-requests", str(max_num_seqs),
+             "--chunked-prefill-size", str(max_tokens if d["enable_chunked_prefill"] else -1),
+             "--context-length", str(d["max_model_len"])]
+    fraction = _memory_fraction(point, d, tp, max_num_seqs, max_tokens)
+    args += ["--mem-fraction-static", f"{fraction if fraction is not None else d['gpu_memory_utilization']:g}"]
+    if not d["enable_prefix_caching"]:
+        args.append("--disable-radix-cache")
+    spec = d.get("speculative")
+    if spec:
+        g = spec["num_speculative_tokens"]
+        args += ["--speculative-algorithm", SPECULATIVE_ALGORITHMS[spec["method"]], "--speculative-num-steps", str(g),
+                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(g + 1)]
+        if spec.get("draft_model"):
+            args += ["--speculative-draft-model-path", spec["draft_model"]]
+    return args
+
+
+def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8) -> dict[str, Any]:
+    """Every SGLang server to start (with its command), the PD router, and notes, as plain data."""
+    d = point["deployment"]
+    model = _weights(point)[0]
+    try:
+        moe = resolve_model(point.get("model") or point["serve_id"]).spec.moe is not None
+    except InputError:
+        moe = False
+    dis = d.get("disaggregation")
+    instances, routers, notes = [], [], []
+    node, next_gpu, port = 0, 0, BASE_PORT
+    for replica in range(d["replicas"]):
+        urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+        for role, count, tp, seqs, tokens, _ in _roles(d):
+            gpus = tp * d["pp"] * (d.get("data_parallel_size", 1) if role == "serve" else 1)
+            if gpus > gpus_per_node:
+                raise InputError(f"trial {point['trial']}: {gpus} GPUs per SGLang server span nodes; export it for "
+                                 "vLLM (servopt export --format vllm), whose multi-node commands servopt writes")
+            for _ in range(count):
+                if next_gpu + gpus > gpus_per_node:
+                    node, next_gpu = node + 1, 0
+                env = {"CUDA_VISIBLE_DEVICES": ",".join(str(next_gpu + i) for i in range(gpus))}
+                next_gpu += gpus
+                args = ["--model-path", model, "--port", str(port),
+                        *sglang_args(point, d, tp, seqs, tokens, moe)]
+                if role != "serve":
+                    args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
+                    urls[role].append(f"http://node{node}:{port}")
+                instances.append({"replica": replica, "role": role, "node": node, "port": port, "gpus": gpus,
+                                  "env": env, "args": args,
+                                  "command": shell_command(env, ["python", "-m", "sglang.launch_server"], args)})
+                port += 1
+        if dis:
+            router = ["--pd-disaggregation", *[a for url in urls["prefill"] for a in ("--prefill", url)],
+                      *[a for url in urls["decode"] for a in ("--decode", url)], "--port", str(ROUTER_PORT + replica)]
+            routers.append({"replica": replica, "args": router,
+                            "command": shell_command({}, ["python", "-m", "sglang_router.launch_router"], router)})
+    notes.append("latencies were predicted for vLLM; SGLang's kernels and scheduler differ, so measure before relying "
+                 "on them")
+    if dis:
+        notes.append("nodeN in the router commands stands for the host of node N (pip install sglang-router).")
+    if d["replicas"] > 1:
+        notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
+                     + ("routers." if dis else "servers' ports."))
+    return {"framework": "sglang", "trial": point["trial"], "model": model, "gpu": d["gpu"],
+            "replicas": d["replicas"], "num_nodes": node + 1, "instances": instances, "routers": routers,
+            "notes": notes, "deployment": d, "metrics": point.get("metrics", {})}
+
+
+def render_sglang(plan: dict[str, Any]) -> str:
+    """The SGLang plan as a commented shell script."""
+    lines = [comment(f"# servopt export for SGLang: trial {plan['trial']}, {plan['replicas']} replica(s) on "
+             f"{sum(i['gpus'] for i in plan['instances'])} x {plan['gpu']} ({plan['num_nodes']} node(s))")]
+    lines += [comment(f"# NOTE: {note}") for note in plan["notes"]]
+    node = None
+    for inst in plan["instances"]:
+        if inst["node"] != node:
+            node = inst["node"]
+            lines.append(f"# --- node {node} ---")
+        lines.append(inst["command"] + " &")
+    for router in plan["routers"]:
+        lines += [f"# router of replica {router['replica']}", router["command"] + " &"]
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+# Parses each server's flags with SGLang's own ServerArgs parser, in the interpreter that has SGLang.
+_CHECK_SCRIPT = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+problems = []
+for args in json.load(sys.stdin):
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    ServerArgs.add_cli_args(parser)
+    try:
+        parser.parse_args(args)
+    except (argparse.ArgumentError, SystemExit) as err:
+        problems.append(f"{err}: {' '.join(args)}")
+print(json.dumps(problems))
+"""
+
+
+def check_with_sglang(plan: dict[str, Any], python: str) -> list[str]:
+    """Problems SGLang's argument parser finds in each server's flags, parsed by ``python`` (an
+    interpreter with SGLang installed; it needs no GPU). Raises ImportError when SGLang is missing there."""
+    import json
+    import subprocess
+
+    servers = [inst["args"] for inst in plan["instances"]]
+    done = subprocess.run([python, "-c", _CHECK_SCRIPT], input=json.dumps(servers), capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode != 0:
+        raise ImportError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "SGLang check failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
