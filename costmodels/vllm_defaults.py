@@ -61,6 +61,9 @@ CURRENT_VLLM = "0.33.0"
 BLOCK_SIZE = 16
 # vLLM 0.33 default (0.9 up to 0.19, 0.92 from 0.20); see gpu_memory_utilization().
 GPU_MEMORY_UTILIZATION = 0.92
+# The V1 engine (the default from 0.8) chunks prefills and caches prefixes unless told not to.
+ENABLE_CHUNKED_PREFILL = True
+ENABLE_PREFIX_CACHING = True
 # Largest step (tokens) that replays a captured CUDA graph by default.
 MAX_CUDAGRAPH_TOKENS = 512
 
