@@ -18,7 +18,7 @@ refitted without the group it scores:
 2. The ``vllm bench serve`` runs of ../shared with their tails, run by run (leave-one-group-out).
 3. What the protocol choices move: aiperf's requests per client for the silicon rows (10, the
    deploy-and-benchmark pipeline's count, against the generator script's later 20 and 50) and the
-   front end's serial tokenizer on or off.
+   front end of the ``vllm bench serve`` runs (vLLM's API server, as they ran, against Dynamo's).
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servopt.calibration.corpus import REPO_E2E, SHARED_E2E, load_corpus
+from servopt.calibration.corpus import REPO_E2E, SHARED_E2E, load_corpus, silicon_runs
 from servopt.calibration.registry import load_profile
-from servopt.calibration.serving_fit import Linearization, cross_validate, error_table, predictions
-from servopt.calibration.silicon import silicon_run
+from servopt.calibration.serving_fit import Linearization, cross_validate, error_table, host_cost_runs, predictions
 from servopt.costmodels.hardware import get_gpu
 
 MEANS = ["mean_ttft_ms", "mean_tpot_ms"]
@@ -112,28 +111,22 @@ def report_tails(frame: pd.DataFrame, runs) -> None:
         print(f"  {group:45} {len(rows):3} runs: P99 " + ", ".join(medians))
 
 
-def report_protocol(runs, params: dict[str, float]) -> None:
+def report_protocol(runs, params: dict[str, float], shared: Path) -> None:
     print("\n== 3. What the protocol choices move (all-runs fit, median |error| % of mean TTFT / TPOT) ==")
-    silicon = [r for r in runs if not r.skip and r.protocol.startswith("aiperf")]
     for count in (10, 20, 50):
-        moved = []
-        for run in silicon:
-            row = {"backend": "vllm", "model_path": run.model, "system": "h100_sxm", "isl": run.extra["isl"],
-                   "osl": run.extra["osl"], "tp_size": run.extra["tp"], "batch_size": run.extra["concurrency"],
-                   "silicon_concurrency": run.extra["concurrency"], "backend_version": run.vllm_version}
-            traffic = silicon_run(row, "h100", count).traffic
-            moved.append(run.__class__(**{**run.__dict__, "traffic": traffic}))
-        frame = predictions(moved, load_profile, params)
+        silicon = [r for r in silicon_runs(shared / "silicon_dense_h100.csv", requests_per_client=count) if not r.skip]
+        frame = predictions(silicon, load_profile, params)
         table = error_table(frame.assign(all="silicon"), ["all"], MEANS)
         print(f"  aiperf {count:2} requests per client{' (simulated above)' if count == 10 else ''}: "
               f"TTFT {table.mean_ttft_ms_abs.iloc[0]:5.1f}%, TPOT {table.mean_tpot_ms_abs.iloc[0]:5.1f}%")
-    bench = [r for r in runs if not r.skip and r.protocol == "vllm bench serve"]
+    bench = [r for r in host_cost_runs(runs) if r.protocol == "vllm bench serve"]
     for frontend in ("vllm", "dynamo"):
         moved = [r.__class__(**{**r.__dict__, "deployment": r.deployment.model_copy(update={"frontend": frontend})})
                  for r in bench]
         table = error_table(predictions(moved, load_profile, params).assign(all="bench"), ["all"], MEANS + TAILS)
-        label = "serial tokenizer (vLLM's API server, simulated above)" if frontend == "vllm" else "parallel tokenizer"
-        print(f"  vllm bench runs, {label:52}: TTFT {table.mean_ttft_ms_abs.iloc[0]:5.1f}%, "
+        label = ("vLLM's API server (serial tokenizer; simulated above)" if frontend == "vllm"
+                 else "Dynamo's front end (parallel tokenizer, its own latency)")
+        print(f"  dense-model vllm bench runs through {label:56}: TTFT {table.mean_ttft_ms_abs.iloc[0]:5.1f}%, "
               f"P99 TTFT {table.p99_ttft_ms_abs.iloc[0]:5.1f}%, TPOT {table.mean_tpot_ms_abs.iloc[0]:5.1f}%")
 
 
@@ -147,7 +140,7 @@ def main() -> None:
     runs = load_corpus(args.shared, REPO_E2E)
     report_corpus(runs)
     params = shipped_framework()
-    print("\nshipped host-side costs (fitted on every run): " + ", ".join(
+    print("\nshipped host-side costs (fitted on every dense-model run): " + ", ".join(
         f"{k} = {v * 1e3:.3g} ms" for k, v in params.items() if v is not None))
     frame = None
     if args.only in (None, "cv", "tails"):
@@ -156,7 +149,7 @@ def main() -> None:
     if args.only in (None, "tails"):
         report_tails(frame, runs)
     if args.only in (None, "protocol"):
-        report_protocol(runs, params)
+        report_protocol(runs, params, args.shared)
     print(f"\n({time.perf_counter() - start:.0f} s)")
 
 

@@ -6,46 +6,48 @@
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
+import optuna
 from bench_optimizer_setup import cli, default_job_file, run
 
+from servopt.optimizer._storage import journal_url, open_storage
+from servopt.optimizer.study import FINISHED
 
 
-def complete(db: Path) -> dict[int, str]:
-    """Finished trials (complete, or pruned with no values) and their values."""
-    try:
-        with sqlite3.connect(db) as conn:
-            return dict(conn.execute(
-                "select t.number, group_concat(v.value) from trials t left join trial_values v "
-                "on v.trial_id = t.trial_id where t.state in ('COMPLETE', 'PRUNED') group by t.number").fetchall())
-    except sqlite3.OperationalError:  # the job has created the file but not yet Optuna's tables
-        return {}
+def trials(journal: Path) -> tuple[dict[int, tuple | None], Counter]:
+    """Finished trials (complete, or pruned with no values) and their values; every trial's state."""
+    if not journal.exists():
+        return {}, Counter()
+    storage = open_storage(journal_url(journal))
+    found = [t for s in optuna.get_all_study_summaries(storage)
+             for t in optuna.load_study(study_name=s.study_name, storage=storage).trials]
+    return ({t.number: t.values and tuple(t.values) for t in found if t.state in FINISHED},
+            Counter(t.state.name for t in found))
 
 
 def main() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         path = default_job_file(tmp, 80)
         out = Path(tmp) / "out"
         proc = subprocess.Popen(cli(["optimize", str(path), "--out", str(out), "--no-progress"]),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        db = out / "study.db"
-        while not (db.exists() and len(complete(db)) >= 20):
+        journal = out / "study.journal"
+        while len(trials(journal)[0]) < 20:
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        before = complete(db)
+        before, _ = trials(journal)
         rerun = run(["optimize", str(path), "--out", str(out), "--no-progress", "--json"])
-        after = complete(db)
+        after, states = trials(journal)
         kept = sum(after.get(n) == v for n, v in before.items())
-        with sqlite3.connect(db) as conn:
-            states = dict(conn.execute("select state, count(*) from trials group by state").fetchall())
     print(f"kill -9 after {len(before)} finished trials; rerun exit {rerun.returncode}: {len(after)} finished "
-          f"(budget 80), {kept}/{len(before)} earlier trials kept with identical values, states {states}: "
+          f"(budget 80), {kept}/{len(before)} earlier trials kept with identical values, states {dict(states)}: "
           f"{'PASS' if kept == len(before) and len(after) == 80 and rerun.returncode in (0, 2) else 'FAIL'}")
 
 

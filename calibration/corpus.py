@@ -46,7 +46,7 @@ from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
 from .bench_clients import SessionCache, vllm_bench_send_times
-from .silicon import silicon_run
+from .silicon import REQUESTS_PER_CLIENT, silicon_run
 from .tables import gpu_name_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def _off_or_count(value: object) -> int:
     return int(number) if math.isfinite(number) and number > 1 else 1
 
 
-def _silicon_row_run(row: dict, index: int, name: str) -> MeasuredRun:
+def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int) -> MeasuredRun:
     precision = _text(row.get("precision")) or "bf16"
     gpu = _gpu(_text(row["system"])) or _text(row["system"])
     base = dict(run_id=f"silicon:{index}", source=f"{name} row {index}", model=_text(row["model_path"]), gpu=gpu,
@@ -142,7 +142,7 @@ def _silicon_row_run(row: dict, index: int, name: str) -> MeasuredRun:
         return MeasuredRun(**base, skip=f"GPU '{_text(row['system'])[:40]}' not in the catalog")
     try:
         resolve_model(base["model"])
-        run = silicon_run(row, gpu, pp=_off_or_count(row.get("pp_size")),
+        run = silicon_run(row, gpu, requests_per_client, pp=_off_or_count(row.get("pp_size")),
                           data_parallel_size=_off_or_count(row.get("attention_dp_size")),
                           expert_parallel=_off_or_count(row.get("moe_ep_size")) > 1)
     except InputError as err:
@@ -152,11 +152,13 @@ def _silicon_row_run(row: dict, index: int, name: str) -> MeasuredRun:
     return MeasuredRun(**base, deployment=run.deployment, traffic=run.traffic)
 
 
-def silicon_runs(path: Path, table: pd.DataFrame | None = None) -> list[MeasuredRun]:
+def silicon_runs(path: Path, table: pd.DataFrame | None = None,
+                 requests_per_client: int = REQUESTS_PER_CLIENT) -> list[MeasuredRun]:
     """Every row of a table in aiconfigurator's silicon layout; rows servopt cannot simulate are
-    kept with ``skip`` saying why (other frameworks, disaggregated rows, no client concurrency)."""
+    kept with ``skip`` saying why (other frameworks, disaggregated rows, no client concurrency).
+    ``requests_per_client``: aiperf's request count over its concurrency (:mod:`.silicon`)."""
     table = pd.read_csv(path) if table is None else table
-    return [_silicon_row_run(row, i, path.name) for i, row in enumerate(table.to_dict("records"))]
+    return [_silicon_row_run(row, i, path.name, requests_per_client) for i, row in enumerate(table.to_dict("records"))]
 
 
 # --- vllm bench serve rows ----------------------------------------------------------------------

@@ -32,9 +32,10 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..costmodels.errors import InputError
-from ..costmodels.hardware import GPUSpec
+from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, PerformanceProfile
 from ..costmodels.roofline import activation_quant_bytes
+from ..costmodels.vllm_defaults import symm_mem_variant
 from .tables import DTYPE_BYTES, KERNEL_COLUMNS
 
 # GEMM dtypes whose kernel benchmarks include quantizing the bf16 input (W8A8 linear layers).
@@ -270,6 +271,11 @@ class AllReduceFit(_MeasuredCurveFit):
         rows = rows[rows["dtype"].isin(["bf16", "fp16"]) | rows["dtype"].isna()]
         rows = rows.assign(implementation=rows["kernel_source"].map(allreduce_implementation_of))
         rows = rows[rows["implementation"].notna()]
+        # Symmetric memory has two kernels; vLLM picks one by GPU count and architecture.
+        variant = rows["kernel_source"].astype(str).str.extract(r"symm_mem_(multimem|two_shot)$", expand=False)
+        runs = [v != v or v == symm_mem_variant(int(n), get_gpu(g))
+                for v, n, g in zip(variant, rows["num_gpus"], rows["gpu"])]
+        rows = rows[np.asarray(runs, dtype=bool)]
         # One source per implementation: two benchmarks of the same kernel differ in their launch and
         # timing overheads, and interleaving their sizes would make the curve zigzag. NCCL's own
         # benchmark (nccl-tests) wins over a framework's wrapper; otherwise the most measured.
@@ -277,7 +283,9 @@ class AllReduceFit(_MeasuredCurveFit):
         for _, part in rows.groupby("implementation"):
             own = part[part["framework"].isin(SHARED_LIBRARY_FRAMEWORKS)]
             part = own if len(own) else part
-            keep.append(part[part["kernel_source"] == part["kernel_source"].value_counts().index[0]])
+            # (the symmetric-memory kernels, one per GPU count as selected above, are one benchmark's)
+            bench = part["kernel_source"].astype(str).str.replace(r"_(multimem|two_shot)$", "", regex=True)
+            keep.append(part[bench == bench.value_counts().index[0]])
         return pd.concat(keep) if keep else rows
 
     def fit(self, base: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> PerformanceProfile:

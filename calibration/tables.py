@@ -216,6 +216,38 @@ def _from_vidur_collectives(raw: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def _device_alternatives(device: str) -> list[str]:
+    """The catalog GPUs a public row names: one, or each of "H100 or H200 (SM 9.0)" (one architecture,
+    one kernel). A row that only guesses its GPU ("unknown (likely B200)") names none."""
+    text = str(device)
+    if text.lower().startswith("unknown"):
+        return []
+    names = [gpu_name_for(None, part) for part in text.split("(")[0].split(" or ")]
+    catalog = builtin_catalog()
+    known = [n for n in names if n in catalog]
+    if len(known) != len(names) or len({catalog.get(n).architecture for n in known}) != 1:
+        return []
+    return known
+
+
+def _from_public_collectives(raw: pd.DataFrame) -> pd.DataFrame:
+    """Collective timings gathered from public sources (``calibration/measured/kernel/allreduce_public.csv``:
+    one row per source, GPU, GPU count, implementation and message size, with the source's own
+    implementation name in ``implementation``); a row naming two GPUs of one architecture counts for each."""
+    rows = []
+    for row in raw.to_dict("records"):
+        source = str(row.get("source", ""))
+        framework = next((f for f in ("vllm", "sglang", "tensorrt", "megatron") if f in source.lower()), "public")
+        for gpu in _device_alternatives(row.get("gpu", "")):
+            rows.append({"system": gpu, "device": gpu, "framework": framework, "version": "",
+                         "kernel_source": row.get("implementation"), "op": row.get("collective"),
+                         "dtype": row.get("dtype"), "num_gpus": row.get("num_gpus"),
+                         "message_bytes": row.get("message_bytes"), "latency_ms": row.get("latency_ms"),
+                         "source": source})
+    return pd.DataFrame(rows, columns=["system", "device", "framework", "version", "kernel_source", "op", "dtype",
+                                       "num_gpus", "message_bytes", "latency_ms", "source"])
+
+
 def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str | None = None) -> pd.DataFrame:
     """Bring a raw frame in any supported layout into the tidy kernel layout."""
     if raw.empty:
@@ -228,6 +260,8 @@ def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str 
     if "collective" in raw and "median_ms" in raw:
         _require_columns(raw, _VIDUR_COLLECTIVES, name, "Vidur collectives")
         return _tidy(_from_vidur_collectives(raw), name)
+    if {"collective", "implementation", "message_bytes", "latency_ms"} <= set(raw.columns):
+        return _tidy(_from_public_collectives(raw), name)
     if "latency" in raw or "latency_ms" in raw:
         return _tidy(_from_aiconfigurator(raw, op_hint, name), name)
     raise InputError(

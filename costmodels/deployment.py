@@ -15,7 +15,15 @@ from pydantic import Field, model_validator
 
 from .errors import MAX_TOKENS, Name, Spec
 from .quantization import WeightScheme
-from .vllm_defaults import ALL2ALL_COLLECTIVES, BLOCK_SIZE, GPU_MEMORY_UTILIZATION, gpu_memory_utilization, parse_vllm_version
+from .vllm_defaults import (
+    ALL2ALL_COLLECTIVES,
+    BLOCK_SIZE,
+    ENABLE_CHUNKED_PREFILL,
+    ENABLE_PREFIX_CACHING,
+    GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization,
+    parse_vllm_version,
+)
 
 # Bounds of what servopt models: beyond them a file is mistyped, and the simulator's work (one
 # engine per instance, data-parallel rank and pipeline lane) would run for hours.
@@ -118,8 +126,8 @@ class Deployment(Spec):
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     max_num_seqs: Seqs | None = Field(default=None, description="default: vLLM's for the GPU")
     max_num_batched_tokens: BatchedTokens | None = Field(default=None, description="default: vLLM's for the GPU")
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = ENABLE_CHUNKED_PREFILL
+    enable_prefix_caching: bool = ENABLE_PREFIX_CACHING
     gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS)

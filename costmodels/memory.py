@@ -32,8 +32,9 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GIB, GPUSpec
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, kv_bytes_per_value
+from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION
 
-DEFAULT_BLOCK_SIZE = 16
+DEFAULT_BLOCK_SIZE = BLOCK_SIZE
 
 # vLLM's sampler profiling run materialises fp32 logits for max_num_seqs sequences over the whole
 # vocabulary, plus the softmax/top-k/top-p working copies: 3.7 logits-sized buffers, fitted to the
@@ -300,7 +301,7 @@ def plan_memory(
     tp: int = 1,
     pp: int = 1,
     dp: int = 1,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     block_size: int = DEFAULT_BLOCK_SIZE,

@@ -61,6 +61,9 @@ CURRENT_VLLM = "0.33.0"
 BLOCK_SIZE = 16
 # vLLM 0.33 default (0.9 up to 0.19, 0.92 from 0.20); see gpu_memory_utilization().
 GPU_MEMORY_UTILIZATION = 0.92
+# The V1 engine (the default from 0.8) chunks prefills and caches prefixes unless told not to.
+ENABLE_CHUNKED_PREFILL = True
+ENABLE_PREFIX_CACHING = True
 # Largest step (tokens) that replays a captured CUDA graph by default.
 MAX_CUDAGRAPH_TOKENS = 512
 
@@ -74,6 +77,9 @@ _SYMM_MEM_MAX_BYTES = {
     "hopper": {2: 64 * MiB, 4: 32 * MiB, 6: 64 * MiB, 8: 64 * MiB},
     "blackwell": {2: 8 * MiB, 4: 32 * MiB, 6: 128 * MiB, 8: 128 * MiB},
 }
+# World sizes where vLLM's symmetric-memory all-reduce runs multimem (NVLS) instead of two-shot
+# (SymmMemCommunicator._WORLD_SIZES_MULTIMEM, device_communicators/symm_mem.py).
+_SYMM_MEM_MULTIMEM_WORLD_SIZES = {"hopper": (4, 6, 8), "blackwell": (6, 8)}
 # CustomAllreduce's own buffer (max_size) before symmetric memory took the middle sizes.
 _CUSTOM_MAX_BYTES = 8 * MiB
 _CUSTOM_WORLD_SIZES = (2, 4, 6, 8)
@@ -181,6 +187,11 @@ def allreduce_limits(num_gpus: int, gpu: GPUSpec, version: VllmVersion, nvlink: 
         return (float(_CUSTOM_MAX_BYTES_WITH_SYMM[gpu.architecture][num_gpus]),
                 float(_SYMM_MEM_MAX_BYTES[gpu.architecture][num_gpus]))
     return float(_CUSTOM_MAX_BYTES), 0.0
+
+
+def symm_mem_variant(num_gpus: int, gpu: GPUSpec) -> str:
+    """The kernel vLLM's symmetric-memory all-reduce runs over ``num_gpus`` GPUs: 'multimem' or 'two_shot'."""
+    return "multimem" if num_gpus in _SYMM_MEM_MULTIMEM_WORLD_SIZES.get(gpu.architecture, ()) else "two_shot"
 
 
 def allreduce_implementation(message_bytes: float, num_gpus: int, gpu: GPUSpec, version: VllmVersion,

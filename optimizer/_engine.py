@@ -10,26 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from ..costmodels import serving
-from ..costmodels.deployment import Deployment
+from ..costmodels.serving.compiled import CompiledDeployment
 
 Summary = dict[str, Any]
 
 
 class ServingEngine:
-    """Calls :mod:`servopt.costmodels.serving` for one problem's model, traffic, GPUs and profiles."""
+    """Calls :mod:`servopt.costmodels.serving` with one problem's traffic and SLOs on compiled deployments."""
 
     def __init__(self, problem):
         self.problem = problem
 
-    def _args(self, model: str, deployment: Deployment) -> tuple:
-        p = self.problem
-        return (p.ctx.models[model].spec_for(deployment.quantization), deployment, p.workload.traffic, p.gpu(deployment.gpu),
-                p.profile(deployment.gpu))
+    def estimate(self, compiled: CompiledDeployment) -> Summary:
+        w = self.problem.workload
+        return serving.estimate_compiled(compiled, w.traffic, slo=w.slo).summary.to_dict()
 
-    def estimate(self, model: str, deployment: Deployment) -> Summary:
-        return serving.estimate(*self._args(model, deployment), slo=self.problem.workload.slo).summary.to_dict()
-
-    def simulate(self, model: str, deployment: Deployment, num_requests: int, seed: int) -> Summary:
-        result = serving.simulate(*self._args(model, deployment), num_requests=num_requests, seed=seed,
-                                  slo=self.problem.workload.slo)
-        return result.summary.to_dict()
+    def simulate(self, compiled: CompiledDeployment, num_requests: int, seed: int) -> Summary:
+        w = self.problem.workload
+        return serving.simulate_compiled(compiled, w.traffic, num_requests=num_requests, seed=seed,
+                                         slo=w.slo).summary.to_dict()

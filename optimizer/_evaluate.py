@@ -1,16 +1,21 @@
 """Scoring one candidate, cheapest first.
 
+0. The drawn point is repaired (:mod:`servopt.search_spaces._repair`: the smallest TP that fits, a
+   token budget vLLM accepts, ...) and compiled once
+   (:class:`~servopt.costmodels.serving.compiled.CompiledDeployment`); every step below reads that one
+   compiled deployment.
 1. Constraints that need no simulation (TP, node, quantization, batch limits, accuracy, memory).
 2. Replicas from the capacity formula (seed 7.4) with the candidate's ``headroom``, then confirmed
    with the analytic ``estimate``: a fleet it calls saturated grows by a quarter (at most three
    times). Searching the replica count blindly would spend most trials on fleets that are
    saturated or idle; deriving it leaves the search one knob (headroom) that trades cost for
-   queueing delay.
+   queueing delay. Headroom that would take the fleet over ``limits.max_gpus`` is capped there.
 3. The estimate screens: a candidate is simulated only when its estimate meets the SLOs within
    ``screen_margin`` and is not that much slower than a simulated configuration that costs no more.
 4. The discrete-event simulation, at ``search_requests`` requests.
 
-Every outcome is a record (plain JSON) with the reason; nothing raises for an infeasible point.
+Every outcome is a :class:`~servopt.results.TrialRecord` with the reason; nothing raises for an
+infeasible point.
 Its objective values are the predicted ones, or None when nothing finite was predicted (rejected
 before the estimate, or an estimated queue that grows without bound): the study prunes those.
 """
@@ -27,8 +32,9 @@ from ..costmodels.capacity import ReplicaCapacity, replica_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.roofline import Batch, StepCostModel
-from ..search_spaces import Candidate, Violation, instances, memory_headroom_gib
-from ..search_spaces._constraints import speculation_label
+from ..costmodels.serving.compiled import CompiledDeployment
+from ..results._record import TrialRecord
+from ..search_spaces import Candidate, Violation
 from ._engine import ServingEngine, Summary
 from ._problem import Problem
 
@@ -45,8 +51,6 @@ CONSTRAINT_GROUPS = {
     "saturated": ("saturated",),
     "slo": tuple(SLO_CONSTRAINTS),
 }
-# The costs a record holds; the objective's is ``cost_<objective.cost>``.
-COST_KEYS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
 # ngram's mean accepted length is unknown without the text; the simulator models it, and the
 # capacity seed stays conservative by counting one token per verify step.
 _TOKENS_PER_VERIFY = 1.0
@@ -60,29 +64,27 @@ def p99(summary: Summary, metric: str) -> float:
 @dataclass
 class TrialOutcome:
     """Objective values (None when not predicted), each rule's violation amount (> 0: broken), and
-    the JSON record."""
+    the trial's record."""
 
     values: tuple[float, float] | None
     constraints: dict[str, float]
-    record: dict[str, Any]
+    record: TrialRecord
 
     def attrs(self) -> dict[str, Any]:
         """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``): the
         deployment as run, its cost and, when predicted, its P99 latencies. The other knobs are the
         trial's parameters already."""
-        r, d = self.record, self.record["deployment"]
-        out: dict[str, Any] = {"model": r["serve_id"], "gpu": d["gpu"], "quantization": d["quantization"]}
+        r, d = self.record, self.record.deployment
+        out: dict[str, Any] = {"model": r.serve_id, "gpu": d["gpu"], "quantization": d["quantization"]}
         if not d.get("disaggregation"):
             out["tp"] = d["tp"]
-        out.update({"replicas": r["replicas"], "gpus_used": r["num_gpus"], "gpus_rented": r["gpus_rented"]})
-        out.update({key[len("cost_"):]: r[key] for key in COST_KEYS if r[key] is not None})
-        summary = r.get("simulation") or r.get("estimate")
-        if summary is not None:
-            for metric in ("ttft", "tpot", "itl", "e2e"):
-                if math.isfinite(p99(summary, metric)):
-                    out[f"p99_{metric}_s"] = p99(summary, metric)
-        out.update({"feasible": r["feasible"], "fidelity": r["fidelity"], "reason": r["reason"],
-                    "violated": ", ".join(sorted(r["violations"])), "accuracy_drop_pct": r["accuracy_drop_pct"]})
+        out.update({"replicas": r.replicas, "gpus_used": r.num_gpus, "gpus_rented": r.gpus_rented})
+        out.update({key[len("cost_"):]: value for key, value in r.costs().items() if value is not None})
+        for metric in ("ttft", "tpot", "itl", "e2e"):
+            if math.isfinite(r.p99(metric)):
+                out[f"p99_{metric}_s"] = r.p99(metric)
+        out.update({"feasible": r.feasible, "fidelity": r.fidelity, "reason": r.reason,
+                    "violated": ", ".join(sorted(r.violations)), "accuracy_drop_pct": r.accuracy_drop_pct})
         return out
 
     def grouped_constraints(self) -> dict[str, float]:
@@ -117,7 +119,6 @@ class Evaluator:
         self.engine = engine or ServingEngine(problem)
         self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS]
         self._summaries: dict[tuple, Summary] = {}
-        self._cost_models: dict[tuple, StepCostModel] = {}
 
     # --- caches shared across trials (and seeded from stored trials on resume) -----------------
     @staticmethod
@@ -134,71 +135,61 @@ class Evaluator:
             key = self._key("simulate", record["model"], record["deployment"], requests_seed)
             self._summaries[key] = record["simulation"]
 
-    def _estimate(self, model: str, deployment: Deployment) -> Summary:
-        key = self._key("estimate", model, deployment)
+    def _estimate(self, model: str, compiled: CompiledDeployment) -> Summary:
+        key = self._key("estimate", model, compiled.deployment)
         if key not in self._summaries:
-            self._summaries[key] = self.engine.estimate(model, deployment)
+            self._summaries[key] = self.engine.estimate(compiled)
         return self._summaries[key]
 
-    def simulate(self, model: str, deployment: Deployment, num_requests: int, seed: int) -> Summary:
-        key = self._key("simulate", model, deployment, (num_requests, seed))
+    def simulate(self, model: str, compiled: CompiledDeployment, num_requests: int, seed: int) -> Summary:
+        key = self._key("simulate", model, compiled.deployment, (num_requests, seed))
         if key not in self._summaries:
-            self._summaries[key] = self.engine.simulate(model, deployment, num_requests, seed)
+            self._summaries[key] = self.engine.simulate(compiled, num_requests, seed)
         return self._summaries[key]
-
-    def _cost_model(self, model: str, d: Deployment, tp: int, dp: int = 1) -> StepCostModel:
-        key = (model, d.gpu, d.quantization, d.kv_cache_dtype, tp, d.pp, dp, d.enable_expert_parallel)
-        if key not in self._cost_models:
-            p = self.problem
-            self._cost_models[key] = StepCostModel(
-                p.ctx.models[model].spec_for(d.quantization), p.gpu(d.gpu), p.profile(d.gpu), d.quantization,
-                d.kv_cache_dtype, tp, d.pp, internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
-                dp=dp, expert_parallel=d.enable_expert_parallel, all2all_backend=d.all2all_backend,
-            )
-        return self._cost_models[key]
 
     # --- capacity --------------------------------------------------------------------------------
-    def capacity(self, model: str, deployment: Deployment) -> tuple[float, list[ReplicaCapacity]]:
-        """Fractional replicas the traffic needs (seed 7.4), and each instance kind's capacity."""
+    def capacity(self, compiled: CompiledDeployment) -> tuple[float, list[ReplicaCapacity]]:
+        """Fractional replicas the traffic needs (seed 7.4), and each role's capacity."""
         stats = self.problem.stats
-        drafts = deployment.speculative.num_speculative_tokens if deployment.speculative else 0
-        dis = deployment.disaggregation
+        drafts = compiled.drafts
         needed, capacities = 0.0, []
-        for inst in instances(deployment):
-            cost = self._cost_model(model, deployment, inst.tp, inst.dp)
-            plan = self.problem.ctx.memory_plan(
-                model, deployment.gpu, deployment.quantization, deployment.kv_cache_dtype, inst.tp, deployment.pp,
-                inst.max_num_seqs, inst.max_num_batched_tokens, deployment.gpu_memory_utilization,
-                speculation_label(deployment, self.problem.ctx), inst.dp,
-            )
-            if inst.role == "prefill":
-                cap = _prefill_capacity(cost, stats.mean_input_tokens, inst.max_num_batched_tokens)
-                count = dis.prefill_instances
+        for role in compiled.roles:
+            limits = role.limits
+            if role.name == "prefill":
+                cap = _prefill_capacity(role.cost, stats.mean_input_tokens, limits.max_num_batched_tokens)
             else:
                 output = stats.mean_output_tokens
                 cap = replica_capacity(
-                    cost, plan, mean_input_tokens=stats.mean_input_tokens, mean_output_tokens=output,
-                    max_num_seqs=inst.max_num_seqs, max_num_batched_tokens=inst.max_num_batched_tokens,
+                    role.cost, role.plan, mean_input_tokens=stats.mean_input_tokens, mean_output_tokens=output,
+                    max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
                     num_speculative_tokens=drafts, tokens_per_decode_step=_TOKENS_PER_VERIFY,
                 )
-                if inst.role == "decode":
+                if role.name == "decode":
                     # A decode instance holds a request only while it generates.
-                    decode_s = cost.decode_step_time_s(max(int(cap.concurrency), 1),
-                                                       math.ceil(stats.mean_input_tokens + output / 2), drafts)
+                    decode_s = role.cost.decode_step_time_s(max(int(cap.concurrency), 1),
+                                                            math.ceil(stats.mean_input_tokens + output / 2), drafts)
                     cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
-                count = dis.decode_instances if dis else inst.dp  # each data-parallel rank holds its share
             capacities.append(cap)
             if stats.rate_per_s is not None:
-                needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * count))
+                # Each instance and each of its data-parallel ranks holds its share.
+                needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * role.per_replica * role.dp))
             else:
-                needed = max(needed, stats.in_flight_requests / (cap.concurrency * count))
+                needed = max(needed, stats.in_flight_requests / (cap.concurrency * role.per_replica * role.dp))
         return needed, capacities
 
-    def _replicas(self, candidate: Candidate, needed: float) -> int:
+    def _replicas(self, candidate: Candidate, needed: float, gpus_per_replica: int) -> int:
         if "replicas" in candidate.values:
             return int(candidate["replicas"])
-        serving = max(math.ceil(needed * (1 + float(candidate.get("headroom", 0.0))) - 1e-9), 1)
-        return max(math.ceil(serving * (1 + self.problem.workload.redundancy) - 1e-9), 1)
+        redundancy = self.problem.workload.redundancy
+
+        def fleet(share: float) -> int:
+            serving = max(math.ceil(needed * (1 + share) - 1e-9), 1)
+            return max(math.ceil(serving * (1 + redundancy) - 1e-9), 1)
+
+        wanted, least = fleet(float(candidate.get("headroom", 0.0))), fleet(0.0)
+        # Headroom buys spare replicas only up to the fleet limit (a fleet that needs more breaks it).
+        limit = self.problem.ctx.max_gpus // gpus_per_replica
+        return max(min(wanted, limit), least)
 
     # --- scoring ---------------------------------------------------------------------------------
     def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, Any]:
@@ -250,57 +241,61 @@ class Evaluator:
         """Score one candidate; infeasible ones come back with their reason, never an exception."""
         start = time.perf_counter()
         space, w = self.problem.space, self.problem.workload
+        drawn, candidate = candidate, space.repair(candidate)
         model = space.model_key(candidate)
         choice = self.problem.ctx.models[model]
         option = choice.option(str(candidate["quantization"]))
         record: dict[str, Any] = {
             "knobs": dict(candidate.values), "model": model,
+            # Knobs the repair moved: drawn value -> scored value.
+            "repaired": {k: [drawn[k], v] for k, v in candidate.values.items() if drawn.get(k) != v},
             # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
             "serve_id": option.serve_id if option else choice.serve_id,
             "weights": option.describe() if option else None,
             "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
         }
-        deployment = space.deployment(candidate, 1)
-        violations = {v.constraint: v for v in space.violations(candidate)}
+        compiled = space.compile(candidate)
+        violations = {v.constraint: v for v in space.violations(candidate, compiled=compiled)}
         if not violations:
             try:
-                needed, capacities = self.capacity(model, deployment)
+                needed, capacities = self.capacity(compiled)
             except InputError as err:  # a request longer than the KV cache holds
                 violations["memory"] = Violation("memory", 1.0, str(err))
             else:
-                replicas = self._replicas(candidate, needed)
-                deployment = space.deployment(candidate, replicas)
+                replicas = self._replicas(candidate, needed, compiled.deployment.gpus_per_replica)
+                compiled = compiled.with_replicas(replicas)
                 record["capacity"] = {
                     "replicas_needed": needed,
                     "instances": [{"concurrency": c.concurrency, "occupancy_s": c.occupancy_s,
                                    "kv_limited": c.kv_limited} for c in capacities],
                 }
-                violations.update({v.constraint: v for v in space.violations(candidate, replicas)})
-        record["deployment"] = deployment.model_dump(mode="json")
+                violations.update({v.constraint: v for v in space.violations(candidate, replicas, compiled)})
+        record["deployment"] = compiled.deployment.model_dump(mode="json")
         summary = None
         amounts = {name: 0.0 for name in self.constraint_names}
         amounts.update({name: v.amount for name, v in violations.items()})
         reasons = [v.reason for v in violations.values()]
         if not violations:
             try:
-                deployment, summary = self._estimate_fleet(candidate, model, deployment)
+                compiled, summary = self._estimate_fleet(candidate, model, compiled)
             except InputError as err:  # a configuration the simulator cannot model
                 violations["simulator"] = Violation("simulator", 1.0, f"simulator: {err}")
                 amounts["simulator"] = 1.0
                 reasons.append(violations["simulator"].reason)
         if not violations:
-            record["deployment"] = deployment.model_dump(mode="json")
+            record["deployment"] = space.validated(compiled.deployment).model_dump(mode="json")
+            record["roles"] = compiled.describe_roles()
             record["estimate"] = summary
             record["fidelity"] = "estimate"
             estimated = self._prediction_violations(summary)
-            estimate_values = self._objectives(self.cost(deployment, summary), summary)
+            estimate_values = self._objectives(self.cost(compiled.deployment, summary), summary)
             slo_ok = all(amount <= w.fidelity.screen_margin for name, amount in estimated.items() if name != "saturated")
             dominated = (screen is not None and estimate_values is not None
                          and screen.dominated(*estimate_values, w.fidelity.screen_margin))
             record["estimate_objectives"] = list(estimate_values) if estimate_values else None
             if not summary.get("saturated") and estimate_values and slo_ok and not dominated:
                 try:
-                    simulated = self.simulate(model, deployment, w.fidelity.search_requests, w.seed)
+                    simulated = self.simulate(model, compiled, w.fidelity.search_requests, w.seed)
                 except InputError as err:  # keep the estimate, and say why it was not simulated
                     amounts["simulator"] = 1.0
                     reasons.append(f"simulator: {err}")
@@ -313,7 +308,8 @@ class Evaluator:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
             amounts.update(estimated)
             reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"])
-            record["memory_headroom_gib"] = memory_headroom_gib(deployment, model, self.problem.ctx)
+            record["memory_headroom_gib"] = compiled.kv_pool_gib()
+        deployment = compiled.deployment
         costs = self.cost(deployment, summary)
         values = self._objectives(costs, summary)
         profile = self.problem.profile(deployment.gpu)
@@ -331,20 +327,21 @@ class Evaluator:
         })
         if screen is not None and record["feasible"] and record["fidelity"] == "simulate":
             screen.add(*record["estimate_objectives"])
-        return TrialOutcome(values, amounts, record)
+        return TrialOutcome(values, amounts, TrialRecord.model_validate(record))
 
-    def _estimate_fleet(self, candidate: Candidate, model: str, deployment: Deployment) -> tuple[Deployment, Summary]:
+    def _estimate_fleet(self, candidate: Candidate, model: str,
+                        compiled: CompiledDeployment) -> tuple[CompiledDeployment, Summary]:
         """Estimate; when the derived fleet saturates, grow it by a quarter (at most three times)."""
-        summary = self._estimate(model, deployment)
+        summary = self._estimate(model, compiled)
         retries = 0
         while (summary.get("saturated") and "replicas" not in candidate.values and retries < SATURATION_RETRIES):
-            replicas = max(math.ceil(deployment.replicas * 1.25), deployment.replicas + 1)
-            bigger = self.problem.space.deployment(candidate, replicas)
-            if bigger.num_gpus > self.problem.ctx.max_gpus:
+            replicas = max(math.ceil(compiled.deployment.replicas * 1.25), compiled.deployment.replicas + 1)
+            bigger = compiled.with_replicas(replicas)
+            if bigger.deployment.num_gpus > self.problem.ctx.max_gpus:
                 break
-            deployment, summary = bigger, self._estimate(model, bigger)
+            compiled, summary = bigger, self._estimate(model, bigger)
             retries += 1
-        return self.problem.space.validated(deployment), summary
+        return compiled, summary
 
 
 def _prefill_capacity(cost: StepCostModel, mean_input_tokens: float, max_num_batched_tokens: int) -> ReplicaCapacity:

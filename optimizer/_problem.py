@@ -29,7 +29,6 @@ class Problem:
     workload: Workload
     space: SearchSpace
     stats: TrafficStats
-    profiles: dict[str, PerformanceProfile] = field(default_factory=dict)
     max_model_len_basis: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -40,7 +39,7 @@ class Problem:
         return self.ctx.gpus[name]
 
     def profile(self, gpu: str) -> PerformanceProfile:
-        return self.profiles[gpu]
+        return self.ctx.profile(gpu)
 
 
 def _keyed(key: str, err: InputError) -> InputError:
@@ -163,12 +162,12 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
     ctx = SpaceContext(
         models=models, gpus=gpus, accuracy=accuracy, max_drop_pct=w.accuracy.max_drop_pct,
         max_model_len=max_len, speculation=speculation, gpus_per_node=w.limits.gpus_per_node,
-        max_gpus=w.limits.max_gpus,
+        max_gpus=w.limits.max_gpus, profiles=profiles,
     )
     settings = dict(w.space)
     if "gpu" in settings:  # accept catalog aliases, as elsewhere
         settings["gpu"] = _canonical_gpus(settings["gpu"], catalog)
-    return Problem(workload=w, space=SearchSpace(ctx, settings), stats=stats, profiles=profiles,
+    return Problem(workload=w, space=SearchSpace(ctx, settings), stats=stats,
                    max_model_len_basis=max_len_basis)
 
 

@@ -1,10 +1,11 @@
 """An optimize job: a workload, an output folder, a study in a storage, and N workers.
 
 The folder holds ``job.json`` (the workload as validated, the storage URL with its password
-hidden, and the study name), the SQLite study (unless ``--storage`` names another database), and
-the results. Running the same job again resumes it: finished trials are read back and the budget
+hidden, and the study name), the study's journal file ``study.journal`` (unless ``--storage`` names
+a database; a folder written by an older servopt keeps its SQLite ``study.db``), and the results.
+Running the same job again resumes it: finished trials are read back and the budget
 counts them. The storage URL comes from ``--storage``, else the ``SERVOPT_STORAGE`` environment
-variable, else the workload's ``storage:``, else SQLite in the folder; a command that reopens a job
+variable, else the workload's ``storage:``, else the journal file in the folder; a command that reopens a job
 whose URL had a password needs the URL again from one of the first two (see
 :mod:`servopt.optimizer._storage`).
 
@@ -12,13 +13,13 @@ Every file is written atomically through :mod:`servopt.costmodels.outfiles`, so 
 the old ``job.json`` or the new one. A ``job.json`` that is unreadable all the same (truncated by an
 older version, edited by hand) is recovered: ``servopt optimize`` rewrites it once the study has
 confirmed the workload is the same (the study keeps its own copy of the workload), and
-``servopt report`` / ``export`` rebuild it from the folder's SQLite study.
+``servopt report`` / ``export`` rebuild it from the folder's own study.
 
 Example:
     >>> from servopt.optimizer.job import Job
     >>> from servopt.optimizer.defaults import default_workload
     >>> job = Job(default_workload(), "/tmp/servopt-doc-job")
-    >>> job.storage_url.endswith("/tmp/servopt-doc-job/study.db"), job.study_name
+    >>> job.storage_url.endswith("/tmp/servopt-doc-job/study.journal"), job.study_name
     (True, 'default')
 """
 
@@ -28,6 +29,7 @@ import hashlib
 import json
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,21 +40,23 @@ from joblib import Parallel, delayed
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import ensure_folder, read_text, write_text
 from ..costmodels.userfiles import parse_json, shown
+from ..results._record import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
-from ._storage import STORAGE_ENV, has_hidden_password, masked_url, open_storage, storage_from_env
+from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_from_env
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
     WorkerResult,
     evaluated_trials,
+    fail_dead_workers_trials,
     final_front,
     front_equivalents,
     make_sampler,
     prepare_study,
     recheck,
-    recheck_candidates,
+    recheck_layers,
     run_worker,
     save_recheck,
     stored_rechecks,
@@ -60,8 +64,21 @@ from .study import (
 from .workload import Workload, parse_workload
 
 JOB_FILE = "job.json"
+JOURNAL_FILE = "study.journal"
+# The SQLite study of a folder written before the journal became the default.
+LEGACY_DATABASE = "study.db"
 WORKLOAD_HASH_ATTR = "workload_sha256"
 JOB_ATTR = "job"
+
+
+def folder_storage(out_dir: Path) -> str | None:
+    """The URL of the study a job folder holds itself (its journal, or an older SQLite database), or
+    None when it holds neither."""
+    if (out_dir / JOURNAL_FILE).is_file():
+        return journal_url(out_dir / JOURNAL_FILE)
+    if (out_dir / LEGACY_DATABASE).is_file():
+        return f"sqlite:///{(out_dir / LEGACY_DATABASE).resolve()}"
+    return None
 
 
 class _BrokenJobFile(Exception):
@@ -146,7 +163,7 @@ class Job:
         """The URL to connect with (it may hold a password: never print or save it; see
         :attr:`shown_storage`)."""
         explicit = self.storage or storage_from_env() or self.workload.storage
-        return explicit or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
+        return explicit or folder_storage(self.out_dir) or journal_url(self.out_dir / JOURNAL_FILE)
 
     @property
     def shown_storage(self) -> str:
@@ -171,7 +188,7 @@ class Job:
         storage = open_storage(self.storage_url)
         expected = workload_hash(self.workload)
         w = self.workload
-        sampler = make_sampler(w.sampler, w.seed, w.budget.trials)
+        sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.problem.space)
         if create:
             study = optuna.create_study(study_name=self.study_name, storage=storage, directions=list(DIRECTIONS),
                                         sampler=sampler, load_if_exists=True)
@@ -226,7 +243,7 @@ class Job:
     def load(cls, out_dir: str | Path, storage: str | None = None) -> Job:
         """The job a folder holds (for ``servopt report`` and ``servopt export``). ``storage`` (else
         ``SERVOPT_STORAGE``) gives the URL again when job.json keeps it without its password; an
-        unreadable job.json is rebuilt from the folder's SQLite study."""
+        unreadable job.json is rebuilt from the folder's own study."""
         path = Path(out_dir) / JOB_FILE
         try:
             data = _read_job_file(path)
@@ -251,17 +268,17 @@ class Job:
 
     @classmethod
     def _recover(cls, out_dir: Path, problem: str) -> Job:
-        """Rebuild a job from the one study in the folder's SQLite database."""
-        database = out_dir / "study.db"
+        """Rebuild a job from the one study in the folder's own storage."""
         fix = "rerun servopt optimize with the same workload file and --out to rewrite it"
-        if not database.is_file():
-            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no study.db to rebuild "
-                             f"it from; {fix}")
-        url = f"sqlite:///{database.resolve()}"
+        url = folder_storage(out_dir)
+        if url is None:
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no {JOURNAL_FILE} to "
+                             f"rebuild it from; {fix}")
+        database = out_dir / (JOURNAL_FILE if url.startswith("journal:") else LEGACY_DATABASE)
         summaries = [s for s in optuna.get_all_study_summaries(open_storage(url))
                      if "workload" in s.user_attrs]
         if len(summaries) != 1:
-            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and study.db holds {len(summaries)} "
+            raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and {database.name} holds {len(summaries)} "
                              f"studies with a workload; {fix}")
         summary = summaries[0]
         extra = summary.user_attrs.get(JOB_ATTR) or {}
@@ -292,6 +309,8 @@ class Job:
                     delayed(_worker)(config, index) for index in range(self.jobs)
                 )
         bar.close()
+        if budget.trials is not None:
+            wait_for_other_workers(study)
         rechecked = self.recheck_front(study)
         trials = evaluated_trials(study)
         simulations = sum(1 for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate")
@@ -305,32 +324,37 @@ class Job:
                 "study": self.study_name, "storage": self.storage_url, "hardware": self.hardware, "name": self.name}
 
     def recheck_front(self, study: optuna.Study) -> int:
-        """Re-simulate the front (and the runners-up) with more requests; returns how many ran."""
-        done = stored_rechecks(study)
+        """Re-simulate the front with more requests, and the runners-up only when a front point
+        fails its re-check; returns how many ran."""
         requests = self.workload.fidelity.final_requests
-        todo = [t for t in recheck_candidates(study)
-                if t.number not in done or done[t.number].get("requests") != requests]
-        if not todo:
-            return 0
-        records = [(t.number, t.user_attrs[RECORD_ATTR]) for t in todo]
-        if self.jobs <= 1:
-            evaluator = Evaluator(self.problem)
-            results = [recheck(self.problem, record, evaluator) for _, record in records]
-        else:
-            results = Parallel(n_jobs=self.jobs, backend="loky")(
-                delayed(_recheck)(self.config(), record) for _, record in records
-            )
-        for (number, _), result in zip(records, results, strict=True):
-            save_recheck(study, number, result)
-        return len(records)
+        evaluator = Evaluator(self.problem) if self.jobs <= 1 else None
+        ran = 0
+        for layer in recheck_layers(study):
+            done = stored_rechecks(study)
+            records = [(t.number, t.user_attrs[RECORD_ATTR]) for t in layer
+                       if t.number not in done or done[t.number].get("requests") != requests]
+            if evaluator is not None:
+                results = [recheck(self.problem, record, evaluator) for _, record in records]
+            else:
+                results = Parallel(n_jobs=self.jobs, backend="loky")(
+                    delayed(_recheck)(self.config(), record) for _, record in records
+                )
+            for (number, _), result in zip(records, results, strict=True):
+                save_recheck(study, number, result)
+            ran += len(records)
+            done = stored_rechecks(study)
+            if all(done[t.number]["feasible"] for t in layer):
+                break
+        return ran
 
     # --- reading back -----------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        """Everything the results package needs, as plain data: trials, re-checks and the front."""
+        """Everything the results package needs: the trials and re-checks as typed records
+        (:mod:`servopt.results._record`), the front, and the job's settings as plain data."""
         study = self.open_study(create=False)
         trials = [
-            {"number": t.number, "values": list(t.values) if t.values else None, "record": t.user_attrs[RECORD_ATTR],
-             "duration_s": t.duration.total_seconds() if t.duration else None}
+            TrialResult(t.number, list(t.values) if t.values else None, TrialRecord.model_validate(t.user_attrs[RECORD_ATTR]),
+                        t.duration.total_seconds() if t.duration else None)
             for t in evaluated_trials(study)
         ]
         problem = self.problem
@@ -346,12 +370,31 @@ class Job:
             "space": problem.space.describe(),
             "gpus": gpus,
             "trials": trials,
-            "rechecks": stored_rechecks(study),
+            "rechecks": {n: Recheck.model_validate(r) for n, r in stored_rechecks(study).items()},
             "front": final_front(study),
             "front_equivalents": front_equivalents(study),
             "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
                               for key, basis in problem.max_model_len_basis.items()},
         }
+
+
+# How long a worker that has run out of budget waits for other workers' last trials before it
+# re-checks the front (their trials belong to the budget it reports on).
+OTHER_WORKERS_WAIT_S = 600.0
+
+
+def wait_for_other_workers(study: optuna.Study, timeout_s: float = OTHER_WORKERS_WAIT_S) -> None:
+    """Wait until no trial of the study is running (a dead worker's is failed by
+    :func:`~servopt.optimizer.study.fail_dead_workers_trials` or the storage's heartbeat)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        fail_dead_workers_trials(study)
+        with warnings.catch_warnings():  # other hosts' dead workers, through the heartbeat
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            return
+        time.sleep(0.2)
 
 
 def _job_from_config(config: dict[str, Any]) -> Job:
@@ -366,7 +409,7 @@ def _worker(config: dict[str, Any], index: int) -> WorkerResult:
     w = job.workload
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = job.open_study(create=False)
-    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials)
+    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials, job.problem.space)
     return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s)
 
 

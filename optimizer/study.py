@@ -39,8 +39,10 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from ..search_spaces import SearchSpace
 from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
 from ._problem import Problem
+from ._sampler import DistinctSampler
 
 DIRECTIONS = ("minimize", "minimize")
 RECORD_ATTR = "record"
@@ -50,6 +52,9 @@ RECHECK_PREFIX = "recheck:"
 CONSTRAINTS_ATTR = "constraints"
 CONSTRAINT_NAMES_ATTR = "constraint_names"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# Re-checks at final fidelity: the search's front, then its runners-up when a front point fails,
+# at most this many in all (each is a simulation of ``final_requests``).
+RECHECK_LIMIT = 16
 # Trials that hold a slot of the trial budget: finished ones and those still running.
 _BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
@@ -59,16 +64,19 @@ def metric_names(objective: dict[str, str]) -> list[str]:
     return [objective["cost"], f"p99_{objective['latency']}_s"]
 
 
-def make_sampler(kind: str, seed: int, trials: int | None) -> optuna.samplers.BaseSampler:
-    """NSGA-II (default) or multivariate TPE, sized for the trial budget."""
+def make_sampler(kind: str, seed: int, trials: int | None, space: SearchSpace | None = None) -> optuna.samplers.BaseSampler:
+    """NSGA-II (default) or multivariate TPE, sized for the trial budget; with ``space``, wrapped so
+    that it proposes points the study has not scored yet (:class:`DistinctSampler`)."""
     if kind == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                              n_startup_trials=min(20, max((trials or 200) // 10, 5)))
-    # Several generations fit in a small budget only with a small population.
-    population = int(np.clip((trials or 400) // 8, 12, 50))
-    return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
+            sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                                 n_startup_trials=min(20, max((trials or 200) // 10, 5)))
+    else:
+        # Several generations fit in a small budget only with a small population.
+        population = int(np.clip((trials or 400) // 8, 12, 50))
+        sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
+    return sampler if space is None else DistinctSampler(sampler, space.scored_key, seed)
 
 
 def worker_id() -> str:
@@ -177,9 +185,9 @@ class Objective:
                                             list(outcome.grouped_constraints().values()))
         for key, value in outcome.attrs().items():
             trial.set_user_attr(key, value)
-        trial.set_user_attr(RECORD_ATTR, outcome.record)
+        trial.set_user_attr(RECORD_ATTR, outcome.record.model_dump())
         if outcome.values is None:
-            raise optuna.TrialPruned(outcome.record["reason"])
+            raise optuna.TrialPruned(outcome.record.reason)
         return outcome.values
 
 
@@ -260,9 +268,10 @@ def front_layers(points: np.ndarray, layers: int) -> np.ndarray:
     return np.array(chosen, dtype=int)
 
 
-def recheck_candidates(study: optuna.Study, limit: int = 40) -> list[optuna.trial.FrozenTrial]:
-    """Feasible simulated trials on the search's first two fronts (the second stands by in case a
-    front point fails at higher fidelity), one per distinct deployment."""
+def recheck_layers(study: optuna.Study, limit: int = RECHECK_LIMIT) -> list[list[optuna.trial.FrozenTrial]]:
+    """Feasible simulated trials on the search's first two fronts, one per distinct deployment, at
+    most ``limit`` in all: the front, and the runners-up that stand by in case a front point fails
+    at higher fidelity (re-checked only then: :meth:`~servopt.optimizer.job.Job.recheck_front`)."""
     seen, trials = set(), []
     for trial in evaluated_trials(study):  # feasible and simulated: complete, with values
         record = trial.user_attrs[RECORD_ATTR]
@@ -273,7 +282,9 @@ def recheck_candidates(study: optuna.Study, limit: int = 40) -> list[optuna.tria
     if not trials:
         return []
     points = np.array([t.values for t in trials])
-    return [trials[i] for i in front_layers(points, 2)[:limit]]
+    first = int(pareto_mask(points).sum())
+    chosen = [trials[i] for i in front_layers(points, 2)[:limit]]
+    return [layer for layer in (chosen[:first], chosen[first:]) if layer]
 
 
 def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | None = None) -> dict[str, Any]:
@@ -283,7 +294,8 @@ def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | Non
     evaluator = evaluator or Evaluator(problem)
     w = problem.workload
     deployment = Deployment.model_validate(record["deployment"])
-    summary = evaluator.simulate(record["model"], deployment, w.fidelity.final_requests, w.seed + 1)
+    compiled = problem.ctx.compile(record["model"], deployment)
+    summary = evaluator.simulate(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
     violations = evaluator._prediction_violations(summary)
     costs = evaluator.cost(deployment, summary)
     feasible = all(v <= 0 for v in violations.values()) and record["feasible"]

@@ -16,7 +16,7 @@ Every section but ``model`` and ``traffic`` is optional::
     limits: {max_gpus: 32, gpus_per_node: 8}
     pricing: {whole_nodes: false}            # true: pay for every GPU of each node a fleet occupies
     redundancy: 0.2                          # spare replicas on top of what the traffic needs
-    budget: {trials: 200, time_s: 120}
+    budget: {trials: 200}                    # time_s: 600 adds a wall-clock ceiling
     sampler: nsga2                           # or tpe
     seed: 0
     storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
@@ -126,7 +126,10 @@ class Pricing(Spec):
 
 
 class Budget(Spec):
-    """When the search stops: after ``trials`` finished trials or ``time_s`` seconds, first of the two."""
+    """When the search stops: after ``trials`` finished trials (counted over every worker of the
+    study), or at the optional ceiling of ``time_s`` seconds, whichever comes first. A budget in
+    trials makes a seed reproduce the same front on any machine, loaded or idle; a time ceiling that
+    cuts the search short depends on the machine's speed."""
 
     trials: int | None = Field(default=200, ge=1, le=1_000_000)
     time_s: Seconds | None = None

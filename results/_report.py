@@ -84,7 +84,7 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     slo = data["workload"]["slo"]
     violations = Counter()
     for trial in data["trials"]:
-        violations.update(trial["record"]["violations"].keys())
+        violations.update(trial.record.violations.keys())
     lines.append(f"None of the {len(trials)} trials met every constraint. Constraints broken, by trials:")
     for name, count in violations.most_common():
         lines.append(f"- {name}: {count} trials")
@@ -278,19 +278,20 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
 
 def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, Any]]:
     """What ``servopt export`` needs per front point (written as front.json)."""
-    by_number = {t["number"]: t["record"] for t in data["trials"]}
+    by_number = {t.number: t.record for t in data["trials"]}
     points = []
     for row in front.to_dict(orient="records"):
         record = by_number[row["trial"]]
         points.append({
             "trial": row["trial"],
-            "serve_id": record["serve_id"],
-            "weights": record.get("weights"),
+            "serve_id": record.serve_id,
+            "weights": record.weights,
             "profile_calibrated": bool(row["profile_calibrated"]),
-            "model": record["model"],
-            "deployment": record["deployment"],
-            "knobs": record["knobs"],
-            "gpus_per_node": data["gpus"][record["deployment"]["gpu"]]["gpus_per_node"],
+            "model": record.model,
+            "deployment": record.deployment,
+            "roles": record.roles,
+            "knobs": record.knobs,
+            "gpus_per_node": data["gpus"][record.deployment["gpu"]]["gpus_per_node"],
             "metrics": {k: row[k] for k in (*COST_COLUMNS, "num_gpus", "gpus_rented", "p99_ttft_s", "p99_tpot_s",
                                              "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct")},
         })

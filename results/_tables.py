@@ -1,4 +1,5 @@
-"""Trial and front tables from a job's collected data (``Job.collect()``), as pandas frames."""
+"""Trial and front tables from a job's collected data (``Job.collect()``: typed trial records and
+re-checks, :mod:`._record`), as pandas frames."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 from typing import Any
 
 import pandas as pd
+
+from ._record import TrialRecord, summary_p99
 
 KNOB_COLUMNS = [
     "model", "gpu", "mode", "tp", "data_parallel_size", "enable_expert_parallel", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
@@ -21,16 +24,10 @@ INT_COLUMNS = ("tp", "data_parallel_size", "pp", "prefill_instances", "decode_in
                "max_num_batched_tokens", "num_speculative_tokens")
 
 
-def _p99(summary: dict | None, metric: str) -> float:
-    if not summary or f"{metric}_s" not in summary:
-        return math.nan
-    return float(summary[f"{metric}_s"]["p99"])
-
-
 def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]:
     """Flat columns of one simulator summary (NaN when there is none)."""
     s = summary or {}
-    out = {f"{prefix}p99_{m}_s": _p99(summary, m) for m in METRICS}
+    out = {f"{prefix}p99_{m}_s": summary_p99(summary, m) for m in METRICS}
     out.update({
         f"{prefix}requests_per_s": s.get("requests_per_s", math.nan),
         f"{prefix}output_tokens_per_s": s.get("output_tokens_per_s", math.nan),
@@ -43,7 +40,7 @@ def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]
     return out
 
 
-def cost_columns(costs: dict[str, Any]) -> dict[str, float]:
+def cost_columns(costs: dict[str, float | None]) -> dict[str, float]:
     """$/hour, $ per million output tokens and per million tokens (input + output); NaN when unknown."""
     return {key: math.nan if costs.get(key) is None else costs[key] for key in COST_COLUMNS}
 
@@ -65,31 +62,31 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
     it is (in)feasible."""
     rows = []
     for trial in data["trials"]:
-        r, values = trial["record"], trial["values"]
-        knobs = r["knobs"]
-        summary = r.get("simulation") or r.get("estimate")
+        r, values = trial.record, trial.values
+        knobs = r.knobs
         row = {
-            "trial": trial["number"],
-            "feasible": r["feasible"],
-            "fidelity": r["fidelity"],
-            "reason": r["reason"],
+            "trial": trial.number,
+            "feasible": r.feasible,
+            "fidelity": r.fidelity,
+            "reason": r.reason,
             **{k: knobs.get(k) for k in KNOB_COLUMNS},
-            "model": r["model"],
-            "serve_id": r["serve_id"],
-            "replicas": r["replicas"],
-            "num_gpus": r["num_gpus"],
-            "gpus_rented": r["gpus_rented"],
-            **cost_columns(r),
-            **prediction_columns(summary),
-            "accuracy_drop_pct": r["accuracy_drop_pct"],
-            "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
-            "replicas_needed": (r.get("capacity") or {}).get("replicas_needed", math.nan),
+            "model": r.model,
+            "serve_id": r.serve_id,
+            "replicas": r.replicas,
+            "num_gpus": r.num_gpus,
+            "gpus_rented": r.gpus_rented,
+            **cost_columns(r.costs()),
+            **prediction_columns(r.summary),
+            "accuracy_drop_pct": r.accuracy_drop_pct,
+            "memory_headroom_gib": math.nan if r.memory_headroom_gib is None else r.memory_headroom_gib,
+            "replicas_needed": (r.capacity or {}).get("replicas_needed", math.nan),
+            "repaired": "; ".join(f"{k} {a}->{b}" for k, (a, b) in r.repaired.items()),
             # Pruned trials (nothing predicted) have no objective values.
             "objective_cost": values[0] if values else math.nan,
             "objective_latency_s": values[1] if values else math.nan,
-            "profile_calibrated": r["profile_calibrated"],
-            "eval_s": r["eval_s"],
-            "deployment": json.dumps(r["deployment"], sort_keys=True),
+            "profile_calibrated": r.profile_calibrated,
+            "eval_s": r.eval_s,
+            "deployment": json.dumps(r.deployment, sort_keys=True),
         }
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -99,10 +96,10 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
     return frame.sort_values("trial").reset_index(drop=True) if len(frame) else frame
 
 
-def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
+def why(record: TrialRecord, summary: dict[str, Any] | None) -> str:
     """One line on what limits a configuration: the bound, queueing, and the KV cache."""
     if not summary:
-        return record.get("reason") or "not simulated"
+        return record.reason or "not simulated"
     parts = []
     share = summary.get("compute_bound_share")
     if share is not None:
@@ -116,7 +113,7 @@ def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
     if kv is not None and kv >= KV_LIMITED_UTILIZATION:
         parts.append(f"KV-limited (KV cache {kv:.0%} full)")
     elif batch is not None:
-        cap = record["knobs"].get("max_num_seqs")
+        cap = record.knobs.get("max_num_seqs")
         limit = " (max_num_seqs-limited)" if cap and batch >= 0.9 * cap else ""
         parts.append(f"mean batch {batch:.0f}{limit}" + (f", KV {kv:.0%} full" if kv is not None else ""))
     return "; ".join(parts)
@@ -124,23 +121,22 @@ def why(record: dict[str, Any], summary: dict[str, Any] | None) -> str:
 
 def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
     """The final front: re-checked predictions of each point, cheapest first."""
-    by_number = {t["number"]: t for t in data["trials"]}
+    by_number = {t.number: t.record for t in data["trials"]}
     # JSON round trips turn the trial-number keys into strings.
     equivalents = {int(k): v for k, v in data.get("front_equivalents", {}).items()}
     rows = []
     for number in data["front"]:
-        r = by_number[number]["record"]
+        r = by_number[number]
         check = data["rechecks"][number]
-        summary = check["simulation"]
-        knobs = r["knobs"]
-        d = r["deployment"]
+        summary = check.simulation
+        d = r.deployment
         rows.append({
             "trial": number,
-            "model": r["serve_id"],
+            "model": r.serve_id,
             "gpu": d["gpu"],
-            "num_gpus": r["num_gpus"],
-            "gpus_rented": check["gpus_rented"],
-            "replicas": r["replicas"],
+            "num_gpus": r.num_gpus,
+            "gpus_rented": check.gpus_rented,
+            "replicas": r.replicas,
             "quantization": d["quantization"],
             "kv_cache_dtype": d["kv_cache_dtype"],
             "tp": d["tp"] if not d.get("disaggregation") else None,
@@ -151,15 +147,15 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "max_num_batched_tokens": d["max_num_batched_tokens"],
             "enable_chunked_prefill": d["enable_chunked_prefill"],
             "pd_split": pd_split_text(d),
-            "speculation": speculation_text(knobs),
-            **cost_columns(check),
+            "speculation": speculation_text(r.knobs),
+            **cost_columns(check.costs()),
             **prediction_columns(summary),
-            "accuracy_drop_pct": r["accuracy_drop_pct"],
-            "memory_headroom_gib": r.get("memory_headroom_gib", math.nan),
+            "accuracy_drop_pct": r.accuracy_drop_pct,
+            "memory_headroom_gib": math.nan if r.memory_headroom_gib is None else r.memory_headroom_gib,
             "why": why(r, summary),
-            "simulated_requests": check["requests"],
+            "simulated_requests": check.requests,
             "equivalent_trials": " ".join(str(n) for n in equivalents.get(number, [])),
-            "profile_calibrated": r["profile_calibrated"],
+            "profile_calibrated": r.profile_calibrated,
             "deployment": json.dumps(d, sort_keys=True),
         })
     frame = pd.DataFrame(rows)

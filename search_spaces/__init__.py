@@ -1,8 +1,9 @@
 """The search space: knobs, their domains, conditions and the constraints checked before simulating.
 
 One knob is one small class (``search_spaces/_knobs.py``) behind :class:`Knob`; one constraint is
-one small class (``_constraints.py``) behind :class:`Constraint`. A workload's ``space:`` pins
-(a value) or narrows (a list, or ``{low, high}``) any knob.
+one small class (``_constraints.py``) behind :class:`Constraint`; one repair of a drawn point, or
+pruning of a domain before sampling, is one small class (``_repair.py``) behind :class:`Repair` or
+:class:`Pruner`. A workload's ``space:`` pins (a value) or narrows (a list, or ``{low, high}``) any knob.
 
 Example:
     >>> from servopt.search_spaces import SearchSpace, example_context
@@ -11,14 +12,15 @@ Example:
     [1, 2, 4, 8]
 """
 
-from ._constraints import CONSTRAINTS, Constraint, Violation, instances, memory_headroom_gib
+from ._constraints import CONSTRAINTS, Constraint, Violation
 from ._context import ModelChoice, SpaceContext, SpeculationChoice, WeightsOption, example_context, weight_options
 from ._domains import Choices, Domain, FloatRange, IntRange
 from ._knobs import AGGREGATED, DISAGGREGATED, KNOBS, SPECULATION_OFF, Knob
+from ._repair import PRUNERS, REPAIRS, Pruner, Repair
 from ._space import Candidate, SearchSpace
 
 __all__ = [
     "AGGREGATED", "CONSTRAINTS", "Candidate", "Choices", "Constraint", "DISAGGREGATED", "Domain", "FloatRange",
     "IntRange", "KNOBS", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext", "WeightsOption", "weight_options",
-    "SpeculationChoice", "Violation", "example_context", "instances", "memory_headroom_gib",
+    "SpeculationChoice", "Violation", "example_context", "PRUNERS", "REPAIRS", "Pruner", "Repair",
 ]

@@ -7,14 +7,13 @@ never parses files itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from ..costmodels.architectures import ModelSpec
+from ..costmodels.deployment import Deployment
 from ..costmodels.hardware import GPUSpec
-from ..costmodels.deployment import SpeculativeConfig
-from ..costmodels.memory import MemoryPlan, plan_memory
-from ..costmodels.speculation import DraftMemory, draft_memory
+from ..costmodels.profile import PerformanceProfile
 from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES, AccuracyTable, get_scheme
+from ..costmodels.serving.compiled import CompiledDeployment, CompileCache, compile_deployment
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,8 @@ class SpeculationChoice:
 
 @dataclass(frozen=True, eq=False)
 class SpaceContext:
-    """Everything a knob or constraint reads. Memory plans are cached per configuration."""
+    """Everything a knob or constraint reads: the job's models, GPUs (with their profiles), limits
+    and accuracy budget; compiled deployments share one cache of step models and memory plans."""
 
     models: dict[str, ModelChoice]
     gpus: dict[str, GPUSpec]
@@ -90,6 +90,8 @@ class SpaceContext:
     speculation: dict[str, SpeculationChoice] = field(default_factory=dict)
     gpus_per_node: int | None = None
     max_gpus: int = 64
+    profiles: dict[str, PerformanceProfile] = field(default_factory=dict)
+    cache: CompileCache = field(default_factory=CompileCache, repr=False)
 
     def node_size(self, gpu: str) -> int:
         return self.gpus_per_node or self.gpus[gpu].gpus_per_node
@@ -108,33 +110,17 @@ class SpaceContext:
             weights = self.accuracy.drop_pct(quantization, spec.num_params, kv)
         return choice.accuracy_drop_pct + weights
 
-    def memory_plan(self, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int, pp: int,
-                    max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
-                    speculation: str = "off", dp: int = 1) -> MemoryPlan:
-        """The memory plan of one instance (a draft model's weights and KV share its pool; with ``dp``
-        data-parallel ranks, one rank's)."""
-        return _memory_plan(self, model, gpu, quantization, kv_cache_dtype, tp, pp, max_num_seqs,
-                            max_num_batched_tokens, gpu_memory_utilization, speculation, dp)
+    def profile(self, gpu: str) -> PerformanceProfile:
+        """The GPU's calibration profile (the datasheet defaults when the job gave none)."""
+        found = self.profiles.get(gpu)
+        return found if found is not None else PerformanceProfile.spec_default(self.gpus[gpu])
 
-
-@lru_cache(maxsize=4096)
-def _memory_plan(ctx: SpaceContext, model: str, gpu: str, quantization: str, kv_cache_dtype: str, tp: int,
-                 pp: int, max_num_seqs: int, max_num_batched_tokens: int, gpu_memory_utilization: float,
-                 speculation: str, dp: int) -> MemoryPlan:
-    spec = ctx.models[model].spec_for(quantization)
-    draft = DraftMemory(0.0, 0.0)
-    if speculation != "off":
-        choice = ctx.speculation[speculation]
-        # The number of drafted tokens does not change what the drafter holds.
-        config = SpeculativeConfig(method=choice.method, num_speculative_tokens=1, draft_model=choice.draft_model)
-        draft = draft_memory(config, spec, kv_cache_dtype, tp)
-    return plan_memory(
-        spec, ctx.gpus[gpu], quantization=quantization, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp,
-        gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs, max_model_len=ctx.max_model_len[model],
-        extra_weights_bytes_per_gpu=draft.weights_bytes_per_gpu,
-        extra_kv_bytes_per_token_per_gpu=draft.kv_bytes_per_token_per_gpu,
-    )
+    def compile(self, model: str, deployment: Deployment) -> CompiledDeployment:
+        """The deployment of ``model`` compiled once for the constraints, capacity, estimate and
+        simulation (:mod:`~servopt.costmodels.serving.compiled`), sharing step models and memory
+        plans with the job's other trials."""
+        return compile_deployment(self.models[model].spec_for(deployment.quantization), deployment,
+                                  self.gpus[deployment.gpu], self.profile(deployment.gpu), self.cache)
 
 
 def weight_options(spec: ModelSpec, serve_id: str, quantization: str | None,

@@ -32,6 +32,10 @@ class Domain:
     def contains(self, value: Value) -> bool:
         raise NotImplementedError
 
+    def at_least(self, value: int) -> Value | None:
+        """The smallest value of a numeric domain that is >= ``value`` (None when there is none)."""
+        raise NotImplementedError
+
     @property
     def pinned(self) -> Value | None:
         """The single value of a pinned domain, else None."""
@@ -57,6 +61,10 @@ class Choices(Domain):
 
     def contains(self, value: Value) -> bool:
         return any(_same(value, option) for option in self.options)
+
+    def at_least(self, value: int) -> Value | None:
+        above = [o for o in self.options if not isinstance(o, bool | str) and o >= value]
+        return min(above) if above else None
 
     @property
     def pinned(self) -> Value | None:
@@ -89,6 +97,10 @@ class IntRange(Domain):
     def contains(self, value: Value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high \
             and (value - self.low) % self.step == 0
+
+    def at_least(self, value: int) -> Value | None:
+        above = self.low + max(-(-(value - self.low) // self.step), 0) * self.step
+        return above if above <= self.high else None
 
     @property
     def pinned(self) -> Value | None:

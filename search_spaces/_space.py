@@ -11,10 +11,12 @@ import optuna
 
 from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
 from ..costmodels.errors import InputError
+from ..costmodels.serving.compiled import CompiledDeployment
 from ._constraints import CONSTRAINTS, Constraint, Violation
 from ._context import SpaceContext
 from ._domains import Domain, Value, narrow
 from ._knobs import DISAGGREGATED, KNOBS, SPECULATION_OFF, HeadroomKnob, Knob, ReplicasKnob
+from ._repair import PRUNERS, REPAIRS, Pruner, Repair
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,11 @@ class SearchSpace:
     """
 
     def __init__(self, ctx: SpaceContext, settings: Mapping[str, Any] | None = None,
-                 constraints: tuple[Constraint, ...] = CONSTRAINTS):
+                 constraints: tuple[Constraint, ...] = CONSTRAINTS, repairs: tuple[Repair, ...] = REPAIRS,
+                 pruners: tuple[Pruner, ...] = PRUNERS):
         self.ctx = ctx
         self.constraints = constraints
+        self.repairs = repairs
         settings = dict(settings or {})
         knobs: list[Knob] = list(KNOBS)
         if "replicas" in settings:
@@ -69,6 +73,14 @@ class SearchSpace:
             if knob.name in settings:
                 domain = narrow(domain, settings[knob.name], f"space.{knob.name}", knob.coerce)
             self._domains[knob.name] = domain
+        # Values no configuration can use (a scheme over the accuracy budget for every model, or
+        # that no candidate GPU runs) are left out before sampling, with the reason.
+        self.excluded: dict[str, dict[Value, str]] = {}
+        for pruner in pruners:
+            kept, dropped = pruner.prune(self._domains[pruner.knob], ctx, self._domains)
+            if dropped:
+                self._domains[pruner.knob] = kept
+                self.excluded.setdefault(pruner.knob, {}).update(dropped)
 
     # --- reading -------------------------------------------------------------------------------
     def domain(self, name: str) -> Domain:
@@ -79,8 +91,15 @@ class SearchSpace:
         return any(isinstance(k, ReplicasKnob) for k in self.knobs)
 
     def describe(self) -> dict[str, str]:
-        """Knob -> its domain in words (pinned knobs show their value)."""
-        return {k.name: self._domains[k.name].describe() for k in self.knobs}
+        """Knob -> its domain in words (pinned knobs show their value; values left out, with why)."""
+        out = {}
+        for k in self.knobs:
+            text = self._domains[k.name].describe()
+            dropped = self.excluded.get(k.name)
+            if dropped:
+                text += " (left out: " + "; ".join(f"{v}: {why}" for v, why in dropped.items()) + ")"
+            out[k.name] = text
+        return out
 
     # --- sampling ------------------------------------------------------------------------------
     def sample(self, trial: optuna.Trial) -> Candidate:
@@ -168,19 +187,42 @@ class SearchSpace:
         constraints."""
         return Deployment.model_validate(deployment.model_dump())
 
+    def compile(self, candidate: Candidate, replicas: int = 1) -> CompiledDeployment:
+        """The candidate's deployment compiled once (roles, limits, memory plans, step models)."""
+        return self.ctx.compile(self.model_key(candidate), self.deployment(candidate, replicas))
+
     # --- constraints ---------------------------------------------------------------------------
-    def violations(self, candidate: Candidate, replicas: int | None = None) -> list[Violation]:
-        """Broken constraints; those that need the replica count run only when it is given."""
-        deployment = self.deployment(candidate, replicas or 1)
+    def violations(self, candidate: Candidate, replicas: int | None = None,
+                   compiled: CompiledDeployment | None = None) -> list[Violation]:
+        """Broken constraints of the candidate (or of its ``compiled`` deployment); those that need
+        the replica count run only when it is given."""
+        compiled = compiled or self.compile(candidate, replicas or 1)
         model = self.model_key(candidate)
         found = []
         for constraint in self.constraints:
             if constraint.needs_replicas and replicas is None:
                 continue
-            violation = constraint.check(deployment, model, self.ctx)
+            violation = constraint.check(compiled, model, self.ctx)
             if violation is not None:
                 found.append(violation)
         return found
+
+    def scored_key(self, params: Mapping[str, Value]) -> tuple | None:
+        """The identity of the point that drawn parameters are scored as (after pinned values and
+        the repair), or None when they leave an active knob without a value."""
+        try:
+            return self.repair(self.fixed(params)).key
+        except InputError:
+            return None
+
+    # --- repair --------------------------------------------------------------------------------
+    def repair(self, candidate: Candidate) -> Candidate:
+        """The nearest point that passes the rules a knob of the candidate can fix (within each
+        knob's domain): see :mod:`~servopt.search_spaces._repair`."""
+        values = dict(candidate.values)
+        for rule in self.repairs:
+            values = rule.apply(values, self)
+        return Candidate(values)
 
     @property
     def constraint_names(self) -> list[str]:

@@ -170,3 +170,42 @@ def test_cli_errors_exit_2_with_one_line(argv, message, capsys, tmp_path, monkey
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_public_collective_rows_count_for_each_named_gpu_of_one_architecture():
+    """A public row measured on "H100 or H200" counts for both; a guessed GPU, or two GPUs of two
+    architectures, for neither."""
+    import io
+
+    text = ("source,gpu,num_gpus,collective,implementation,cuda_graph,dtype,message_bytes,latency_ms\n"
+            "vllm-project/vllm PR,H100 or H200 (SM 9.0),8,all_reduce,symm_mem_multimem,true,bfloat16,16777216,0.087\n"
+            "vllm-project/vllm PR,unknown (likely B200),4,all_reduce,symm_mem_multimem,true,bfloat16,16777216,0.05\n"
+            "vllm-project/vllm PR,unknown (H100 or B200),6,all_reduce,pynccl,true,bfloat16,16777216,0.1\n"
+            "vllm-project/vllm PR,H100 or B200,6,all_reduce,pynccl,true,bfloat16,16777216,0.1\n")
+    table = read_kernel_table(io.StringIO(text), "public.csv")
+    assert sorted(table["gpu"]) == ["h100", "h200"]
+    assert set(table["framework"]) == {"vllm"} and set(table["dtype"]) == {"bf16"}
+
+
+def test_symmetric_memory_curve_is_the_kernel_vllm_runs_at_that_gpu_count():
+    """vLLM runs multimem on Hopper at 4, 6 and 8 GPUs and two-shot at 2: the fitted symm_mem curve
+    takes each GPU count's own kernel, never the other one's timings."""
+    rows = []
+    for n, variant, us in ((8, "multimem", 87.0), (8, "two_shot", 125.0), (2, "multimem", 40.0), (2, "two_shot", 60.0)):
+        for size in (2**22, 2**24):
+            rows.append({"system": "h100", "device": "h100", "framework": "vllm", "kernel_source": f"symm_mem_{variant}",
+                         "op": "all_reduce", "dtype": "bf16", "num_gpus": n, "message_bytes": size,
+                         "latency_ms": us / 1e3 * size / 2**24})
+    table = read_kernel_table(io_csv(pd.DataFrame(rows)), "symm.csv")
+    fit = AllReduceFit()
+    selected = fit.select(table)
+    profile = fit.fit(PerformanceProfile.spec_default(H100), H100, selected)
+    curve = profile.allreduce["symm_mem"]
+    assert float(curve.time_s(2**24, 8)) == pytest.approx(87e-6)
+    assert float(curve.time_s(2**24, 2)) == pytest.approx(60e-6)
+
+
+def io_csv(frame: pd.DataFrame):
+    import io
+
+    return io.StringIO(frame.to_csv(index=False))

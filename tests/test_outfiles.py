@@ -77,6 +77,6 @@ def test_truncated_job_file_is_recovered_by_rerun_report_and_export(tmp_path, se
     assert outcome.notes and "unreadable" in outcome.notes[0]
     assert json.loads(path.read_text())["workload"] == job.workload.model_dump(mode="json")
     path.write_text("{")
-    (job.out_dir / "study.db").unlink()
+    (job.out_dir / "study.journal").unlink()
     assert main(["report", str(job.out_dir)]) == 2
-    assert "no study.db to rebuild it from" in capsys.readouterr().err
+    assert "no study.journal to rebuild it from" in capsys.readouterr().err

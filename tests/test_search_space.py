@@ -165,8 +165,11 @@ def test_memory_check_counts_what_each_drafter_holds():
     ctx = example_context()
     ctx = replace(ctx, speculation={**ctx.speculation, "eagle3": SpeculationChoice("eagle3", "eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")})
 
+    space = SearchSpace(ctx)
+
     def pool(speculation: str) -> float:
-        return ctx.memory_plan("llama-3.1-8b", "h100", "bf16", "auto", 1, 1, 256, 8192, 0.9, speculation).kv_cache_bytes_per_gpu
+        extra = {"num_speculative_tokens": 2} if speculation != "off" else {}
+        return space.compile(space.fixed(base_values(speculation=speculation, max_num_seqs=256, **extra))).kv_pool_gib()
 
     assert pool("ngram") == pool("off")  # n-gram lookup runs on the CPU
     assert pool("eagle3") < pool("off")  # the head's weights and KV share the pool

@@ -28,7 +28,7 @@ def test_saturation_is_detected_and_reported():
 def test_round_robin_alternates_and_least_outstanding_balances():
     tr = traffic({"kind": "poisson", "rate_per_s": 36}, {"kind": "lognormal", "mean": 1000, "sigma": 1.0},
                  {"kind": "lognormal", "mean": 300, "sigma": 1.2})
-    rr = run(deployment(replicas=3, router="round_robin"), tr, n=3000)
+    rr = run(deployment(replicas=3, router="round_robin"), tr, n=3000, whole_fleet=True)
     order = rr.requests.sort_values("arrival_s").instance.to_numpy()
     assert (np.diff(order) % 3 == 1).all()
     lo = run(deployment(replicas=3, router="least_outstanding"), tr, n=3000)
@@ -38,6 +38,19 @@ def test_round_robin_alternates_and_least_outstanding_balances():
     assert lo.summary.ttft_s.p99 < rr.summary.ttft_s.p99
     # Balanced batches also keep the decode tail from getting worse (within noise).
     assert lo.summary.tpot_s.p99 < 1.01 * rr.summary.tpot_s.p99
+
+
+def test_a_round_robin_fleet_is_one_replica_fed_every_nth_arrival():
+    fleet = deployment(replicas=6, router="round_robin")
+    whole = run(fleet, poisson(60.0), n=3000, whole_fleet=True).summary
+    one = run(fleet, poisson(60.0), n=3000)
+    assert set(one.requests.instance) == {0} and "1 of 6 identical replicas" in one.summary.notes[-1]
+    gaps = np.diff(np.sort(one.requests.arrival_s.to_numpy()))
+    assert gaps.mean() == pytest.approx(6 / 60.0, rel=0.05)  # Erlang-6 gaps: mean 6/rate, CV 1/sqrt(6)
+    assert gaps.std() / gaps.mean() == pytest.approx(6 ** -0.5, rel=0.1)
+    assert one.summary.requests_per_s == pytest.approx(whole.requests_per_s, rel=0.05)
+    assert one.summary.ttft_s.p99 == pytest.approx(whole.ttft_s.p99, rel=0.1)
+    assert one.summary.tpot_s.p99 == pytest.approx(whole.tpot_s.p99, rel=0.05)
 
 
 def test_more_replicas_serve_proportionally_more():

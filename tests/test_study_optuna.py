@@ -12,15 +12,18 @@ import pytest
 from _optimizer_fixtures import TINY, serving  # noqa: F401
 from _postgres import free_port
 
+from servopt.optimizer._storage import journal_path, open_storage
 from servopt.optimizer.job import Job
 from servopt.optimizer._evaluate import CONSTRAINT_GROUPS
 from servopt.optimizer.study import CONSTRAINT_NAMES_ATTR, BudgetSpent, TrialBudget
 from servopt.optimizer.workload import parse_workload
 
-# gptq breaks the accuracy budget before anything is predicted (pruned); the TTFT target is tight
-# enough that some simulated trials miss it (complete, infeasible, with their predicted values).
-WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"]},
+# TP 4 breaks the two-GPU fleet limit before anything is predicted (pruned; no repair lowers a TP);
+# the TTFT target is tight enough that some simulated trials miss it (complete, infeasible, with
+# their predicted values).
+WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"], "tp": [1, 4]},
             "checkpoints": {"gptq": "hugging-quants/Meta-Llama-3.1-8B-Instruct-GPTQ-INT4"},
+            "accuracy": {"max_drop_pct": 10.0}, "limits": {"max_gpus": 2},
             "slo": {"p99_ttft_s": 0.12, "p99_tpot_s": 0.1}, "budget": {"trials": 24}}
 
 
@@ -33,7 +36,7 @@ def finished_job(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def study(finished_job):
-    return optuna.load_study(study_name=finished_job.study_name, storage=finished_job.storage_url)
+    return optuna.load_study(study_name=finished_job.study_name, storage=open_storage(finished_job.storage_url))
 
 
 def test_metric_names_and_no_placeholder_values(study):
@@ -72,8 +75,8 @@ def test_flat_attributes_filter_trials(study):
     for key in ("gpu", "tp", "quantization", "model", "usd_per_hour", "usd_per_output_mtoken", "usd_per_total_mtoken",
                 "gpus_used", "gpus_rented", "p99_ttft_s", "p99_tpot_s", "feasible", "reason", "fidelity"):
         assert f"user_attrs_{key}" in frame, key
-    gptq = frame[frame["user_attrs_quantization"] == "gptq"]
-    assert len(gptq) and set(gptq["state"]) == {"PRUNED"}
+    too_big = frame[frame["user_attrs_tp"] == 4]
+    assert len(too_big) and set(too_big["state"]) == {"PRUNED"}
     # The model attribute names the weights served: the base model, or the gptq checkpoint.
     assert set(frame["user_attrs_model"]) == {"meta-llama/Llama-3.1-8B", WORKLOAD["checkpoints"]["gptq"]}
 
@@ -105,7 +108,7 @@ def test_dashboard_shows_metric_names_and_constraints(finished_job, study):
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", "import sys, optuna_dashboard; optuna_dashboard.run_server(sys.argv[1], "
-         "host='127.0.0.1', port=int(sys.argv[2]))", finished_job.storage_url, str(port)],
+         "host='127.0.0.1', port=int(sys.argv[2]))", str(journal_path(finished_job.storage_url)), str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -5,6 +5,8 @@ Public face:
 - :func:`simulate` runs the discrete-event simulation (vLLM V1 step rule, paged KV, chunked prefill,
   preemption, speculative decoding, replicas behind a router, P/D disaggregation, pipeline lanes);
 - :func:`estimate` gives the same summary from queueing approximations, for screening candidates;
+- :func:`compile_deployment` resolves a deployment once (roles, limits, memory plans, step models);
+  :func:`simulate_compiled` and :func:`estimate_compiled` take that compiled deployment;
 - :class:`Traffic` and :class:`SLO` describe the workload; :class:`SimulationResult` and
   :class:`ServingSummary` the answer.
 
@@ -22,10 +24,12 @@ Example:
     {'ttft': 1.0}
 """
 
-from .analytic import estimate
+from .analytic import estimate, estimate_compiled
+from .compiled import CompiledDeployment, compile_deployment
 from .metrics import LatencyStats, ServingSummary
-from .simulator import SimulationResult, simulate
+from .simulator import SimulationResult, simulate, simulate_compiled
 from .slo import SLO
 from .traffic import Traffic, read_trace
 
-__all__ = ["simulate", "estimate", "SimulationResult", "ServingSummary", "LatencyStats", "SLO", "Traffic", "read_trace"]
+__all__ = ["simulate", "estimate", "simulate_compiled", "estimate_compiled", "compile_deployment", "CompiledDeployment",
+           "SimulationResult", "ServingSummary", "LatencyStats", "SLO", "Traffic", "read_trace"]

@@ -51,7 +51,8 @@ from ..profile import PerformanceProfile
 from .metrics import LatencyStats, ServingSummary
 from .predictor import StepComposition
 from .requests import RequestTable, draw_requests
-from .simulator import DeploymentModel, Role, SimulationResult, compile_deployment
+from .compiled import CompiledDeployment, Role, compile_deployment
+from .simulator import SimulationResult
 from .slo import SLO
 from .traffic import Traffic
 
@@ -79,7 +80,7 @@ class TrafficMoments:
     num_requests: int
 
 
-def traffic_moments(traffic: Traffic, compiled: DeploymentModel) -> TrafficMoments:
+def traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMoments:
     d = compiled.deployment
     trace = traffic.arrival.kind == "trace"
     drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
@@ -486,7 +487,7 @@ class _Solution:
 
 
 class _Analysis:
-    def __init__(self, compiled: DeploymentModel, m: TrafficMoments):
+    def __init__(self, compiled: CompiledDeployment, m: TrafficMoments):
         self.compiled, self.m = compiled, m
         pp = compiled.deployment.pp
         roles = {r.name: r for r in compiled.roles}
@@ -623,7 +624,12 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
              slo: SLO | None = None) -> SimulationResult:
     """The simulator's result shape from queueing approximations (see the module docstring): its
     ``summary`` has every field of a simulated one; it has no per-request rows and no steps."""
-    compiled = compile_deployment(model, deployment, gpu, profile)
+    return estimate_compiled(compile_deployment(model, deployment, gpu, profile), traffic, slo)
+
+
+def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO | None = None) -> SimulationResult:
+    """:func:`estimate` of a deployment compiled already (InputError when vLLM would not start it)."""
+    compiled.require()
     m = traffic_moments(traffic, compiled)
     analysis = _Analysis(compiled, m)
     saturated, reason, extra_wait = False, "", 0.0

@@ -53,8 +53,13 @@ class DrawnRequests:
 
 
 def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Generator, *, max_model_len: int,
-                  block_size: int, prefix_caching: bool, context_source: str = "the deployment's max_model_len") -> DrawnRequests:
+                  block_size: int, prefix_caching: bool, arrival_share: float = 1.0,
+                  context_source: str = "the deployment's max_model_len") -> DrawnRequests:
     """Draw ``num_requests`` requests (a trace defaults to its length) and clip them to the context.
+
+    ``arrival_share`` < 1 keeps that share of a generated open-loop stream, evenly spaced in arrival
+    order (every k-th arrival for a share of 1/k): the arrivals that a round-robin router sends to
+    some of the replicas it balances (see :func:`~servopt.costmodels.serving.simulator.simulate_compiled`).
 
     Prompt plus output is clipped to ``min(traffic.max_context, max_model_len)`` as a benchmark
     client would; when most requests would be clipped without ``traffic.max_context`` asking for it,
@@ -81,7 +86,9 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
             raise InputError("num_requests is required for generated traffic")
         n = num_requests
         if traffic.arrival.kind != "closed_loop":
-            arrival = traffic.arrival.arrival_times_s(rng, n)
+            stride = 1.0 / arrival_share
+            every = traffic.arrival.arrival_times_s(rng, math.ceil(n * stride))
+            arrival = every[np.floor(np.arange(n) * stride).astype(np.int64)]
         inputs = traffic.input_tokens.sample(rng, n)
         outputs = traffic.output_tokens.sample(rng, n)
     limit = min(traffic.max_context or max_model_len, max_model_len)

@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from ...calibration.fit import fit_profile
-from ...calibration.importers import fit_step_overhead, import_aiconfigurator, read_vllm_bench
 from ...calibration.microbench import make_backend, run_microbenchmarks
 from ...calibration.registry import load_profile, write_profile
 from ...calibration.tables import read_kernel_tables, write_table
@@ -74,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
+    from ...calibration.fit import fit_profile  # scipy loads only for the commands that fit
+
     catalog = load_catalog(args.hardware)
     table = read_kernel_tables(args.tables)
     devices = sorted(table["gpu"].dropna().unique())
@@ -111,6 +111,9 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    # scipy loads only for the commands that fit.
+    from ...calibration.importers import fit_step_overhead, import_aiconfigurator, read_vllm_bench
+
     if args.aiconfigurator:
         if not args.system:
             raise InputError("--aiconfigurator needs --system (e.g. h200_sxm)")

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = job.run(progress=not args.no_progress)
     data = job.collect()
     paths = write_results(job.out_dir, data)
-    front = [t for t in data["trials"] if t["number"] in set(outcome.front)]
+    front = [t for t in data["trials"] if t.number in set(outcome.front)]
     result = {
         "study": job.study_name, "storage": job.shown_storage, "out_dir": str(job.out_dir),
         "trials": outcome.trials, "new_trials": outcome.new_trials,

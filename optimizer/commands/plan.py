@@ -9,10 +9,11 @@ from ...calibration.registry import load_profile
 from ...costmodels.architectures import resolve_model
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GIB, load_catalog
-from ...costmodels.memory import plan_memory
+from ...costmodels.deployment import Deployment
 from ...costmodels.quantization import SCHEMES, math_dtype
-from ...costmodels.roofline import Batch, StepCostModel
-from ...costmodels.vllm_defaults import default_batch_limits
+from ...costmodels.roofline import Batch
+from ...costmodels.serving.compiled import compile_deployment
+from ...costmodels.vllm_defaults import CURRENT_VLLM, GPU_MEMORY_UTILIZATION
 from .common import add_hardware_args, positive_float, positive_int
 
 
@@ -31,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto", help="KV cache dtype")
     parser.add_argument("--context", type=positive_int, default=4096, help="tokens per request (prompt + output)")
     parser.add_argument("--concurrency", type=positive_int, default=1, help="requests resident at once")
-    parser.add_argument("--gpu-memory-utilization", type=positive_float, default=0.92,
-                        help="vLLM's memory budget fraction (default 0.92, vLLM 0.33's default)")
+    parser.add_argument("--gpu-memory-utilization", type=positive_float, default=GPU_MEMORY_UTILIZATION,
+                        help=f"vLLM's memory budget fraction (default {GPU_MEMORY_UTILIZATION:g}, vLLM {CURRENT_VLLM}'s default)")
     parser.add_argument("--max-num-seqs", type=positive_int, default=None, help="default: vLLM's for the GPU")
     parser.add_argument("--max-num-batched-tokens", type=positive_int, default=None, help="default: vLLM's for the GPU")
     add_hardware_args(parser)
@@ -53,16 +54,19 @@ def compute_plan(args: argparse.Namespace) -> dict:
         raise InputError(f"--context {args.context} exceeds {model.name}'s maximum context of {model.max_context} tokens")
     if args.tp * args.pp > 64:
         raise InputError(f"tp x pp = {args.tp * args.pp} GPUs is beyond what servopt plans for one replica (64)")
-    default_tokens, default_seqs = default_batch_limits(gpu)
-    max_tokens = args.max_num_batched_tokens or default_tokens
-    max_seqs = args.max_num_seqs or default_seqs
-    plan = plan_memory(
-        model, gpu, quantization=quant, kv_cache_dtype=args.kv_dtype, tp=args.tp, pp=args.pp,
-        gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=max_tokens,
-        max_num_seqs=max_seqs, max_model_len=args.context,
-    )
     profile = load_profile(gpu, args.profile)
-    cost = StepCostModel(model, gpu, profile, plan.quantization, args.kv_dtype, args.tp, args.pp)
+    # One compiled deployment, as the search and the simulator build it: limits with vLLM's defaults
+    # for the GPU, the memory plan and the step model.
+    deployment = Deployment.model_construct(
+        gpu=gpu.name, tp=args.tp, pp=args.pp, quantization=quant, kv_cache_dtype=args.kv_dtype,
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.context)
+    compiled = compile_deployment(model, deployment, gpu, profile)
+    if compiled.error:
+        raise InputError(compiled.error)
+    role = compiled.roles[0]
+    plan, cost = role.plan, role.cost
+    max_tokens, max_seqs = role.limits.max_num_batched_tokens, role.limits.max_num_seqs
     kv_request = plan.kv_bytes_per_request(args.context)
     kv_total = kv_request * args.concurrency
     kv_needed_per_gpu = kv_total / args.tp

@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 
 from ...calibration.registry import read_profile
-from ...calibration.validate import VALIDATORS, summarize
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
 from ...costmodels.outfiles import write_text
@@ -49,6 +48,9 @@ def _profile_for(path: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    # The validators fit kernel families with scipy: loaded only for this command (start-up of the others).
+    from ...calibration.validate import VALIDATORS, summarize
+
     jobs = [(kind, path) for kind, paths in (("e2e", args.e2e), ("memory", args.memory), ("kernel", args.kernels)) for path in paths]
     if not jobs:
         raise InputError("give at least one table: --e2e CSV, --memory CSV or --kernels CSV")

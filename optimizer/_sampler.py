@@ -1,0 +1,90 @@
+"""A sampler wrapper that proposes points the study has not scored yet.
+
+In a discrete space a genetic or Bayesian sampler soon proposes points it has tried before, and the
+repair (:mod:`servopt.search_spaces._repair`) maps several drawn points onto one deployment; each
+such trial spends budget on a cached answer. :class:`DistinctSampler` asks the wrapped sampler again
+(then draws at random) until the proposal, once repaired, is a point no earlier trial scored. What
+the wrapped sampler leaves to independent sampling (a mutated parameter, the first generation) is
+drawn at random here, as NSGA-II and TPE would draw it.
+
+Example:
+    >>> import optuna
+    >>> sampler = DistinctSampler(optuna.samplers.RandomSampler(seed=0), lambda params: params.get("x"), seed=0)
+    >>> study = optuna.create_study(sampler=sampler)
+    >>> study.optimize(lambda t: t.suggest_categorical("x", [1, 2, 3]), n_trials=3)
+    >>> sorted(t.params["x"] for t in study.trials)
+    [1, 2, 3]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+_TRIED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+class DistinctSampler(optuna.samplers.BaseSampler):
+    """Wraps ``sampler``; ``key`` maps a trial's parameters to the point it scores (None: unknown)."""
+
+    TRIES = 24
+
+    def __init__(self, sampler: optuna.samplers.BaseSampler, key: Callable[[dict[str, Any]], Any], seed: int | None):
+        self.sampler = sampler
+        self._key = key
+        self._random = optuna.samplers.RandomSampler(seed=seed)
+        self._keys: dict[int, Any] = {}
+        self._space = optuna.search_space.IntersectionSearchSpace(include_pruned=True)
+
+    def _seen(self, study: optuna.Study, current: int) -> set:
+        seen = set()
+        for trial in study.get_trials(deepcopy=False, states=_TRIED):
+            if trial.number == current:
+                continue
+            key = self._keys.get(trial.number)
+            if key is None:
+                key = self._key(trial.params)
+                if trial.state != TrialState.RUNNING:  # a running trial's parameters may still grow
+                    self._keys[trial.number] = key
+            seen.add(key)
+        return seen
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        # Every parameter that earlier trials share, so that the whole proposal is known here.
+        return {**self._space.calculate(study), **self.sampler.infer_relative_search_space(study, trial)}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:
+            return self.sampler.sample_relative(study, trial, search_space)
+        seen = self._seen(study, trial.number)
+        proposal: dict[str, Any] = {}
+        for attempt in range(self.TRIES):
+            # The wrapped sampler first; random draws once it keeps repeating itself.
+            drawn = self.sampler.sample_relative(study, trial, search_space) if attempt < self.TRIES // 2 else {}
+            proposal = {name: drawn[name] if name in drawn else
+                        self._random.sample_independent(study, trial, name, distribution)
+                        for name, distribution in search_space.items()}
+            key = self._key(proposal)
+            if key is None or key not in seen:
+                break
+        return proposal
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.sampler.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: list[float] | None) -> None:
+        self.sampler.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.sampler.reseed_rng()
+        self._random.reseed_rng()

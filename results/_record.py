@@ -1,0 +1,113 @@
+"""The typed records the optimizer writes and the results read: one per trial, one per re-check.
+
+A trial's record is stored whole in the study (the ``record`` user attribute, as JSON) and read back
+as a :class:`TrialRecord`; :meth:`~servopt.optimizer.job.Job.collect` hands the results package
+:class:`TrialResult` objects and :class:`Recheck` objects, never loose dictionaries. Predictions
+(``estimate``, ``simulation``) keep the simulator's summary as it serialises it
+(``ServingSummary.to_dict``); :meth:`TrialRecord.p99` reads them.
+
+Example:
+    >>> r = TrialRecord(knobs={"gpu": "h100"}, model="m", serve_id="org/m", fidelity="precheck",
+    ...     deployment={"gpu": "h100"}, cost_usd_per_hour=2.5, gpus_rented=1, replicas=1, num_gpus=1,
+    ...     accuracy_drop_pct=0.0, feasible=False, reason="memory", profile="spec", profile_calibrated=False,
+    ...     eval_s=0.01)
+    >>> r.summary is None, r.p99("ttft")
+    (True, nan)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Summary = dict[str, Any]
+
+
+def summary_p99(summary: Summary | None, metric: str) -> float:
+    """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a summary, in seconds (NaN without one)."""
+    if not summary or f"{metric}_s" not in summary:
+        return math.nan
+    return float(summary[f"{metric}_s"]["p99"])
+
+
+class TrialRecord(BaseModel):
+    """One trial: the knobs scored (after repair) and what was drawn, the deployment and its compiled
+    roles, the predictions at the fidelity reached, the costs, and why it is (in)feasible."""
+
+    # Records of studies written by other servopt versions may carry fields this one dropped.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    knobs: dict[str, Any]
+    repaired: dict[str, list[Any]] = Field(default_factory=dict, description="knob -> [drawn, scored]")
+    model: str
+    serve_id: str
+    weights: dict[str, Any] | None = None
+    fidelity: Literal["precheck", "estimate", "simulate"]
+    estimate: Summary | None = None
+    simulation: Summary | None = None
+    simulated_requests: int | None = None
+    capacity: dict[str, Any] | None = None
+    deployment: dict[str, Any]
+    roles: list[dict[str, Any]] = Field(default_factory=list, description="each vLLM instance kind as compiled")
+    estimate_objectives: list[float] | None = None
+    screened_out: str | None = None
+    memory_headroom_gib: float | None = None
+    cost_usd_per_hour: float
+    cost_usd_per_output_mtoken: float | None = None
+    cost_usd_per_total_mtoken: float | None = None
+    gpus_rented: int
+    replicas: int
+    num_gpus: int
+    accuracy_drop_pct: float
+    violations: dict[str, float] = Field(default_factory=dict)
+    feasible: bool
+    reason: str = ""
+    profile: str
+    profile_calibrated: bool
+    eval_s: float
+
+    @property
+    def summary(self) -> Summary | None:
+        """The prediction at the highest fidelity reached (simulation, else estimate)."""
+        return self.simulation or self.estimate
+
+    def p99(self, metric: str) -> float:
+        return summary_p99(self.summary, metric)
+
+    def costs(self) -> dict[str, float | None]:
+        return {"cost_usd_per_hour": self.cost_usd_per_hour, "cost_usd_per_output_mtoken": self.cost_usd_per_output_mtoken,
+                "cost_usd_per_total_mtoken": self.cost_usd_per_total_mtoken}
+
+
+class Recheck(BaseModel):
+    """A front candidate simulated again with ``requests`` requests and a fresh seed."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    simulation: Summary
+    requests: int
+    feasible: bool
+    reason: str = ""
+    values: list[float]
+    gpus_rented: int
+    cost_usd_per_hour: float
+    cost_usd_per_output_mtoken: float | None = None
+    cost_usd_per_total_mtoken: float | None = None
+
+    def costs(self) -> dict[str, float | None]:
+        return {"cost_usd_per_hour": self.cost_usd_per_hour, "cost_usd_per_output_mtoken": self.cost_usd_per_output_mtoken,
+                "cost_usd_per_total_mtoken": self.cost_usd_per_total_mtoken}
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """A finished trial as the results read it: its number, objective values (None when pruned),
+    record and duration."""
+
+    number: int
+    values: list[float] | None
+    record: TrialRecord
+    duration_s: float | None = None
