@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .userfiles import read_json_object
 
 _HF_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 HF_ID_PATTERN = re.compile(rf"{_HF_PART}(?:/{_HF_PART})?")
@@ -55,8 +55,11 @@ def check_model_id(text: Any, field: str) -> str:
                          "give a Hugging Face id (org/name) or a config.json path")
     if HF_ID_PATTERN.fullmatch(text) and _hub_rules_hold(text):
         return text
-    if Path(text).exists():
-        return text
+    try:
+        if Path(text).exists():
+            return text
+    except OSError:  # a name longer than the file system allows: neither an id nor a path
+        pass
     raise InputError(
         f"{field}: {text!r} is not a Hugging Face id (letters, digits, '-', '_', '.' in 'org/name', no '--' or '..') "
         "nor an existing local path")
@@ -77,15 +80,7 @@ class FetchedConfig:
 
 
 def _read(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise InputError(f"{what} '{path}' cannot be read: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{what} '{path}' is not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{what} '{path}' must hold a JSON object")
-    return data
+    return read_json_object(path, what)
 
 
 def _from_folder(folder: Path, origin: str) -> FetchedConfig:
