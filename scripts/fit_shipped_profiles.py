@@ -6,6 +6,12 @@ has none; NCCL's own benchmarks count for every framework), holding out 30% of t
 profile's ``fit_report`` shows held-out errors. A family a GPU's tables lack comes from a fitted GPU
 of the same generation (H200 from H100).
 
+Fused-MoE kernels: calibration/measured/kernel/aic_vllm_moe_perf.csv (aiconfigurator-core 0.12.0's
+vLLM MoE tables, derived by scripts/build_moe_kernel_table.py; provenance in
+calibration/measured/PROVENANCE.md). They also cover the B200, whose profile is shipped with only
+its MoE kernels measured: every other family is the H100's fit on the B200's datasheet, and the
+profile stays marked uncalibrated.
+
 vLLM's host-side costs (the engines' CPU time per step, the front end's latency) are not kernels:
 ``calibration/serving_fit.py`` fits them to the development corpus (``calibration/corpus.py``: the
 measured runs of ../shared/data/measured/e2e and calibration/measured/e2e), and the same values go
@@ -32,15 +38,21 @@ from servopt.costmodels.profile import PerformanceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KERNELS = ROOT.parent / "shared" / "data" / "measured" / "kernel"
+MOE_KERNELS = ROOT / "calibration" / "measured" / "kernel" / "aic_vllm_moe_perf.csv"
 DEFAULT_OUT = ROOT / "calibration" / "profiles"
-GPUS = ["h100", "h200", "a100-80gb"]
+GPUS = ["h100", "h200", "a100-80gb", "b200"]
+# GPUs whose tables measure only some families: the rest is a fitted GPU's, moved onto this
+# datasheet, and the profile keeps calibrated: false.
+PARTIAL = {"b200": "h100"}
 # A kernel family a GPU's tables lack (H200: no elementwise rows) comes from this fitted GPU of the
 # same generation, its efficiencies applied to the GPU's own peaks (PerformanceProfile.spec_default).
 TRANSFER_BASE = {"h200": "h100"}
 ATTRIBUTION = (
     "kernel latencies from aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0; PyPI aiconfigurator-core, "
     "systems/data/<system>/{gemm,attention,comm}) and Vidur (Microsoft, MIT; data/profiling) as collected in "
-    "shared/data/measured/kernel; fitted by scripts/fit_shipped_profiles.py"
+    "shared/data/measured/kernel, and aiconfigurator-core 0.12.0's vLLM fused-MoE tables "
+    "(systems/data/<system>/moe/vllm) in calibration/measured/kernel/aic_vllm_moe_perf.csv; fitted by "
+    "scripts/fit_shipped_profiles.py"
 )
 FRAMEWORK_SOURCE = ("vLLM's host-side costs fitted by scripts/fit_shipped_profiles.py to the development corpus of "
                     "public measured serving runs (calibration/corpus.py)")
@@ -49,19 +61,27 @@ FRAMEWORK_SOURCE = ("vLLM's host-side costs fitted by scripts/fit_shipped_profil
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, default=DEFAULT_KERNELS)
+    parser.add_argument("--moe-kernels", type=Path, default=MOE_KERNELS)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--holdout-fraction", type=float, default=0.3)
     args = parser.parse_args()
-    table = read_kernel_tables(sorted(args.kernels.glob("*.csv")))
+    table = read_kernel_tables([*sorted(args.kernels.glob("*.csv")), args.moe_kernels])
     pd.set_option("display.width", 160)
     profiles = {}
     for name in GPUS:
         gpu = get_gpu(name)
-        reference = TRANSFER_BASE.get(name)
+        reference = TRANSFER_BASE.get(name) or PARTIAL.get(name)
         base = PerformanceProfile.spec_default(gpu, profiles[reference], get_gpu(reference)) if reference else None
         outcome = fit_profile(table, gpu, "vllm", args.holdout_fraction, base=base,
                               source=f"{gpu.display_name}: {ATTRIBUTION}")
         profiles[name] = outcome.profile
+        if name in PARTIAL:
+            profiles[name] = outcome.profile.model_copy(update={
+                "calibrated": False,
+                "source": (f"{gpu.display_name}: fused-MoE kernels fitted on aiconfigurator-core 0.12.0's vLLM MoE "
+                           f"tables; every other family uncalibrated: the fitted {get_gpu(reference).display_name} "
+                           "profile's efficiencies on this GPU's datasheet peaks"),
+                "notes": "uncalibrated except the fused-MoE kernels (moe); " + outcome.profile.notes})
         print(f"{name}: kernels")
         print(outcome.report.round(2).to_string(index=False))
     runs = [run for run in load_corpus() if not run.skip]
