@@ -1,6 +1,6 @@
 """Accuracy of the fused-MoE kernel family on shapes and formats its fit never saw.
 
-Run: ``python benchmarks/bench_moe_kernels.py`` (a few minutes on two cores).
+Run: ``python benchmarks/bench_moe_kernels.py`` (5-10 minutes on two cores).
 
 Data: ``calibration/measured/kernel/aic_vllm_moe_perf.csv`` (aiconfigurator-core 0.12.0's vLLM MoE
 tables: H100, H200, B200, A100; provenance in calibration/measured/PROVENANCE.md). Three checks,
