@@ -32,10 +32,9 @@ root before what it causes: a full cache makes the queue; a queue's TTFT dwarfs 
    room (peak under :data:`KV_ROOM`, 0.7) and decode steps are memory-bound
    (:data:`MEMORY_BOUND_SHARE`: at least 80% of them), so a bigger batch costs little per step.
 3. ``saturated``: a queue otherwise: arrivals beyond what the deployment serves.
-4. ``prefill_interference``: a stall (or a missed ITL or TPOT target) whose tail the simulation
-   attributes to prefill chunks: at least :data:`PREFILL_TAIL_SHARE` (half) of the token gaps at or
+4. ``prefill_interference``: a stall whose tail the simulation attributes to prefill chunks: at least :data:`PREFILL_TAIL_SHARE` (half) of the token gaps at or
    above the P99 ITL come from steps that also carried prefill chunks.
-5. ``memory_bound_decode``: a missed TPOT, ITL or end-to-end target while at least 80% of decode
+5. ``memory_bound_decode``: a missed TPOT or end-to-end target while at least 80% of decode
    steps are memory-bound: decode runs at the speed the weights and KV cache stream from memory
    (fewer bytes per token or more bandwidth help, not more batch). Without a target (``--slo``)
    decode speed is never called a problem by itself, and memory-bound steps are smooth, so they
@@ -142,13 +141,12 @@ def decide(e: Evidence) -> Verdict:
     slo = Finding("slo", bool(e.slo_misses), "; ".join(f"measured P99 {m.upper()} {v * 1e3:.0f} ms > {t * 1e3:.0f} ms"
                                                          for m, (v, t) in e.slo_misses.items()) or "no target missed")
     symptoms = (queue, preemption, stall, slo)
-    decode_miss = any(m in e.slo_misses for m in ("tpot", "itl", "e2e"))
+    decode_miss = any(m in e.slo_misses for m in ("tpot", "e2e"))
     kv_full = _ge(e.kv_full, KV_FULL) and not _ge(e.seq_cap_share, SEQ_CAP_SHARE)
     memory_bound = _ge(e.memory_bound_share, MEMORY_BOUND_SHARE)
     seq_capped = _ge(e.seq_cap_share, SEQ_CAP_SHARE) and math.isfinite(e.kv_full) and e.kv_full < KV_ROOM and memory_bound
     idle = _ge(e.gpu_wait_share, GPU_WAIT_SHARE)
     prefill = _ge(e.prefill_tail_share, PREFILL_TAIL_SHARE)
-    itl_miss = any(m in e.slo_misses for m in ("tpot", "itl"))
     causes = (
         Finding("kv_pressure", preemption.holds or (queue.holds and kv_full),
                 f"KV cache {e.kv_full:.0%} full ({_src(e.kv_measured)}; >= {KV_FULL:.0%}) with max_num_seqs binding "
@@ -158,12 +156,12 @@ def decide(e: Evidence) -> Verdict:
                 f"binds {e.seq_cap_share:.0%} of step time (>= {SEQ_CAP_SHARE:.0%}) with KV {e.kv_full:.0%} "
                 f"(< {KV_ROOM:.0%}) and {e.memory_bound_share:.0%} of decode steps memory-bound (>= {MEMORY_BOUND_SHARE:.0%})"),
         Finding("saturated", queue.holds, "requests queue: " + queue.evidence),
-        Finding("prefill_interference", (stall.holds or itl_miss) and prefill,
+        Finding("prefill_interference", stall.holds and prefill,
                 f"{e.prefill_tail_share:.0%} of the ITL tail (gaps >= P99) from steps carrying prefill chunks "
                 f"(simulated; >= {PREFILL_TAIL_SHARE:.0%})"),
         Finding("memory_bound_decode", decode_miss and memory_bound,
                 f"{e.memory_bound_share:.0%} of decode steps memory-bound (simulated; >= {MEMORY_BOUND_SHARE:.0%}); "
-                f"needs a missed TPOT, ITL or end-to-end target (--slo)"),
+                f"needs a missed TPOT or end-to-end target (--slo)"),
     )
     if not any(s.holds for s in symptoms):
         return Verdict("none", symptoms, causes)

@@ -230,6 +230,14 @@ def diagnose(results: list[BenchResult], model: str, deployment: Deployment, gpu
     resolved = resolve_model(model)
     for result in results:
         check_model(result, resolved, model)
+    for name in metrics.model_names if metrics else ():
+        try:
+            served = resolve_model(name).spec.name
+        except InputError:
+            continue  # a --served-model-name alias: nothing to check it against
+        if served != resolved.spec.name:
+            raise InputError(f"metrics '{metrics.source}' come from a server of model_name '{printable(name)}', not "
+                             f"'{printable(model)}': scrape the server that ran the benchmark")
     if deployment.quantization is None and resolved.quantization:
         deployment = deployment.model_copy(update={"quantization": resolved.quantization})
     version = deployment.vllm_version or CURRENT_VLLM

@@ -19,9 +19,9 @@ the saved send times when the file has them, else the seeded gaps of ``vllm benc
 lengths when saved, else every request at the run's mean lengths (``total_*_tokens / completed``:
 exact for the ``random`` dataset at its default range ratio, an approximation for ShareGPT).
 
-Measured latencies (:meth:`BenchResult.measured`) are recomputed from the per-request data as the
-client computes them (successful requests; TPOT = (latency - TTFT) / (output tokens - 1) over
-requests with more than one output token; ITL pools every gap), else read from the statistics.
+Measured latencies (:meth:`BenchResult.measured`) are the file's own statistics, as the client
+printed them; a statistic the file lacks (P90 unless asked for, end-to-end unless ``e2el`` was) is
+recomputed from the per-request data as the client computes it (:meth:`BenchResult.recomputed`).
 
 Example:
     >>> import json, tempfile, pathlib
@@ -156,23 +156,31 @@ class BenchResult:
             return self.latencies_s
         return self.ttfts_s + np.asarray([float(np.sum(gaps)) for gaps in self.itls_s])
 
+    def recomputed(self) -> dict[str, LatencyStats]:
+        """Mean, P50, P90 and P99 of TTFT, TPOT, ITL and end-to-end from the per-request data, as the
+        client computes them (successful requests; TPOT over requests of two or more output tokens).
+        Files without ``latencies`` (before 0.10) give end-to-end as TTFT plus the token gaps, which
+        misses the stream's closing message: TPOT and end-to-end come out a little low."""
+        ok = self.succeeded
+        ttft, latency, out = self.ttfts_s[ok], self.latencies()[ok], self.output_lens[ok]
+        many = out > 1
+        tpot = (latency[many] - ttft[many]) / (out[many] - 1)
+        gaps = [g for keep, gaps in zip(ok, self.itls_s) if keep for g in gaps]
+        return {"ttft": LatencyStats.of(ttft), "tpot": LatencyStats.of(tpot),
+                "itl": LatencyStats.of(np.asarray(gaps, dtype=float)), "e2e": LatencyStats.of(latency)}
+
     def measured(self) -> dict[str, LatencyStats]:
-        """Measured mean, P50, P90 and P99 of TTFT, TPOT, ITL and end-to-end (NaN where the file has none)."""
-        if self.detailed:
-            ok = self.succeeded
-            ttft, latency, out = self.ttfts_s[ok], self.latencies()[ok], self.output_lens[ok]
-            many = out > 1
-            tpot = (latency[many] - ttft[many]) / (out[many] - 1)
-            gaps = [g for keep, gaps in zip(ok, self.itls_s) if keep for g in gaps]
-            return {"ttft": LatencyStats.of(ttft), "tpot": LatencyStats.of(tpot),
-                    "itl": LatencyStats.of(np.asarray(gaps, dtype=float)), "e2e": LatencyStats.of(latency)}
+        """Measured mean, P50, P90 and P99 of TTFT, TPOT, ITL and end-to-end: the file's own statistics
+        (what the client printed), the per-request data where the file has no statistic (NaN where neither)."""
+        fallback = self.recomputed() if self.detailed else {}
         out = {}
         for metric in METRICS:
-            name = _BENCH_NAMES[metric]
-            stats = self.stats_ms
-            get = lambda key: stats.get(key, math.nan) / 1e3  # noqa: E731
-            out[metric] = LatencyStats(get(f"mean_{name}_ms"), stats.get(f"median_{name}_ms", stats.get(f"p50_{name}_ms", math.nan)) / 1e3,
-                                       get(f"p90_{name}_ms"), get(f"p99_{name}_ms"))
+            name, stats = _BENCH_NAMES[metric], self.stats_ms
+            saved = {"mean": stats.get(f"mean_{name}_ms"), "p50": stats.get(f"median_{name}_ms", stats.get(f"p50_{name}_ms")),
+                     "p90": stats.get(f"p90_{name}_ms"), "p99": stats.get(f"p99_{name}_ms")}
+            backup = fallback.get(metric)
+            out[metric] = LatencyStats(**{stat: value / 1e3 if value is not None else
+                                          (getattr(backup, stat) if backup else math.nan) for stat, value in saved.items()})
         return out
 
     def offered_in_flight(self) -> float:
