@@ -127,8 +127,9 @@ def decide(e: Evidence) -> Verdict:
     waiting = _ge(e.wait_share, WAIT_SHARE) and (e.wait_share_measured or not measured_queue)
     if not measured_queue:
         growing = growing or e.saturated
+    trend = f"{e.queue_growth:.3g} s/s" if math.isfinite(e.queue_growth) else "n/a (sent at once)"
     queue = Finding("queue", growing or waiting,
-                    f"wait grows {e.queue_growth:.3g} s/s ({_src(e.queue_growth_measured)}; >= {SATURATION_WAIT_GROWTH} "
+                    f"wait grows {trend} ({_src(e.queue_growth_measured)}; >= {SATURATION_WAIT_GROWTH} "
                     f"grows{'' if measured_queue else ', or the simulation saturates: ' + str(e.saturated).lower()}); "
                     f"admission wait {e.wait_share:.0%} of end-to-end ({_src(e.wait_share_measured)}; >= {WAIT_SHARE:.0%})"
                     + ("; measured signals decide" if measured_queue else ""))

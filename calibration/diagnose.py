@@ -103,7 +103,8 @@ class RunDiagnosis:
 class Diagnosis:
     """Every run's diagnosis, the overall bottleneck (the most loaded run's) and what to change."""
 
-    model: str
+    model: str  # the catalog's architecture name
+    requested: str  # the model as given (what vLLM served)
     deployment: Deployment
     runs: tuple[RunDiagnosis, ...]
     worst: int
@@ -118,7 +119,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         m = self.metrics
         return {
-            "model": self.model,
+            "model": self.model, "served": self.requested,
             "deployment": self.deployment.model_dump(mode="json", exclude_none=True),
             "bottleneck": self.bottleneck,
             "bottleneck_run": self.runs[self.worst].result.path,
@@ -279,4 +280,5 @@ def diagnose(results: list[BenchResult], model: str, deployment: Deployment, gpu
         return simulate_compiled(compiled_change, run.traffic, seed=seed, slo=slo)
 
     recommendations = recommend(run.bottleneck, situation, run.simulation, resimulate)
-    return Diagnosis(resolved.spec.name, deployment, tuple(runs), worst, tuple(recommendations), metrics, tuple(notes))
+    return Diagnosis(resolved.spec.name, model, deployment, tuple(runs), worst, tuple(recommendations), metrics,
+                     tuple(notes))

@@ -36,7 +36,7 @@ from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
 from .tables import normalize_kernel_frame
-from .vllm_bench import read_bench_result
+from .vllm_bench import length_histogram, read_bench_result
 
 # aiconfigurator op folder -> the tables in it that servopt fits (file stem -> op hint).
 AIC_TABLES = {
@@ -117,11 +117,6 @@ class BenchRun:
     median_ttft_ms: float | None
 
 
-def _histogram(values: np.ndarray) -> dict:
-    unique, counts = np.unique(np.maximum(values, 1), return_counts=True)
-    return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
-
-
 def read_vllm_bench(path: str | Path) -> BenchRun:
     """A ``vllm bench serve --save-result --save-detailed`` JSON (:func:`~.vllm_bench.read_bench_result`)
     as the steady traffic it measured: its per-request lengths as histograms, its rate or concurrency."""
@@ -139,8 +134,8 @@ def read_vllm_bench(path: str | Path) -> BenchRun:
     else:
         # request_rate inf without a concurrency cap: every request is sent at once.
         arrival = {"kind": "closed_loop", "concurrency": result.num_requests}
-    traffic = Traffic.model_validate({"arrival": arrival, "input_tokens": _histogram(result.input_lens),
-                                      "output_tokens": _histogram(result.output_lens)})
+    traffic = Traffic.model_validate({"arrival": arrival, "input_tokens": length_histogram(result.input_lens),
+                                      "output_tokens": length_histogram(result.output_lens)})
     return BenchRun(str(path), result.model_id, traffic, result.num_requests, result.stats_ms["median_tpot_ms"],
                     result.stats_ms.get("median_ttft_ms"))
 

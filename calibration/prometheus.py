@@ -205,16 +205,17 @@ def parse_vllm_metrics(text: str, source: str) -> VllmMetrics:
 
 def read_vllm_metrics(paths: list[str | Path]) -> VllmMetrics:
     """One scrape, or two (before and after the run: the run's own counts)."""
+    if len(paths) > 2:
+        raise InputError("--metrics takes one scrape, or two (before and after the run)")
     scrapes = []
-    for path in paths:
-        path = Path(path)
+    for path in map(Path, paths):
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except OSError as err:
             raise InputError(f"metrics file '{path}' cannot be read: {err.strerror}") from None
-        except UnicodeDecodeError:
-            raise InputError(f"metrics file '{path}' is not text: {_HINT}") from None
+        # The exposition format is UTF-8 text; anything else is not a scrape.
+        text = raw.decode("utf-8", errors="replace")
+        if "\ufffd" in text or "\x00" in text:
+            raise InputError(f"metrics file '{path}' is not text: {_HINT}")
         scrapes.append(parse_vllm_metrics(text, str(path)))
-    if len(scrapes) > 2:
-        raise InputError("--metrics takes one scrape, or two (before and after the run)")
     return scrapes[-1].since(scrapes[0]) if len(scrapes) == 2 else scrapes[0]

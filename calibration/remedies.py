@@ -7,9 +7,9 @@ hurts (P99 TTFT for a queue, P99 ITL for prefill interference, P99 TPOT for memo
 
 | bottleneck | changes tried |
 | --- | --- |
-| ``saturated`` | replicas from the capacity formula (seed 7.4) at the offered rate, or to serve what was offered; ``max_num_seqs`` x2 when it caps the batch; fp8 KV cache when the cache is 90% full |
+| ``saturated`` | replicas from the capacity formula (seed 7.4) at the offered rate, or to serve what was offered; ``max_num_seqs`` x2, and up to what the KV cache holds, when it caps the batch; fp8 KV cache when the cache is 90% full |
 | ``kv_pressure`` | fp8 KV cache (half the bytes per token); ``gpu_memory_utilization`` 0.95; TP x2 (the KV cache spreads over twice the GPUs); ``max_num_seqs`` down to what the cache holds; one more replica |
-| ``under_batching`` | ``max_num_seqs`` x2; async scheduling (vLLM 0.14+) when the host shows; one more replica |
+| ``under_batching`` | ``max_num_seqs`` x2, and up to what the KV cache holds; async scheduling (vLLM 0.14+) when the host shows; one more replica |
 | ``prefill_interference`` | ``max_num_batched_tokens`` halved, then quartered (smaller prefill chunks per step); chunked prefill when off; one prefill and one decode instance (P/D disaggregation) |
 | ``memory_bound_decode`` | fp8 weights; fp8 KV cache; TP x2 |
 
@@ -133,6 +133,22 @@ def _seq_changes(s: Situation, factor: float, why: str) -> list[Change]:
     return [Change(text, updates, why)]
 
 
+def _kv_fit(s: Situation) -> int:
+    """Requests of the run's mean lengths that the KV cache of one engine holds."""
+    plan = s.compiled.roles[0].plan
+    return int(plan.kv_capacity_tokens / max(s.mean_input_tokens + s.mean_output_tokens, 1))
+
+
+def _batch_changes(s: Situation, why: str) -> list[Change]:
+    """``max_num_seqs`` doubled, and raised to what the KV cache holds when that is more."""
+    current = s.compiled.roles[0].limits.max_num_seqs
+    out = _seq_changes(s, 2, why)
+    fit = _kv_fit(s)
+    if fit > 2 * current:
+        out += _seq_changes(s, fit / current, f"{why}; the KV cache holds about {fit} requests of this mix")
+    return out
+
+
 def _kv_fp8(s: Situation, why: str) -> list[Change]:
     if s.compiled.deployment.kv_cache_dtype == "fp8":
         return []
@@ -154,8 +170,8 @@ def candidates(bottleneck: str, s: Situation) -> list[Change]:
     if bottleneck == "saturated":
         out += _replica_changes(s)
         if a.seq_cap_share >= 0.5:
-            out += _seq_changes(s, 2, f"max_num_seqs ({role.limits.max_num_seqs}) caps the batch "
-                                      f"{a.seq_cap_share:.0%} of the step time")
+            out += _batch_changes(s, f"max_num_seqs ({role.limits.max_num_seqs}) caps the batch "
+                                     f"{a.seq_cap_share:.0%} of the step time")
         if a.kv_peak >= 0.9:
             out += _kv_fp8(s, f"the KV cache peaks at {a.kv_peak:.0%}: fp8 halves its bytes per token")
     elif bottleneck == "kv_pressure":
@@ -164,7 +180,7 @@ def candidates(bottleneck: str, s: Situation) -> list[Change]:
             out.append(Change("--gpu-memory-utilization 0.95", {"gpu_memory_utilization": 0.95},
                               f"{0.95 - d.gpu_memory_utilization:.0%} more of each GPU for the KV cache"))
         out += _tp_double(s, "twice the GPUs: the weights take half of each, the KV cache spreads over both")
-        fit = int(role.plan.kv_capacity_tokens / max(s.mean_input_tokens + s.mean_output_tokens, 1))
+        fit = _kv_fit(s)
         if 1 <= fit < role.limits.max_num_seqs:
             out += _seq_changes(s, fit / role.limits.max_num_seqs,
                                 f"the KV cache holds about {fit} requests of this mix: admitting no more stops "
@@ -173,8 +189,8 @@ def candidates(bottleneck: str, s: Situation) -> list[Change]:
                           "one more replica: each holds fewer requests"))
     elif bottleneck == "under_batching":
         if a.seq_cap_share >= 0.5:
-            out += _seq_changes(s, 2, f"max_num_seqs ({role.limits.max_num_seqs}) caps the batch while the KV "
-                                      f"cache peaks at {a.kv_peak:.0%}")
+            out += _batch_changes(s, f"max_num_seqs ({role.limits.max_num_seqs}) caps the batch while the KV "
+                                     f"cache peaks at {a.kv_peak:.0%}")
         version = parse_vllm_version(d.vllm_version)
         if a.gpu_wait_share >= 0.25 and not async_scheduling(version, d.pp):
             out.append(Change(f"vLLM {CURRENT_VLLM} (async scheduling: the next step is scheduled while the GPU runs)",

@@ -240,6 +240,8 @@ class BenchResult:
             records = self.trace(seed=seed, vllm_version=vllm_version, cache=cache, engines=engines)
             return {"arrival": {"kind": "trace", "records": records}}, ""
         inputs, outputs = self.lengths()
+        if cache is not None:  # what this run leaves in the prefix cache, for the session's later runs
+            cache.record(list(range(len(inputs))), inputs, outputs)
         cap = int(self.max_concurrency)
         per_client = max(round(self.num_requests / cap), 1)
         note = (f"max_concurrency {cap} holds the load: simulated as {cap} closed-loop clients of {per_client} "
@@ -247,13 +249,19 @@ class BenchResult:
         if math.isfinite(self.request_rate):
             note += f"; the cap binds at {self.request_rate:g} req/s (rate x mean latency >= {cap})"
         spec = {"arrival": {"kind": "closed_loop", "concurrency": cap, "requests_per_client": per_client},
-                "input_tokens": _histogram(inputs), "output_tokens": _histogram(outputs)}
+                "input_tokens": length_histogram(inputs), "output_tokens": length_histogram(outputs)}
         return spec, note
 
 
-def _histogram(values: list[int]) -> dict[str, Any]:
-    unique, counts = np.unique(np.asarray(values, dtype=int), return_counts=True)
-    return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
+def length_histogram(values, max_bins: int | None = None) -> dict[str, Any]:
+    """A ``histogram`` length distribution of token counts (at least 1 each): every distinct value, or
+    beyond ``max_bins`` distinct values that many equal-count bins at their mean."""
+    values = np.sort(np.maximum(np.asarray(values, dtype=int), 1))
+    unique, counts = np.unique(values, return_counts=True)
+    if max_bins is None or len(unique) <= max_bins:
+        return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
+    bins = np.array_split(values, max_bins)
+    return {"kind": "histogram", "values": [int(round(b.mean())) for b in bins], "weights": [float(len(b)) for b in bins]}
 
 
 def result_from_table_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,16 @@ def test_light_public_run_is_healthy_and_a_saturated_one_is_not(tmp_path, capsys
     assert best["predicted"]["ttft_s"]["p99"] < 0.1 * run["predicted"]["ttft_s"]["p99"]
 
 
+def test_a_batch_cap_under_a_queue_is_under_batching(tmp_path, capsys):
+    # The same measured queue, told the server ran max_num_seqs 32: the cap, not the GPU, limits it.
+    doc = diagnose_json(capsys, BUSY_70B, "--deployment", deployment_file(tmp_path, tp=8, max_num_seqs=32))
+    assert doc["bottleneck"] == "under_batching"
+    activity = doc["runs"][0]["activity"]
+    assert activity["seq_cap_share"] > 0.5 and activity["kv_peak"] < 0.7
+    best = doc["recommendations"][0]
+    assert best["improves"] and best["change"].startswith("--max-num-seqs") and best["num_gpus"] == 8
+
+
 def test_text_output_lists_measured_and_predicted_percentiles(tmp_path, capsys):
     assert main(["diagnose", str(BUSY_70B), "--deployment", str(deployment_file(tmp_path, tp=8))]) == 0
     out = capsys.readouterr().out

@@ -9,13 +9,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from ...calibration.diagnose import Diagnosis, RunDiagnosis, diagnose
 from ...calibration.prometheus import read_vllm_metrics
 from ...calibration.registry import load_profile
-from ...calibration.vllm_bench import printable, read_bench_result
+from ...calibration.vllm_bench import length_histogram, printable, read_bench_result
 from ...costmodels.errors import InputError, validate_spec
 from ...costmodels.hardware import load_catalog
 from ...costmodels.outfiles import ensure_folder, write_text
@@ -81,25 +80,15 @@ def compute(args: argparse.Namespace) -> tuple[Diagnosis, dict]:
     metrics = read_vllm_metrics(args.metrics) if args.metrics else None
     slo = parse_slo(args.slo)
     model = args.model or results[0].model_id
-    result = diagnose(results, model, deployment, gpu, load_profile(gpu, args.profile), metrics=metrics, slo=slo,
-                      seed=args.bench_seed)
+    profile = load_profile(gpu, args.profile)
+    result = diagnose(results, model, deployment, gpu, profile, metrics=metrics, slo=slo, seed=args.bench_seed)
     doc = result.to_dict()
-    doc["profile"] = load_profile(gpu, args.profile).source
+    doc["profile"] = profile.source
     doc["slo"] = slo.targets() if slo else {}
     return result, _finite(doc)
 
 
 # --- the seeded optimize job ----------------------------------------------------------------------
-def _histogram(values: np.ndarray) -> dict[str, Any]:
-    """A length histogram of at most :data:`SEED_HISTOGRAM_BINS` bins (equal-count bins, at their mean)."""
-    values = np.sort(np.maximum(np.asarray(values, dtype=int), 1))
-    unique, counts = np.unique(values, return_counts=True)
-    if len(unique) <= SEED_HISTOGRAM_BINS:
-        return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
-    bins = np.array_split(values, SEED_HISTOGRAM_BINS)
-    return {"kind": "histogram", "values": [int(round(b.mean())) for b in bins], "weights": [float(len(b)) for b in bins]}
-
-
 def seed_workload(result: Diagnosis, run: RunDiagnosis, slo: SLO | None) -> tuple[dict[str, Any], list[str]]:
     """A workload for ``servopt optimize``: the live run's traffic, model and GPU; its SLO from
     ``--slo``, else the live run's measured P99 TTFT and TPOT when it was healthy (find deployments
@@ -124,9 +113,9 @@ def seed_workload(result: Diagnosis, run: RunDiagnosis, slo: SLO | None) -> tupl
         comments.append(f"No SLO: the live run was {run.bottleneck}, its latencies are no target; add slo: to taste.")
     d = result.deployment
     workload = {
-        "model": result.model,
-        "traffic": {"arrival": arrival, "input_tokens": _histogram(np.asarray(inputs)),
-                    "output_tokens": _histogram(np.asarray(outputs))},
+        "model": result.requested,
+        "traffic": {"arrival": arrival, "input_tokens": length_histogram(inputs, SEED_HISTOGRAM_BINS),
+                    "output_tokens": length_histogram(outputs, SEED_HISTOGRAM_BINS)},
         "slo": {f"p99_{m}_s": v for m, v in targets.items()},
         "gpus": [d.gpu],
         "limits": {"max_gpus": max(64, 4 * d.num_gpus)},
