@@ -157,7 +157,8 @@ def _ms(seconds: float | None) -> str:
 def _error(pred: float | None, meas: float | None) -> str:
     if pred is None or meas is None or not (math.isfinite(pred) and math.isfinite(meas)) or meas <= 0:
         return ""
-    return f"{pred / meas - 1:+.0%}"
+    error = pred / meas - 1
+    return f"{error:+.0%}" if abs(error) >= 0.005 else "0%"
 
 
 def _run_lines(i: int, run: dict) -> list[str]:
