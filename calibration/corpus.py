@@ -27,7 +27,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from ..costmodels.hardware import get_gpu
 from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
+from ..costmodels.userfiles import read_json
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
 from .bench_clients import SessionCache, routed_hits, vllm_bench_send_times
 from .silicon import REQUESTS_PER_CLIENT, silicon_run
@@ -287,7 +287,7 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
         # across nodes), over an interconnect the source does not record.
         return MeasuredRun(**base, skip="tensor parallelism across Kubernetes pods (interconnect between pods unknown)")
     json_path = run_json_path(ref, folders)
-    run_json = None if json_path is None else json.loads(json_path.read_text())
+    run_json = None if json_path is None else read_json(json_path, "vllm bench result")
     dataset = _text(row.get("dataset")).lower()
     n = int(_number(row.get("num_prompts")) or 0)
     if run_json is not None and run_json.get("input_lens"):
