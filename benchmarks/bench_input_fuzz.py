@@ -299,9 +299,10 @@ def mutate_structured(rng: random.Random, kind: str, data, fmt: str) -> tuple[st
             free = (_name_position((*holder, "colour_typo")) or _ignored(kind, holder) or kind == "bench"
                     or kind == "job" and holder == ())
             expect, needle = (EITHER if free else INVALID), "colour_typo"
-        elif mutation == "null":
+        elif mutation == "null":  # a required key's value (a list entry may say "none here": a failed request)
             _set(data, path, None)
-            expect = refuse() if name in REQUIRED.get(kind, ()) and not _name_position(path) else EITHER
+            required = name in REQUIRED.get(kind, ()) and not _name_position(path) and not isinstance(path[-1], int)
+            expect = refuse() if required else EITHER
         elif mutation == "bool":
             _set(data, path, True)
             expect = EITHER if isinstance(value, bool) or _name_position(path) else refuse()
