@@ -90,16 +90,10 @@ def run_space(name: str, seeds: int, share: float) -> list[float]:
     evaluator = Evaluator(problem)
     points = list(problem.space.enumerate())
     start = time.process_time()
-    truth, misses = {}, {"ttft": [], "tpot": [], "e2e": []}
+    truth = {}
     for candidate in points:
         outcome = evaluator.evaluate(candidate, screen=None)
-        record = outcome.record
-        truth[candidate.key] = (record["feasible"], outcome.values)
-        if record["simulation"] and record["estimate"]:
-            for metric, found in misses.items():
-                simulated, estimated = (record[k][f"{metric}_s"]["p99"] for k in ("simulation", "estimate"))
-                if simulated > 0 and np.isfinite(estimated):
-                    found.append(estimated / simulated - 1)
+        truth[candidate.key] = (outcome.record.feasible, outcome.values)
     exhaustive_s = time.process_time() - start
     feasible = np.array([v for ok, v in truth.values() if ok])
     if not len(feasible):
@@ -111,10 +105,6 @@ def run_space(name: str, seeds: int, share: float) -> list[float]:
     budget = max(int(share * len(points)), 1)
     print(f"{name}: {len(points)} points, {len(feasible)} feasible, exhaustive front of {len(front)} "
           f"({exhaustive_s:.0f} CPU s to score them all); study budget {budget} trials ({share:.0%})")
-    # The search screens with the analytic estimate: how far it is from the simulation here.
-    print("  estimate vs simulation, P99 (median / p10 / p90 of estimate / simulation - 1): " + ", ".join(
-        f"{m} {np.median(v):+.0%} / {np.percentile(v, 10):+.0%} / {np.percentile(v, 90):+.0%}"
-        for m, v in misses.items() if v))
     ratios = []
     for seed in range(seeds):
         study_data = copy.deepcopy(data)
