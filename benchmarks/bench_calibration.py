@@ -1,7 +1,7 @@
 """Accuracy of servopt's calibration against the shared measured data (the figures of issue 4).
 
-Fits each shipped GPU's profile on 70% of the kernel shapes (whole (n, k) GEMM shapes and whole
-head layouts held out) and prints the median / p90 absolute % error on training and held-out
+Fits each shipped GPU's profile on 70% of the kernel shapes (whole (n, k) GEMM shapes, whole head
+layouts and whole MoE model shapes held out) and prints the median / p90 absolute % error on training and held-out
 shapes per op family; then runs ``servopt validate`` on the memory profiles and on the vLLM rows of
 the end-to-end table (which needs the serving simulator).
 
@@ -22,13 +22,15 @@ from servopt.calibration.tables import read_kernel_tables
 from servopt.costmodels.hardware import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
+# The fused-MoE kernel tables (moe_* families): derived from aiconfigurator-core by scripts/build_moe_kernel_table.py.
+MOE_KERNELS = ROOT / "calibration" / "measured" / "kernel" / "aic_vllm_moe_perf.csv"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data" / "measured")
     args = parser.parse_args()
-    table = read_kernel_tables(sorted((args.shared / "kernel").glob("*.csv")))
+    table = read_kernel_tables([*sorted((args.shared / "kernel").glob("*.csv")), MOE_KERNELS])
     pd.set_option("display.width", 160)
     reports, gemm = [], []
     for name in ("h100", "h200", "a100-80gb"):
