@@ -114,12 +114,13 @@ def run_space(name: str, seeds: int, share: float) -> list[float]:
             outcome = job.run(progress=False)
             records = [t.user_attrs[RECORD_ATTR] for t in evaluated_trials(job.open_study(create=False))]
         keys = [problem.space.fixed(r["knobs"]).key for r in records]
+        deployments = {(r["model"], str(r["deployment"])) for r in records}
         found = np.array([truth[k][1] for k in keys if truth[k][0]]).reshape(-1, 2)
         rejected = sum(r["fidelity"] == "precheck" for r in records)
         simulated = sum(r["fidelity"] == "simulate" for r in records)
         hv = hypervolume_2d(found, reference)
         ratios.append(hv / best)
-        print(f"  seed {seed}: {outcome.trials} trials ({len(set(keys))} distinct points, {simulated} simulated, "
+        print(f"  seed {seed}: {outcome.trials} trials ({len(deployments)} distinct deployments, {simulated} simulated, "
               f"{rejected} rejected by rules = {rejected / max(outcome.trials, 1):.0%}); hypervolume {hv / best:.2%} "
               "of exhaustive")
     print(f"  {name}: min {min(ratios):.2%}, mean {np.mean(ratios):.2%} over {seeds} seeds at {share:.0%} of the "

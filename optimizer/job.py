@@ -143,6 +143,7 @@ class Job:
     hardware: str | None = None
     name: str = "default"
     _problem: Problem | None = field(default=None, repr=False)
+    _evaluator: Evaluator | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -176,12 +177,19 @@ class Job:
             self._problem = build_problem(self.workload, self.hardware)
         return self._problem
 
+    @property
+    def evaluator(self) -> Evaluator:
+        """This process's scorer: its caches serve the sampler, every trial and the re-checks."""
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self.problem)
+        return self._evaluator
+
     # --- the study --------------------------------------------------------------------------
     def open_study(self, create: bool = True) -> optuna.Study:
         storage = open_storage(self.storage_url)
         expected = workload_hash(self.workload)
         w = self.workload
-        sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.problem.space)
+        sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.evaluator)
         if create:
             study = optuna.create_study(study_name=self.study_name, storage=storage, directions=list(DIRECTIONS),
                                         sampler=sampler, load_if_exists=True)
@@ -294,7 +302,7 @@ class Job:
         bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
         if self.jobs <= 1:
             workers = [run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s,
-                                  callbacks=[bar.callback])]
+                                  callbacks=[bar.callback], evaluator=self.evaluator)]
         else:
             config = self.config()
             with poll_progress(bar, lambda: self.open_study(create=False)):
@@ -320,7 +328,7 @@ class Job:
         """Re-simulate the front with more requests, and the runners-up only when a front point
         fails its re-check; returns how many ran."""
         requests = self.workload.fidelity.final_requests
-        evaluator = Evaluator(self.problem) if self.jobs <= 1 else None
+        evaluator = self.evaluator if self.jobs <= 1 else None
         ran = 0
         for layer in recheck_layers(study):
             done = stored_rechecks(study)
@@ -402,8 +410,8 @@ def _worker(config: dict[str, Any], index: int) -> WorkerResult:
     w = job.workload
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = job.open_study(create=False)
-    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials, job.problem.space)
-    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s)
+    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials, job.evaluator)
+    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s, evaluator=job.evaluator)
 
 
 def _recheck(config: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:

@@ -86,7 +86,24 @@ class TrafficMoments:
     output_kappa: float  # integral of the output lengths' squared survival function / their mean (see _kappa)
 
 
+_MOMENTS: dict[tuple, tuple[Traffic, TrafficMoments]] = {}
+_MOMENTS_KEPT = 64
+
+
 def traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMoments:
+    """The traffic's moments as this deployment sees it (clipped to its context, its prefix cache):
+    drawn once per traffic and context (a search estimates many deployments of one traffic)."""
+    d = compiled.deployment
+    key = (id(traffic), compiled.max_model_len, d.block_size, d.enable_prefix_caching)
+    hit = _MOMENTS.get(key)
+    if hit is None or hit[0] is not traffic:
+        if len(_MOMENTS) >= _MOMENTS_KEPT:
+            _MOMENTS.clear()
+        hit = _MOMENTS[key] = (traffic, _traffic_moments(traffic, compiled))
+    return hit[1]
+
+
+def _traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMoments:
     d = compiled.deployment
     trace = traffic.arrival.kind == "trace"
     drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
