@@ -153,6 +153,10 @@ class Evaluator:
             key = self._key("simulate", record["model"], record["deployment"], requests_seed)
             self._summaries[key] = record["simulation"]
 
+    def summaries(self, kind: str) -> int:
+        """How many distinct deployments this evaluator holds an ``estimate`` or a ``simulate`` summary of."""
+        return sum(1 for key in self._summaries if key[0] == kind)
+
     def _estimate(self, model: str, compiled: CompiledDeployment) -> Summary:
         key = self._key("estimate", model, compiled.deployment)
         if key not in self._summaries:

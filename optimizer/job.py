@@ -36,6 +36,7 @@ from typing import Any
 import optuna
 from joblib import Parallel, delayed
 
+from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import ensure_folder, read_text, write_text
 from ..results._record import Recheck, TrialRecord, TrialResult
@@ -353,12 +354,13 @@ class Job:
         """Everything the results package needs: the trials and re-checks as typed records
         (:mod:`servopt.results._record`), the front, and the job's settings as plain data."""
         study = self.open_study(create=False)
+        problem = self.problem
         trials = [
-            TrialResult(t.number, list(t.values) if t.values else None, TrialRecord.model_validate(t.user_attrs[RECORD_ATTR]),
+            TrialResult(t.number, list(t.values) if t.values else None,
+                        self._with_roles(TrialRecord.model_validate(t.user_attrs[RECORD_ATTR])),
                         t.duration.total_seconds() if t.duration else None)
             for t in evaluated_trials(study)
         ]
-        problem = self.problem
         gpus = {
             name: {"profile": problem.profile(name).source, "calibrated": problem.profile(name).calibrated,
                    "price_per_gpu_hour": gpu.price_per_gpu_hour, "gpus_per_node": problem.ctx.node_size(name)}
@@ -377,6 +379,16 @@ class Job:
             "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
                               for key, basis in problem.max_model_len_basis.items()},
         }
+
+
+    def _with_roles(self, record: TrialRecord) -> TrialRecord:
+        """A simulated trial's record with its deployment's compiled roles (studies written before
+        records carried all of them are compiled again here, so the export reads them like any)."""
+        current = bool(record.roles) and all("data_parallel_size" in role for role in record.roles)
+        if record.fidelity != "simulate" or current:
+            return record
+        compiled = self.problem.ctx.compile(record.model, Deployment.model_validate(record.deployment))
+        return record.model_copy(update={"roles": compiled.describe_roles()})
 
 
 # How long a worker that has run out of budget waits for other workers' last trials before it

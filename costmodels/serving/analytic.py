@@ -8,19 +8,31 @@ One engine (a replica's pipeline lane, or a P/D instance) is modelled in steady 
   a share ``phi`` of steps also carries a prefill chunk. ``phi`` follows from the prefill tokens that
   arrive per step. ``T`` is solved by secant iteration; no solution below the KV pool, ``max_num_seqs``
   or the token budget means the engine is saturated.
-- **TTFT.** Residual of the running step + the request's own prefill (its chunks at the decode
-  batch) + queueing for prefill capacity as a G/G/1 token server (Kingman mean, Allen-Cunneen
-  exponential tail ``t_q = (E[Wq] / P_wait) ln(P_wait / (1 - q))``) + waiting for a sequence slot as
-  an M/G/c queue (Erlang C) when KV or ``max_num_seqs`` bounds concurrency.
-- **TPOT and ITL.** Steps are decode-only (time ``T_d``, which varies with the Poisson-distributed
-  batch) or mixed (``T_m``); a request's TPOT averages its ``(O - 1) / tau`` steps (binomial count of
-  mixed ones), the ITL is the decode-weighted mixture of step times.
+- **Routing** (:class:`Routing`). The router and the replica's own balancing split the arrivals: each
+  engine gets every ``E``-th of them (``E`` engines), a renewal stream with ``c_a^2 / E`` (exact for
+  round robin; least-outstanding routing is taken to be as even). Sequence slots are queued for as
+  one pool: least-outstanding routing sends a request to a full engine only when every engine is
+  full, so all the role's engines pool their slots; round robin pools only a replica's own engines.
+- **TTFT** = the decode step in progress + waiting for prefill capacity + waiting for a sequence
+  slot + the prompt's own chunks at the decode batch. Prefill capacity is a G/G/1 server of prompt
+  tokens whose rate is that of full-budget steps (waiting prompts share steps up to the budget); a
+  slot is a G/G/c queue whose servers are the slots that KV or ``max_num_seqs`` allow and whose
+  service is a request's residence. Both waits are :func:`gg_wait`: Erlang C at the Halfin-Whitt
+  equivalent load for the probability of waiting, exponential beyond (Kingman / Allen-Cunneen).
+  The busy slots fluctuate like an infinite-server count (peakedness ``1 + (c_a^2 - 1) kappa`` of
+  the output lengths, Whitt), amplified because every prefill stalls every running request and a
+  larger batch slows every step. The quantiles of the sum come from samples of the independent parts.
+- **TPOT and ITL.** Steps are decode-only (time ``T_d``, which varies with the batch, whose variance
+  is the batch times its peakedness) or mixed (``T_m``); a request's TPOT averages its ``(O - 1) /
+  tau`` steps (binomial count of mixed ones), the ITL is the decode-weighted mixture of step times.
 - Closed-loop clients: the throughput ``X`` solves ``N = X x (E2E(X) + think)`` (secant), capped at
   the saturation throughput. P/D: a prefill pool (no decodes) and a decode pool (no prefill), the KV
   transfer added between first token and decode.
 - The profile's front-end latency (``request_overhead_s``) and the front end's tokenization (one
   prompt at a time per replica: its mean service time plus the M/G/1 wait at the tokenizer) add to
   TTFT and end-to-end latency and to the closed-loop cycle.
+
+``benchmarks/bench_estimate_accuracy.py`` prints the estimate's P99 errors against the simulation.
 
 Example:
     >>> from servopt.costmodels.architectures import get_model
@@ -765,7 +777,7 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
     m = traffic_moments(traffic, compiled)
     analysis = _Analysis(compiled, m)
     saturated, reason, extra_wait = False, "", 0.0
-    notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and M/G/c slot queues; "
+    notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and G/G/c slot queues; "
              "no preemption or warm-up"]
     lockstep = analysis.lockstep_state() if analysis.lockstep else None
     if lockstep is not None:
