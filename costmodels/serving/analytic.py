@@ -88,7 +88,6 @@ class TrafficMoments:
     arrival_cv2: float
     input_mean: float
     input_cv2: float
-    input_q: dict[float, float]
     output_mean: float
     output_cv2: float
     output_q: dict[float, float]
@@ -148,7 +147,7 @@ def _traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficM
         prompts = prompts[np.linspace(0, len(prompts) - 1, MOMENT_SAMPLES).astype(int)]
     return TrafficMoments(
         rate, concurrency, think, ca2,
-        float(inputs.mean()), cv2(inputs), quantiles(inputs),
+        float(inputs.mean()), cv2(inputs),
         float(outputs.mean()), cv2(outputs), quantiles(outputs),
         float(drawn.cached_tokens.mean()), len(inputs), prompts, _kappa(outputs),
     )
