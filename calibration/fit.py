@@ -382,6 +382,7 @@ class AllReduceFit(_MeasuredCurveFit):
         runs = [v != v or v == symm_mem_variant(int(n), get_gpu(g))
                 for v, n, g in zip(variant, rows["num_gpus"], rows["gpu"])]
         rows = rows[np.asarray(runs, dtype=bool)]
+        rows = _without_host_bound_counts(rows)
         # One source per implementation: two benchmarks of the same kernel differ in their launch and
         # timing overheads, and interleaving their sizes would make the curve zigzag. NCCL's own
         # benchmark (nccl-tests) wins over a framework's wrapper; otherwise the most measured.
@@ -406,6 +407,26 @@ class AllReduceFit(_MeasuredCurveFit):
         for i, (implementation, n) in enumerate(keys):
             out[i] = float(profile.allreduce_time_s(gpu, sizes[i], n, implementation)) * 1e3
         return out
+
+
+# On PCIe GPUs the path between the GPUs' links is the host's (switches, CPU root complexes and sockets,
+# host memory when P2P is off), and differs from server to server. A ring all-reduce puts 2(n-1)/n of
+# the buffer on each GPU's own link whatever the GPU count n, so a count whose peak bus bandwidth falls
+# below this share of the best count's measured its server's fabric, not the GPU's link: it is left
+# out, and the curve's nearest measured count stands in for it (CollectiveCurve).
+HOST_BOUND_BUSBW_SHARE = 0.5
+
+
+def _without_host_bound_counts(rows: pd.DataFrame) -> pd.DataFrame:
+    """All-reduce rows less the GPU counts of PCIe GPUs whose bus bandwidth the host held down."""
+    pcie = rows["gpu"].map(lambda g: get_gpu(g).interconnect.startswith("pcie"))
+    if not pcie.any():
+        return rows
+    n = rows["num_gpus"].astype(float)
+    busbw = rows["message_bytes"] * 2 * (n - 1) / n / rows["latency_ms"]
+    peak = busbw.groupby([rows["gpu"], rows["implementation"], rows["num_gpus"]]).transform("max")
+    best = busbw.groupby([rows["gpu"], rows["implementation"]]).transform("max")
+    return rows[~pcie | (peak >= HOST_BOUND_BUSBW_SHARE * best)]
 
 
 # Elementwise rows of hand-written CUDA kernels that vLLM V1 no longer runs: its compiled model

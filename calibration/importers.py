@@ -11,7 +11,9 @@ Example:
     >>> import json, tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "bench.json"
     >>> _ = path.write_text(json.dumps({"model_id": "m", "request_rate": 4.0, "max_concurrency": None,
-    ...     "input_lens": [100, 200], "output_lens": [50, 50], "median_tpot_ms": 20.0, "median_ttft_ms": 40.0}))
+    ...     "completed": 2, "duration": 1.2, "total_input_tokens": 300, "total_output_tokens": 100,
+    ...     "input_lens": [100, 200], "output_lens": [50, 50], "ttfts": [0.04, 0.04], "itls": [[0.02] * 49] * 2,
+    ...     "median_tpot_ms": 20.0, "median_ttft_ms": 40.0}))
     >>> run = read_vllm_bench(path)
     >>> run.traffic.arrival.kind, run.traffic.arrival.rate_per_s, run.median_tpot_ms
     ('poisson', 4.0, 20.0)
@@ -33,8 +35,8 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
-from ..costmodels.userfiles import read_json
 from .tables import normalize_kernel_frame
+from .vllm_bench import length_histogram, read_bench_result
 
 # aiconfigurator op folder -> the tables in it that servopt fits (file stem -> op hint).
 AIC_TABLES = {
@@ -115,38 +117,27 @@ class BenchRun:
     median_ttft_ms: float | None
 
 
-def _histogram(values: list, field: str, path: Path) -> dict:
-    lengths = np.asarray([v for v in values if v and v > 0], dtype=int)
-    if len(lengths) == 0:
-        raise InputError(f"{path}: '{field}' has no positive lengths")
-    unique, counts = np.unique(lengths, return_counts=True)
-    return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
-
-
 def read_vllm_bench(path: str | Path) -> BenchRun:
-    """Read a ``vllm bench serve --save-result`` JSON (per-request lengths needed: input_lens, output_lens)."""
-    path = Path(path)
-    data = read_json(path, "vllm bench result")
-    for field in ("input_lens", "output_lens", "median_tpot_ms"):
-        if field not in data:
-            raise InputError(f"vllm bench result '{path}' lacks '{field}' (save it with --save-result --save-detailed)")
-    rate = data.get("request_rate")
-    concurrency = data.get("max_concurrency")
-    rate = float(rate) if rate not in (None, "inf") and math.isfinite(float(rate)) else None
-    if concurrency:
-        arrival = {"kind": "closed_loop", "concurrency": int(concurrency)}
+    """A ``vllm bench serve --save-result --save-detailed`` JSON (:func:`~.vllm_bench.read_bench_result`)
+    as the steady traffic it measured: its per-request lengths as histograms, its rate or concurrency."""
+    result = read_bench_result(path)
+    if not result.detailed:
+        raise InputError(f"vllm bench result '{path}' lacks 'input_lens' and 'output_lens' (save it with "
+                         "--save-result --save-detailed)")
+    if "median_tpot_ms" not in result.stats_ms:
+        raise InputError(f"vllm bench result '{path}' lacks 'median_tpot_ms' (the benchmark's TPOT statistics)")
+    rate = result.request_rate if math.isfinite(result.request_rate) else None
+    if result.max_concurrency:
+        arrival = {"kind": "closed_loop", "concurrency": result.max_concurrency}
     elif rate:
         arrival = {"kind": "poisson", "rate_per_s": rate}
     else:
         # request_rate inf without a concurrency cap: every request is sent at once.
-        arrival = {"kind": "closed_loop", "concurrency": len(data["input_lens"])}
-    traffic = Traffic.model_validate({
-        "arrival": arrival,
-        "input_tokens": _histogram(data["input_lens"], "input_lens", path),
-        "output_tokens": _histogram(data["output_lens"], "output_lens", path),
-    })
-    return BenchRun(str(path), str(data.get("model_id", "")), traffic, len(data["input_lens"]),
-                    float(data["median_tpot_ms"]), data.get("median_ttft_ms"))
+        arrival = {"kind": "closed_loop", "concurrency": result.num_requests}
+    traffic = Traffic.model_validate({"arrival": arrival, "input_tokens": length_histogram(result.input_lens),
+                                      "output_tokens": length_histogram(result.output_lens)})
+    return BenchRun(str(path), result.model_id, traffic, result.num_requests, result.stats_ms["median_tpot_ms"],
+                    result.stats_ms.get("median_ttft_ms"))
 
 
 def simulate_median_tpot_ms(run: BenchRun, model: ModelSpec, deployment: Deployment, gpu: GPUSpec,

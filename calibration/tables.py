@@ -58,9 +58,10 @@ OPS = ("gemm", "context_attention", "generation_attention", "all_reduce", "memcp
 # Upstream dtype spellings -> servopt's math dtype names.
 DTYPES = {
     "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16", "fp8": "fp8",
-    "float8_e4m3fn": "fp8", "fp8_block": "fp8", "int8": "int8", "float32": "fp32", "fp32": "fp32",
+    "float8_e4m3fn": "fp8", "fp8_block": "fp8", "int8": "int8", "float32": "fp32", "fp32": "fp32", "nvfp4": "fp4",
 }
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4}
+# fp4 is NVFP4 (Blackwell's fp4 math): 4-bit values with one fp8 scale per 16.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4, "fp4": 0.5 + 1 / 16}
 # Fused-MoE weight formats (aiconfigurator's moe_dtype spellings) -> servopt's MoE kernel names
 # (PerformanceProfile.moe): fp8 is per-tensor W8A8, fp8_block 128x128 block-scaled W8A8, mxfp4 the
 # gpt-oss checkpoint's weights with 16-bit activations, int4 W4A16 (Marlin), nvfp4 W4A4.
@@ -73,8 +74,8 @@ MOE_DTYPES = {
 # Device-name fragments -> catalog names, most specific first (torch reports e.g. "NVIDIA H100 80GB HBM3").
 _DEVICE_PATTERNS = [
     ("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100"), ("A100-SXM4-40GB", "a100-40gb"),
-    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("B200", "b200"), ("L40S", "l40s"), ("L4", "l4"),
-    ("A10G", "a10g"), ("4090", "rtx4090"), ("MI300X", "mi300x"),
+    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("GB200", "gb200"), ("B200", "b200"), ("L40S", "l40s"),
+    ("L4", "l4"), ("A10G", "a10g"), ("4090", "rtx4090"), ("MI300X", "mi300x"),
 ]
 
 
@@ -269,6 +270,12 @@ def read_kernel_table(path: str | Path | io.StringIO, name: str | None = None) -
     else:
         raw = read_csv_table(path, "kernel table", name)
     return normalize_kernel_frame(raw, name)
+
+
+def kernel_table_files(*folders: str | Path) -> list[Path]:
+    """The kernel tables in ``folders`` (CSV, gzip-compressed CSV, parquet), sorted within each folder."""
+    patterns = ("*.csv", "*.csv.gz", "*.parquet")
+    return [path for folder in folders for path in sorted(p for pattern in patterns for p in Path(folder).glob(pattern))]
 
 
 def read_kernel_tables(paths: list[str | Path]) -> pd.DataFrame:

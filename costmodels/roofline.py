@@ -496,17 +496,25 @@ class StepCostModel:
         sampled = np.asarray(num_sampled, dtype=float)
         return np.where(sampled > 0, self._gemm(op, np.maximum(sampled, 1)).time_s, 0.0)
 
+    def _gpu_parts(self, agg: StepAggregates) -> tuple:
+        """(tokens, token-op time, attention parts, attention time, GPU time) of each step."""
+        tokens = np.asarray(agg.num_tokens, dtype=np.int64)
+        token_s = self.token_ops_time_s(tokens)
+        parts = [part for kind in self._attention_parts(agg).values() for part in kind]
+        attention = sum(t for t, _, _, _ in parts)
+        return tokens, token_s, parts, attention, token_s + attention + self.lm_head_time_s(agg.num_sampled)
+
+    def gpu_time_s(self, agg: StepAggregates) -> np.ndarray:
+        """GPU time of each step: :meth:`step_time_s` without the engine's CPU time (``step_overhead``)."""
+        return self._gpu_parts(agg)[-1]
+
     def step_time_s(self, agg: StepAggregates, *, return_compute_bound: bool = False):
         """Vectorized step time for arrays of step aggregates (the simulator's hot path).
 
         With ``return_compute_bound`` also returns a boolean array: compute-limited operators take
         most of that step's GPU time.
         """
-        tokens = np.asarray(agg.num_tokens, dtype=np.int64)
-        token_s = self.token_ops_time_s(tokens)
-        parts = [part for kind in self._attention_parts(agg).values() for part in kind]
-        attention = sum(t for t, _, _, _ in parts)
-        gpu_s = token_s + attention + self.lm_head_time_s(agg.num_sampled)
+        tokens, token_s, parts, attention, gpu_s = self._gpu_parts(agg)
         total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async, self._engine)
         if not return_compute_bound:
             return total

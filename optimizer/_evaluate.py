@@ -35,6 +35,7 @@ from ..costmodels.roofline import Batch, StepCostModel
 from ..costmodels.serving.compiled import CompiledDeployment
 from ..results._record import TrialRecord
 from ..search_spaces import Candidate, Violation
+from . import _redundancy
 from ._engine import ServingEngine, Summary
 from ._problem import Problem
 
@@ -49,7 +50,7 @@ CONSTRAINT_GROUPS = {
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
-    "slo": tuple(SLO_CONSTRAINTS),
+    "slo": (*SLO_CONSTRAINTS, _redundancy.CONSTRAINT),
 }
 # ngram's mean accepted length is unknown without the text; the simulator models it, and the
 # capacity seed stays conservative by counting one token per verify step.
@@ -134,7 +135,8 @@ class Evaluator:
     def __init__(self, problem: Problem, engine: ServingEngine | None = None):
         self.problem = problem
         self.engine = engine or ServingEngine(problem)
-        self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS]
+        self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS,
+                                 _redundancy.CONSTRAINT]
         self._summaries: dict[tuple, Summary] = {}
         self._previews: dict[tuple, Preview] = {}
 
@@ -206,7 +208,8 @@ class Evaluator:
 
         def fleet(share: float) -> int:
             serving = max(math.ceil(needed * (1 + share) - 1e-9), 1)
-            return max(math.ceil(serving * (1 + redundancy) - 1e-9), 1)
+            spare = 1 if self.problem.workload.slo.n_minus_1 else 0  # N+1: targets must hold with one down
+            return max(math.ceil(serving * (1 + redundancy) - 1e-9), serving + spare, 1)
 
         wanted, least = fleet(float(candidate.get("headroom", 0.0))), fleet(0.0)
         # Headroom buys spare replicas only up to the fleet limit (a fleet that needs more breaks it).
@@ -258,8 +261,8 @@ class Evaluator:
     def forecast(self, params: dict[str, Any]) -> tuple[tuple[float, float] | None, float]:
         """What the estimate says of drawn parameters before a trial scores them: the objective
         values (None when not predicted) and how far they miss (rules broken, saturation, SLOs beyond
-        the screen margin; <= 0: they would be simulated). Cached, so the trial that scores them
-        repeats nothing."""
+        the screen margin, at N-1 too when the workload asks; <= 0: they would be simulated). Cached,
+        so the trial that scores them repeats nothing."""
         try:
             candidate = self.problem.space.fixed(params)
         except InputError:
@@ -272,6 +275,7 @@ class Evaluator:
         except InputError:
             return None, math.inf
         misses = self._prediction_violations(summary)
+        misses.update(_redundancy.check(self, seen.model, compiled, {})[0])
         values = self._objectives(self.cost(compiled.deployment, summary), summary)
         return values, max(misses["saturated"], self._slo_excess(misses))
 
@@ -362,6 +366,8 @@ class Evaluator:
             record["estimate"] = summary
             record["fidelity"] = "estimate"
             estimated = self._prediction_violations(summary)
+            n_minus_1, n_minus_1_reasons = _redundancy.check(self, model, compiled, record)
+            estimated.update(n_minus_1)
             estimate_values = self._objectives(self.cost(compiled.deployment, summary), summary)
             slo_ok = self._slo_excess(estimated) <= 0
             dominated = (screen is not None and estimate_values is not None
@@ -378,10 +384,13 @@ class Evaluator:
                     record["simulated_requests"] = w.fidelity.search_requests
                     record["fidelity"] = "simulate"
                     estimated = self._prediction_violations(summary)
+                    n_minus_1, n_minus_1_reasons = _redundancy.check(
+                        self, model, compiled, record, (w.fidelity.search_requests, w.seed))
+                    estimated.update(n_minus_1)
             elif dominated:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
             amounts.update(estimated)
-            reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"])
+            reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"]) + n_minus_1_reasons
             record["memory_headroom_gib"] = compiled.kv_pool_gib()
         deployment = compiled.deployment
         costs = self.cost(deployment, summary)

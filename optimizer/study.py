@@ -39,6 +39,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from . import _redundancy
 from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
 from ._problem import Problem
 from ._sampler import DistinctSampler
@@ -352,11 +353,15 @@ def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | Non
     compiled = problem.ctx.compile(record["model"], deployment)
     summary = evaluator.simulate(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
     violations = evaluator._prediction_violations(summary)
+    checked: dict[str, Any] = {}
+    violations.update(_redundancy.check(evaluator, record["model"], compiled, checked,
+                                        (w.fidelity.final_requests, w.seed + 1))[0])
     costs = evaluator.cost(deployment, summary)
     feasible = all(v <= 0 for v in violations.values()) and record["feasible"]
     reasons = [f"{name} {amount:+.0%}" for name, amount in violations.items() if amount > 0]
     return {
         "simulation": summary,
+        "n_minus_1": checked.get("n_minus_1"),
         "requests": w.fidelity.final_requests,
         "feasible": feasible,
         "reason": "re-check: " + ", ".join(reasons) if reasons else "",

@@ -22,6 +22,7 @@ from ..costmodels.outfiles import write_text
 from ._plot import COST_LABELS, front_marks, pareto_figures
 from ._tables import COST_COLUMNS, pareto_frame, trials_frame
 
+N_MINUS_1_LABEL = "one replica down: P99 TTFT / TPOT / e2e s"
 # The front table of both reports: (header, cell of a pareto_frame row).
 FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("#", lambda r: str(r["trial"])),
@@ -43,6 +44,9 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("P99 TTFT s", lambda r: _fmt(r["p99_ttft_s"])),
     ("P99 TPOT s", lambda r: _fmt(r["p99_tpot_s"])),
     ("P99 e2e s", lambda r: _fmt(r["p99_e2e_s"])),
+    # Only when the job predicted N-1 (redundancy > 0 or slo.n_minus_1): :func:`front_columns`.
+    (N_MINUS_1_LABEL, lambda r: "saturates" if _present(r["n_minus_1_saturated"]) and bool(r["n_minus_1_saturated"])
+     else " / ".join(_fmt(r[f"n_minus_1_p99_{m}_s"]) for m in ("ttft", "tpot", "e2e"))),
     ("output tok/s", lambda r: _fmt(r["output_tokens_per_s"])),
     ("acc. drop %", lambda r: _fmt(r["accuracy_drop_pct"])),
     ("KV pool GiB/GPU", lambda r: _fmt(r["memory_headroom_gib"])),
@@ -90,7 +94,7 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         lines.append(f"- {name}: {count} trials")
     evaluated = trials[trials["fidelity"] != "precheck"]
     for key, target in slo.items():
-        if target is None:
+        if target is None or key not in SLO_NAMES:
             continue
         metric = SLO_NAMES[key]
         col = f"p99_{metric}_s"
@@ -112,7 +116,9 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     arrival = w["traffic"]["arrival"]
     rate = arrival.get("rate_per_s")
     load = f"{rate:g} requests/s ({arrival['kind']})" if rate else f"{arrival.get('concurrency')} closed-loop clients"
-    slo = ", ".join(f"{k} = {v:g} s" for k, v in w["slo"].items() if v is not None) or "none"
+    slo = ", ".join(f"{k} = {v:g} s" for k, v in w["slo"].items() if k in SLO_NAMES and v is not None) or "none"
+    if w["slo"].get("n_minus_1"):
+        slo += ", also with one replica down (slo.n_minus_1)"
     counts = trials["fidelity"].value_counts().to_dict() if len(trials) else {}
     feasible = int(trials["feasible"].sum()) if len(trials) else 0
     pruned = int(trials["objective_latency_s"].isna().sum()) if len(trials) else 0
@@ -152,10 +158,17 @@ def _why_cell(row: dict[str, Any]) -> str:
     return row["why"] + (f"; same predictions as trial(s) {same}" if isinstance(same, str) and same else "")
 
 
+def front_columns(front: pd.DataFrame) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """The front table's columns: the N-1 column only when the job predicted one replica down."""
+    with_n_minus_1 = "n_minus_1_p99_ttft_s" in front
+    return [(label, cell) for label, cell in FRONT_COLUMNS if label != N_MINUS_1_LABEL or with_n_minus_1]
+
+
 def _front_rows(front: pd.DataFrame, objective: dict) -> list[tuple[dict[str, Any], list[str], str]]:
     """Each front row with its table cells and its mark (cheapest, fastest or '')."""
     marks = front_marks(front, objective)
-    return [(row, [cell(row) for _, cell in FRONT_COLUMNS] + [_why_cell(row)], marks.get(row["trial"], ""))
+    columns = front_columns(front)
+    return [(row, [cell(row) for _, cell in columns] + [_why_cell(row)], marks.get(row["trial"], ""))
             for row in front.to_dict(orient="records")]
 
 
@@ -164,8 +177,9 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
     lines = [f"# servopt optimize: {data['job']['study']}", "", *_summary_lines(data, trials), ""]
     lines += [f"## Pareto front (re-checked with {w['fidelity']['final_requests']} simulated requests)", ""]
     if len(front):
-        lines.append("| " + " | ".join(label for label, _ in FRONT_COLUMNS) + " | why |")
-        lines.append("|" + "---|" * (len(FRONT_COLUMNS) + 1))
+        columns = front_columns(front)
+        lines.append("| " + " | ".join(label for label, _ in columns) + " | why |")
+        lines.append("|" + "---|" * (len(columns) + 1))
         for _, cells, mark in _front_rows(front, w["objective"]):
             cells[0] += f" ({mark})" if mark else ""
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -208,12 +222,13 @@ _TEXT_COLUMNS = {"model", "GPU", "replicas x (TP or P:D)", "quant (weights / KV)
 
 def _front_table_html(front: pd.DataFrame, objective: dict) -> str:
     esc = html.escape
-    head = "".join(f"<th class='{'l' if label in _TEXT_COLUMNS else ''}'>{esc(label)}</th>" for label, _ in FRONT_COLUMNS)
+    columns = front_columns(front)
+    head = "".join(f"<th class='{'l' if label in _TEXT_COLUMNS else ''}'>{esc(label)}</th>" for label, _ in columns)
     # Fits 1,280 px; a narrower window scrolls the table, not the page.
     rows = ["<div class='scroll'><table class='front'><thead><tr>" + head + "</tr></thead><tbody>"]
     for row, cells, mark in _front_rows(front, objective):
         tds = []
-        for (label, _), cell in zip(FRONT_COLUMNS, cells, strict=False):
+        for (label, _), cell in zip(columns, cells, strict=False):
             if label == "model":  # break long ids after their slashes only
                 tds.append(f"<td class='model'>{esc(cell).replace('/', '/<wbr>')}</td>")
             elif label == "profile" and not row["profile_calibrated"]:
@@ -225,7 +240,7 @@ def _front_table_html(front: pd.DataFrame, objective: dict) -> str:
         shade = " mark" if mark else ""
         rows.append(f"<tr class='point{shade}'>" + "".join(tds) + "</tr>")
         # The limiting factors run under the row, across the table, so no column grows tall.
-        rows.append(f"<tr class='why{shade}'><td colspan='{len(FRONT_COLUMNS)}'>why: {esc(cells[-1])}</td></tr>")
+        rows.append(f"<tr class='why{shade}'><td colspan='{len(columns)}'>why: {esc(cells[-1])}</td></tr>")
     rows.append("</tbody></table></div>")
     return "\n".join(rows)
 
@@ -293,7 +308,8 @@ def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, An
             "knobs": record.knobs,
             "gpus_per_node": data["gpus"][record.deployment["gpu"]]["gpus_per_node"],
             "metrics": {k: row[k] for k in (*COST_COLUMNS, "num_gpus", "gpus_rented", "p99_ttft_s", "p99_tpot_s",
-                                             "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct")},
+                                             "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct",
+                                             *(c for c in row if c.startswith("n_minus_1_")))},
         })
     return points
 

@@ -16,7 +16,9 @@ progress), :mod:`.scheduler` (vLLM V1 step rule, KV blocks, preemption), :mod:`.
 times from the roofline model and the drafter), :mod:`.engine` (one engine's clock and closed-form
 decode runs; pipeline stages), :mod:`.router` and :mod:`.cluster` (replicas, P/D hand-offs,
 closed-loop clients), :mod:`.metrics` (distributions, confidence intervals, saturation),
-:mod:`.simulator` (``simulate``) and :mod:`.analytic` (``estimate``).
+:mod:`.simulator` (``simulate``), :mod:`.analytic` (``estimate``) and :mod:`.activity` (what the engines
+did in a simulated run: busy and host-wait time, prefill-carrying steps in the ITL tail, KV peak; read
+by ``servopt diagnose``).
 
 Example:
     >>> from servopt.costmodels.serving import simulate, estimate, SimulationResult, Traffic, SLO

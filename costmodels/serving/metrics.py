@@ -180,9 +180,10 @@ class StepRecords:
         k = c["steps"]
         return k * c["first_s"] + c["slope_s"] * k * (k - 1) / 2
 
-    def token_gaps(self, points: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(gap, weight, time) samples: each record's arithmetic sequence of step durations, summarised
-        by up to ``points`` evenly spread values, weighted by the decodes that produced tokens."""
+    def token_gaps(self, points: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(gap, weight, time, record) samples: each record's arithmetic sequence of step durations,
+        summarised by up to ``points`` evenly spread values, weighted by the decodes that produced
+        tokens; ``record`` is the index of the record each sample stands for."""
         c = self.columns
         k = c["steps"]
         m = np.minimum(k, points)
@@ -194,7 +195,7 @@ class StepRecords:
         step_index = (within + 0.5) * share - 0.5
         gaps = c["first_s"][idx] + c["slope_s"][idx] * step_index
         weights = share * c["itl_decodes"][idx]
-        return gaps, weights, c["start_s"][idx]
+        return gaps, weights, c["start_s"][idx], idx
 
 
 def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, *, slo: SLO | None,
@@ -216,7 +217,7 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
     n = len(a)
     window_start, window_end = float(a.min()), float(e.max())
     records = StepRecords.collect(engines, window_start, window_end)
-    gaps, weights, times = records.token_gaps()
+    gaps, weights, times, _ = records.token_gaps()
     extra = [(t, g) for engine in engines for t, g in engine.scheduler.gaps_s if window_start <= t <= window_end]
     if extra:
         extra_t, extra_g = np.asarray(extra).T
