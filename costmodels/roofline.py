@@ -593,17 +593,23 @@ class StepCostModel:
         """Time to prefill one prompt alone, in chunks of ``chunk_tokens`` (default: one step)."""
         if prompt_tokens <= 0:
             raise InputError("prompt_tokens must be positive")
-        chunk = chunk_tokens or prompt_tokens
-        total, done = 0.0, 0
-        while done < prompt_tokens:
-            size = min(chunk, prompt_tokens - done)
-            total += self.step(Batch(prefill_tokens=[size], prefill_offsets=[done])).time_s
-            done += size
-        return total
+        chunk = min(chunk_tokens or prompt_tokens, prompt_tokens)
+        offsets = np.arange(0, prompt_tokens, chunk, dtype=float)
+        sizes = np.minimum(chunk, prompt_tokens - offsets)
+        kv = offsets + sizes
+        windowed_kv = np.minimum(kv, self._window + sizes) if self._window else kv
+        zeros, ones = np.zeros_like(sizes), np.ones_like(sizes)
+        # Every chunk is a step of its own: the vectorized step time over the chunks.
+        return float(self.step_time_s(aggregates_from_arrays(
+            num_tokens=sizes, num_sampled=ones, decode_query_tokens=zeros, decode_context=zeros,
+            prefill_pairs=_pairs(sizes, offsets, None), prefill_pairs_windowed=_pairs(sizes, offsets, self._window),
+            prefill_kv_tokens=kv, prefill_kv_tokens_windowed=windowed_kv, prefill_chunks=ones,
+            num_decode_seqs=zeros)).sum())
 
     def decode_step_time_s(self, batch_size: int, context_tokens: int, num_speculative_tokens: int = 0) -> float:
         """Time of one decode step of ``batch_size`` sequences at ``context_tokens`` each."""
-        return self.step(Batch(decode_context=[context_tokens] * batch_size, num_speculative_tokens=num_speculative_tokens)).time_s
+        batch = Batch(decode_context=[context_tokens] * batch_size, num_speculative_tokens=num_speculative_tokens)
+        return float(self.step_time_s(self.aggregate(batch))[0])
 
     def weight_read_floor_s(self, context_tokens: int = 0, batch_size: int = 1) -> float:
         """Seed 2.2's lower bound on a decode step: (weights + KV bytes) / bandwidth, per GPU."""

@@ -45,6 +45,9 @@ def test_tiny_job_records_every_trial_with_a_reason(tmp_path, serving):  # noqa:
             assert knobs[knob] == scored != drawn
     assert outcome.front and set(outcome.front) <= set(data["rechecks"])
     assert all(data["rechecks"][n].requests == 400 for n in outcome.front)
+    # No trial is spent on a deployment an earlier trial scored (the sampler compares repaired deployments).
+    scored = [(t.record.model, json.dumps(t.record.deployment, sort_keys=True)) for t in data["trials"]]
+    assert len(set(scored)) == len(scored)
 
 
 def test_rerun_resumes_without_repeating(tmp_path, serving):  # noqa: F811
