@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import os
@@ -47,6 +48,9 @@ from ._sampler import DistinctSampler
 DIRECTIONS = ("minimize", "minimize")
 RECORD_ATTR = "record"
 WORKER_ATTR = "worker"
+# A live worker names itself on its trial within the sampler's proposal time (milliseconds; a second
+# for a TPE over thousands of trials) of the storage creating it.
+UNNAMED_TRIAL_S = 30.0
 RECHECK_PREFIX = "recheck:"
 # Optuna's own key for a trial's constraint values (a list, <= 0 when met).
 CONSTRAINTS_ATTR = "constraints"
@@ -132,14 +136,20 @@ def fail_dead_workers_trials(study: optuna.Study) -> int:
     """Mark RUNNING trials of dead processes on this host as FAIL; returns how many.
 
     A killed job leaves its last trial RUNNING; without this it would linger until the heartbeat's
-    grace period ends. Trials of live processes and of other hosts are left alone.
+    grace period ends. Trials of live processes and of other hosts are left alone. A trial that
+    names no worker ``UNNAMED_TRIAL_S`` after it started was left by a worker killed between the
+    storage creating it and the objective naming its worker (while the sampler proposed its point).
     """
     host = socket.gethostname()
+    now = datetime.datetime.now()
     failed = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = str(trial.user_attrs.get(WORKER_ATTR, ""))
         name, _, pid = owner.rpartition(":")
-        if name == host and pid.isdigit() and not _alive(int(pid)):
+        dead = name == host and pid.isdigit() and not _alive(int(pid))
+        unnamed = not owner and trial.datetime_start is not None and \
+            (now - trial.datetime_start).total_seconds() > UNNAMED_TRIAL_S
+        if dead or unnamed:
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             failed += 1
     return failed

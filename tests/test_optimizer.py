@@ -107,6 +107,19 @@ def test_kill_9_then_rerun_keeps_every_finished_trial(tmp_path):
     assert json.loads(rerun.stdout)["trials"] == len(after)
 
 
+def test_a_trial_left_unnamed_by_a_killed_worker_is_failed(tmp_path, monkeypatch):
+    # Killed while the sampler proposed its point: the trial is RUNNING and names no worker.
+    from servopt.optimizer import study as study_module
+
+    study = optuna.create_study(storage=open_storage(journal_url(tmp_path / "s.journal")))
+    study.ask()
+    assert study_module.fail_dead_workers_trials(study) == 0  # it may still be naming itself
+    monkeypatch.setattr(study_module, "UNNAMED_TRIAL_S", 0.0)
+    time.sleep(0.01)
+    assert study_module.fail_dead_workers_trials(study) == 1
+    assert [t.state.name for t in study.trials] == ["FAIL"]
+
+
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_two_processes_share_one_study(tmp_path, kind):
     workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 30}})
