@@ -289,9 +289,11 @@ def _device_alternatives(device: str) -> list[str]:
 def _from_public_collectives(raw: pd.DataFrame) -> pd.DataFrame:
     """Collective timings gathered from public sources (``calibration/measured/kernel/allreduce_public.csv``:
     one row per source, GPU, GPU count, implementation and message size, with the source's own
-    implementation name in ``implementation``); a row naming two GPUs of one architecture counts for each."""
+    implementation name in ``implementation``); a row naming two GPUs of one architecture counts for each.
+    Rows whose source gives no exact message size (a label such as '47.84 MiB'; ``message_bytes`` left
+    empty there) stay in the file as published and are not read."""
     rows = []
-    for row in raw.to_dict("records"):
+    for row in raw[raw["message_bytes"].notna()].to_dict("records"):
         source = str(row.get("source", ""))
         framework = next((f for f in ("vllm", "sglang", "tensorrt", "megatron") if f in source.lower()), "public")
         for gpu in _device_alternatives(row.get("gpu", "")):
