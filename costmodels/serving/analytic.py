@@ -48,9 +48,11 @@ from ..architectures import ModelSpec
 from ..deployment import Deployment
 from ..hardware import GPUSpec
 from ..profile import PerformanceProfile
-from .metrics import LatencyStats, ServingSummary
+from .metrics import ClassSummary, LatencyStats, ServingSummary
 from .predictor import StepComposition
-from .requests import RequestTable, draw_requests
+from .prefix_cache import retained_history
+from .priority import ClassLoad, Wait, class_waits
+from .requests import RequestTable, draw_requests, session_history
 from .compiled import CompiledDeployment, Role, compile_deployment
 from .simulator import SimulationResult
 from .slo import SLO
@@ -80,13 +82,41 @@ class TrafficMoments:
     num_requests: int
 
 
-def traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMoments:
+def traffic_moments(traffic: Traffic, compiled: CompiledDeployment, retention_s: float = math.inf) -> TrafficMoments:
+    """Moments of the whole traffic (see :func:`class_moments` for ``retention_s``)."""
+    return class_moments(traffic, compiled, retention_s)[0]
+
+
+def class_moments(traffic: Traffic, compiled: CompiledDeployment,
+                  retention_s: float = math.inf) -> tuple[TrafficMoments, list[TrafficMoments]]:
+    """Moments of the whole traffic and of each of its classes (none without classes).
+
+    Multi-turn sessions hit their history in the prefix cache when their previous turn ran on the
+    same engine (one in the role's engines: the routers do not follow sessions) and its blocks were
+    freed less than ``retention_s`` before the turn (:func:`~.prefix_cache.retained_history`).
+    """
     d = compiled.deployment
     trace = traffic.arrival.kind == "trace"
     drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
                           max_model_len=compiled.max_model_len, block_size=d.block_size,
                           prefix_caching=d.enable_prefix_caching, context_source=compiled.context_source)
-    inputs, outputs = drawn.input_tokens.astype(float), drawn.output_tokens.astype(float)
+    cached = drawn.cached_tokens.astype(float)
+    if drawn.session is not None and d.enable_prefix_caching:
+        engines = compiled.roles[0].engines * d.pp
+        history = session_history(drawn.input_tokens, drawn.output_tokens, drawn.follow_up, d.block_size)
+        cached = retained_history(history, drawn.think_s, retention_s) / engines
+    aggregate = _moments(traffic, drawn, cached, np.ones(len(drawn), dtype=bool), 1.0)
+    if drawn.classes is None:
+        return aggregate, []
+    return aggregate, [_moments(traffic, drawn, cached, drawn.classes == k, c.share)
+                       for k, c in enumerate(traffic.classes)]
+
+
+def _moments(traffic: Traffic, drawn, cached: np.ndarray, pick: np.ndarray, share: float) -> TrafficMoments:
+    """Moments of the drawn requests ``pick`` (a class with ``share`` of the arrivals, or all)."""
+    if not pick.any():  # a class too small to be drawn: its share of the whole
+        pick = np.ones(len(drawn), dtype=bool)
+    inputs, outputs = drawn.input_tokens[pick].astype(float), drawn.output_tokens[pick].astype(float)
 
     def cv2(x: np.ndarray) -> float:
         return float(x.var() / x.mean() ** 2)
@@ -106,13 +136,16 @@ def traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMo
             rate, ca2 = (len(gaps)) / span, cv2(gaps) if gaps.mean() > 0 else 1.0
         else:  # one burst: as many clients as requests, each sending one
             concurrency = len(inputs)
+    elif kind == "sessions":  # requests per second: sessions per second times their turns
+        sessions = len(np.unique(drawn.session))
+        rate, ca2 = traffic.arrival.rate_per_s * len(drawn) / sessions, traffic.arrival.interarrival_cv2
     else:
         rate, ca2 = traffic.arrival.rate_per_s, traffic.arrival.interarrival_cv2
     return TrafficMoments(
-        rate, concurrency, think, ca2,
+        None if rate is None else rate * share, concurrency, think, ca2,
         float(inputs.mean()), cv2(inputs), quantiles(inputs),
         float(outputs.mean()), cv2(outputs), quantiles(outputs),
-        float(drawn.cached_tokens.mean()), len(inputs),
+        float(cached[pick].mean()), len(inputs),
     )
 
 
@@ -255,6 +288,11 @@ class EngineModel:
         chunks = max(math.ceil(prompt_tokens / room), 1)
         return chunks * self.mixed_step(batch, min(prompt_tokens, room))
 
+    @property
+    def slots(self) -> float:
+        """Requests the engine holds at once: ``max_num_seqs``, or fewer when the KV cache is smaller."""
+        return min(self.seats, self.capacity_tokens / max(self.context, 1.0))
+
     # --- steady state ---------------------------------------------------------------------------
     def point(self, rate: float) -> EnginePoint | str:
         """The steady state at ``rate`` requests/s, or why there is none."""
@@ -283,7 +321,7 @@ class EngineModel:
         # requests need no decode step either (one output token: the prefill instance produced it).
         floor = (self.decode_step(1.0) if self.decode_tokens or not self.prefill_tokens
                  else self.mixed_step(0, min(self.prefill_tokens, self.budget)))
-        limit_batch = min(self.seats, self.capacity_tokens / max(self.context, 1.0))
+        limit_batch = self.slots
         # The smallest fixed point T = F(T) lies above the one-sequence step (F(floor) >= floor).
         # Bracket it starting from the last solution: nearby rates have nearby step times.
         high = max(floor, self._last_step_s)
@@ -406,17 +444,24 @@ def _e2e(ttft: LatencyStats, tpot: LatencyStats, m: TrafficMoments) -> LatencySt
     return _stats(mean, values)
 
 
-def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: EngineModel, dp: EnginePoint,
-               handoff_s: float) -> _Latencies:
-    """Latency distributions from the steady state of the front (prefill-capable) and decode engines.
-
-    Without disaggregation ``front is dec`` and ``handoff_s`` is zero.
-    """
-    # TTFT: residual step + own prefill + prefill-capacity queue + slot queue.
+def _front_waits(m: TrafficMoments, front: EngineModel, fp: EnginePoint) -> tuple[Wait, Wait]:
+    """Waits for prefill capacity (a G/G/1 server of prompt tokens: Kingman mean, probability of
+    waiting its utilization) and for a sequence slot (:meth:`EngineModel._slot_wait`)."""
     service_mean = front.prefill_tokens * fp.mixed_step_s / max(fp.prefill_room, 1.0)
     rho = fp.prefill_utilization
     queue_mean = rho / (1 - rho) * (m.arrival_cv2 + m.input_cv2) / 2 * service_mean if rho > 0 else 0.0
-    queue_scale = queue_mean / rho if rho > 0 else 0.0
+    return Wait(rho, queue_mean / rho if rho > 0 else 0.0), Wait(*fp.slot_wait_tail)
+
+
+def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: EngineModel, dp: EnginePoint,
+               handoff_s: float, waits: tuple[Wait, Wait] | None = None) -> _Latencies:
+    """Latency distributions from the steady state of the front (prefill-capable) and decode engines.
+
+    Without disaggregation ``front is dec`` and ``handoff_s`` is zero. ``m`` may be one class's
+    moments, with that class's ``waits`` (prefill, slot; default: the whole traffic's).
+    """
+    # TTFT: residual step + own prefill + prefill-capacity queue + slot queue.
+    prefill_wait, slot_wait = waits or _front_waits(m, front, fp)
     residual = fp.mean_step_s / 2
     batch = fp.batch
     # Prompt tokens from other requests that join the same step.
@@ -430,14 +475,15 @@ def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: Engi
 
     ttft_q, queue_q = [], []
     for q in QUANTILES:
-        waits = _tail_quantile(rho, queue_scale, q) + _tail_quantile(*fp.slot_wait_tail, q)
+        waits = (_tail_quantile(prefill_wait.p, prefill_wait.scale_s, q)
+                 + _tail_quantile(slot_wait.p, slot_wait.scale_s, q))
         queue_q.append(waits)
         # In the tail a request lands in a long (mixed) step and shares its own step with other prompts.
         landing = residual if q == 0.5 or fp.mixed_share < 1 - q else fp.mixed_step_s
         ttft_q.append(landing + own_prefill(m.input_q[q], others if q > 0.5 else 0.0) + waits)
-    ttft = _stats(residual + own_prefill(m.input_mean) + queue_mean + fp.slot_wait_mean_s, ttft_q)
-    # TPOT and ITL from the decode engine's step mixture.
-    steps = max(dec.decode_tokens / dec.tau, 1.0)
+    ttft = _stats(residual + own_prefill(m.input_mean) + prefill_wait.mean_s + slot_wait.mean_s, ttft_q)
+    # TPOT and ITL from the decode engine's step mixture (the request's own number of steps).
+    steps = max(max(m.output_mean - 1, 0.0) / dec.tau, 1.0)
     share = dp.mixed_share
     # The decoding batch fluctuates like a Poisson count, amplified by its own feedback: a larger batch
     # slows every step, which keeps requests longer (elasticity B T'(B) / T).
@@ -503,6 +549,17 @@ class _Analysis:
         # A closed-loop client's next request reaches the engine after its think time and the front end.
         self.tokenize_s = compiled.tokenize_s_per_token * m.input_mean
         self.cycle_gap_s = m.think_time_s + compiled.request_overhead_s + self.tokenize_s
+
+    def retention_s(self) -> float:
+        """How long a freed block stays cached at the steady state of the offered rate: the engine's
+        free KV over the tokens its finished requests free per second (0 when saturated)."""
+        solution = self.solve(self.m.rate_per_s)
+        if isinstance(solution, str):
+            return 0.0
+        engine, point = self.front, solution.front
+        free = max(engine.capacity_tokens - point.batch * engine.context, 0.0)
+        freed_per_s = point.rate_per_s * (self.m.input_mean + self.m.output_mean)
+        return free / freed_per_s if freed_per_s > 0 else math.inf
 
     def front_end_wait_s(self, rate: float) -> float:
         """Mean wait at a replica's tokenizer (M/G/1, Pollaczek-Khinchine); inf past its capacity."""
@@ -630,11 +687,20 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
 def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO | None = None) -> SimulationResult:
     """:func:`estimate` of a deployment compiled already (InputError when vLLM would not start it)."""
     compiled.require()
-    m = traffic_moments(traffic, compiled)
+    m, by_class = class_moments(traffic, compiled)
     analysis = _Analysis(compiled, m)
     saturated, reason, extra_wait = False, "", 0.0
     notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and M/G/c slot queues; "
              "no preemption or warm-up"]
+    if traffic.arrival.kind == "sessions" and compiled.deployment.enable_prefix_caching:
+        # Turns hit their history while it is still cached: solve once with every history cached,
+        # read how long freed blocks stay, then solve with the hits that retention allows.
+        retention = analysis.retention_s()
+        m, by_class = class_moments(traffic, compiled, retention)
+        analysis = _Analysis(compiled, m)
+        notes.append(f"multi-turn sessions: freed blocks stay cached ~{retention:.3g} s (free KV over blocks freed "
+                     f"per second); turns whose think time is shorter hit their history on the same engine: "
+                     f"{m.cached_mean / m.input_mean:.0%} of prompt tokens")
     lockstep = analysis.lockstep_state() if analysis.lockstep else None
     if lockstep is not None:
         notes.append("identical requests from closed-loop clients: they run in lockstep groups")
@@ -657,23 +723,23 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
             solution = cap
     if lockstep is None:
         lat = analysis.latencies(solution)
-    ttft, e2e = lat.ttft, lat.e2e
-    if saturated:
-        ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
-        e2e = ttft
-    else:
-        delay = (extra_wait + compiled.request_overhead_s + analysis.tokenize_s
-                 + analysis.front_end_wait_s(solution.rate))
-        ttft = LatencyStats(*(v + delay for v in (ttft.mean, ttft.p50, ttft.p90, ttft.p99)))
-        e2e = LatencyStats(*(v + delay for v in (e2e.mean, e2e.p50, e2e.p90, e2e.p99)))
+    front_end_wait = analysis.front_end_wait_s(solution.rate)
+
+    def delayed(stats: LatencyStats, moments: TrafficMoments) -> LatencyStats:
+        """Front end and admission wait added (unbounded when saturated)."""
+        if saturated:
+            return LatencyStats(math.inf, math.inf, math.inf, math.inf)
+        delay = (extra_wait + compiled.request_overhead_s + compiled.tokenize_s_per_token * moments.input_mean
+                 + front_end_wait)
+        return LatencyStats(*(v + delay for v in (stats.mean, stats.p50, stats.p90, stats.p99)))
+
+    ttft, e2e = delayed(lat.ttft, m), delayed(lat.e2e, m)
     served = solution.rate
-    attainment, slo_met = None, None
-    if slo is not None and slo.targets():
-        stats = {"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}
-        attainment = 1.0
-        for metric, target in slo.targets().items():
-            attainment *= _attainment(stats[metric], target)
-        slo_met = all(stats[metric].p99 <= target for metric, target in slo.targets().items())
+    attainment, slo_met = _slo_figures({"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}, slo)
+    classes = ()
+    if by_class:
+        classes = _class_summaries(traffic, analysis, solution, by_class, lat if lockstep is not None else None, delayed)
+        notes.append(_class_note(compiled.deployment.scheduling_policy, saturated))
     dec, dp = analysis.dec, solution.decode
     batch = dp.batch
     kv_util = batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
@@ -687,7 +753,54 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
         compute_bound_share=dec.compute_bound_share(dp), preemptions=0, saturated=saturated, saturation_reason=reason,
         num_requests=0, num_measured=0, warmup_excluded=0,
         queueing_share_p99_ttft=math.nan if saturated else lat.queue_share + (extra_wait / ttft.p99 if extra_wait else 0.0),
-        notes=tuple(notes),
+        notes=tuple(notes), classes=classes,
     )
     return SimulationResult(summary, RequestTable.empty_frame())
+
+
+def _slo_figures(stats: dict[str, LatencyStats], slo: SLO | None) -> tuple[float | None, bool | None]:
+    """(share of requests within every target, whether every P99 meets its target); None without targets."""
+    if slo is None or not slo.targets():
+        return None, None
+    attainment = 1.0
+    for metric, target in slo.targets().items():
+        attainment *= _attainment(stats[metric], target)
+    return attainment, all(stats[metric].p99 <= target for metric, target in slo.targets().items())
+
+
+def _class_note(policy: str, saturated: bool) -> str:
+    if saturated:
+        return ("classes: the whole traffic saturates the estimate, so every class is reported unbounded; under "
+                "priority scheduling the higher classes may still be served (the simulation shows which)")
+    how = ("waits in (priority, arrival) order: non-preemptive priority queues (Cobham) for prefill and slots"
+           if policy == "priority" else "wait first come, first served: every class waits as the whole traffic does")
+    return f"classes {how}; a class's own lengths set its prefill and decode times; no preemption by priority"
+
+
+def _class_summaries(traffic: Traffic, analysis: _Analysis, solution: _Solution, by_class: list[TrafficMoments],
+                     lockstep: _Latencies | None, delayed) -> tuple[ClassSummary, ...]:
+    """Each class's latencies at the whole traffic's steady state (:mod:`.priority` for its waits)."""
+    policy = analysis.compiled.deployment.scheduling_policy
+    front, fp, dec, dp = analysis.front, solution.front, analysis.dec, solution.decode
+    prefill_wait, slot_wait = _front_waits(analysis.m, front, fp)
+    per_token_s = fp.mixed_step_s / max(fp.prefill_room, 1.0)
+    prefill_loads, slot_loads = [], []
+    for c, mk in zip(traffic.classes, by_class):
+        rate = fp.rate_per_s * c.share
+        prompt = max(mk.input_mean - mk.cached_mean, 1.0)
+        prefill_loads.append(ClassLoad(rate, prompt * per_token_s if front.prefill_tokens else 0.0, c.priority))
+        residence = max(mk.output_mean - 1, 0.0) / dec.tau * dp.mean_step_s + front.prefill_time(prompt, 0)
+        slot_loads.append(ClassLoad(rate, residence / max(front.slots, 1.0), c.priority))
+    waits = zip(class_waits(policy, prefill_loads, prefill_wait), class_waits(policy, slot_loads, slot_wait))
+    out = []
+    for c, mk, wait in zip(traffic.classes, by_class, waits):
+        lat = lockstep or _latencies(mk, front, fp, dec, dp, analysis.handoff_s, wait)
+        ttft, e2e = delayed(lat.ttft, mk), delayed(lat.e2e, mk)
+        attainment, slo_met = _slo_figures({"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}, c.slo)
+        rate = solution.rate * c.share
+        out.append(ClassSummary(
+            name=c.name, priority=c.priority, share=c.share, ttft_s=ttft, tpot_s=lat.tpot, itl_s=lat.itl, e2e_s=e2e,
+            p99_ci_s={}, requests_per_s=rate, goodput_requests_per_s=rate * (1.0 if attainment is None else attainment),
+            slo=c.slo.targets(), slo_attainment=attainment, slo_met=slo_met, num_measured=0, preemptions=0))
+    return tuple(out)
 

@@ -113,9 +113,14 @@ class Cluster:
         self.transfer_s = transfer_s
         self.engines = front.engines + (decode.engines if decode else [])
 
-    def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None) -> None:
+    def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None,
+            follow_ups: bool = False) -> None:
         """Simulate until every request has finished; :class:`WorkLimitReached` after ``max_plans``
-        committed engine plans (a plan is one step, or a closed-form run of decode steps)."""
+        committed engine plans (a plan is one step, or a closed-form run of decode steps).
+
+        ``follow_ups``: the table's requests are turns of conversations (``table.follow_up``): a
+        turn's next one arrives its ``think_s`` after it finished; only first turns have arrival
+        times to start with."""
         table = self.table
         n = table.size
         latency, per_token = self.request_overhead_s, self.tokenize_s_per_token
@@ -127,7 +132,7 @@ class Cluster:
                 table.arrival_s[rid] = 0.0
             next_rid = first
         else:
-            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s)]
+            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
             next_rid = n
         group_of: dict[int, int] = {}
         heapq.heapify(events)
@@ -189,6 +194,10 @@ class Cluster:
                     table.arrival_s[next_rid] = start
                     heapq.heappush(events, (start, next_rid, ARRIVAL))
                     next_rid += 1
+                elif follow_ups and table.follow_up[rid] >= 0:
+                    turn = table.follow_up[rid]
+                    table.arrival_s[turn] = end + table.think_s[turn]
+                    heapq.heappush(events, (table.arrival_s[turn], turn, ARRIVAL))
             if single is None and events and events[0][0] < horizon:
                 cut = events[0][0]
                 for engine in engines:
