@@ -65,6 +65,7 @@ GPU_MEMORY_UTILIZATION = 0.92
 ENABLE_CHUNKED_PREFILL = True
 ENABLE_PREFIX_CACHING = True
 # --scheduling-policy: first come, first served unless "priority" is asked for.
+SCHEDULING_POLICIES = ("fcfs", "priority")
 SCHEDULING_POLICY = "fcfs"
 # Largest step (tokens) that replays a captured CUDA graph by default.
 MAX_CUDAGRAPH_TOKENS = 512

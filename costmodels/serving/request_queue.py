@@ -27,8 +27,6 @@ import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-POLICIES = ("fcfs", "priority")
-
 
 class PriorityQueue:
     """Waiting requests sorted by ``(priority, arrival time, id)``: vLLM's ``PriorityRequestQueue``."""
