@@ -327,7 +327,8 @@ class Evaluator:
             reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"])
             reasons += [f"{'simulated' if record['fidelity'] == 'simulate' else 'estimated'} P99 {metric.upper()} of "
                         f"class {name} {latency:.3g} s > its SLO {target:g} s"
-                        for name, metric, latency, target in self._class_targets(summary) if latency > target]
+                        for name, metric, latency, target in self._class_targets(summary)
+                        if math.isfinite(latency) and latency > target]
             record["memory_headroom_gib"] = compiled.kv_pool_gib()
         deployment = compiled.deployment
         costs = self.cost(deployment, summary)
