@@ -11,7 +11,8 @@ narrowing predicts, up to :data:`MAX_REQUESTS`) until the batch-means 95% interv
 P99 TPOT is within :data:`P99_TOLERANCE` of the estimate. Generated
 traffic excludes a warm-up (the first 10% of requests; with closed-loop clients at least twice the
 concurrency) and a cool-down (the last 5%, at least the concurrency) that see an emptier system than
-the steady state. A trace is replayed as is, every request measured, and so is a finite benchmark
+the steady state; multi-turn sessions keep the turns between the first conversations' build-up and
+the last conversation's start (:func:`_measured_turns`). A trace is replayed as is, every request measured, and so is a finite benchmark
 run of closed-loop clients (``requests_per_client``), whose opening burst and closing drain are part
 of what such a benchmark reports.
 
@@ -143,6 +144,8 @@ def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
     keep = np.ones(n, dtype=bool)
     if _measures_everything(traffic):
         return keep
+    if table.sessions:
+        return _measured_turns(table)
     concurrency = traffic.arrival.concurrency if traffic.arrival.kind == "closed_loop" else 0
     warmup = max(int(WARMUP_SHARE * n), 2 * concurrency)
     cooldown = max(int(COOLDOWN_SHARE * n), concurrency)
@@ -152,6 +155,21 @@ def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
     keep[:] = False
     keep[order[warmup:n - cooldown]] = True
     return keep
+
+
+def _measured_turns(table: RequestTable) -> np.ndarray:
+    """Turns of multi-turn sessions in the steady state: after the first sessions' span (the
+    conversations in progress build up for as long as one lasts) and the warm-up share, and no later
+    than the last session's start (after it, the conversations only drain)."""
+    arrival, session = np.asarray(table.arrival_s), np.asarray(table.session)
+    first = np.append(True, session[1:] != session[:-1])
+    last = np.append(session[1:] != session[:-1], True)
+    starts = arrival[first]
+    span = float(np.mean(arrival[last] - starts))
+    low = max(float(np.quantile(arrival, WARMUP_SHARE)), float(starts.min()) + span)
+    keep = (arrival >= low) & (arrival <= starts.max())
+    # Too short a run for a steady state: measure every turn (noted in the summary).
+    return keep if keep.sum() >= table.size // 4 else np.ones(table.size, dtype=bool)
 
 
 def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int,

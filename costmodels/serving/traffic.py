@@ -405,6 +405,8 @@ class DatasetLength(_Length):
 LengthDistribution = Annotated[
     FixedLength | UniformLength | LognormalLength | HistogramLength | DatasetLength, Field(discriminator="kind")
 ]
+# A count of turns: the integer distributions, but not a data set's token lengths.
+CountDistribution = Annotated[FixedLength | UniformLength | LognormalLength | HistogramLength, Field(discriminator="kind")]
 
 
 def _with_columns(data: Any) -> Any:
@@ -495,14 +497,11 @@ class SessionArrival(Spec):
 
     kind: Literal["sessions"]
     rate_per_s: RatePerS = Field(description="sessions started per second")
-    turns: LengthDistribution
+    turns: CountDistribution
     think_time: DurationDistribution
 
     @model_validator(mode="after")
     def _bounded_turns(self) -> SessionArrival:
-        if isinstance(self.turns, DatasetLength):
-            raise ValueError("turns: a token-length data set is not a turn count; use fixed, uniform, lognormal "
-                             "(with max) or histogram")
         most = self.turns.most_tokens
         if most is None or most > MAX_TURNS:
             raise ValueError(f"turns: declare at most {MAX_TURNS} turns per session (a lognormal needs max)")
