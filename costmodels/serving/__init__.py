@@ -11,12 +11,15 @@ Public face:
   :class:`ServingSummary` the answer.
 
 Modules (entities, scheduler and execution-time predictor kept apart, as in Vidur):
-:mod:`.traffic` (arrival and length distributions, traces), :mod:`.requests` (drawn requests and their
-progress), :mod:`.scheduler` (vLLM V1 step rule, KV blocks, preemption), :mod:`.predictor` (step
+:mod:`.traffic` (arrival and length distributions, tenant classes, sessions, traces), :mod:`.datasets`
+(length presets of public sets), :mod:`.requests` (drawn requests and their progress),
+:mod:`.scheduler` (vLLM V1 step rule, KV blocks, preemption), :mod:`.request_queue` (fcfs and
+priority waiting queues), :mod:`.prefix_cache` (conversations' cached blocks), :mod:`.predictor` (step
 times from the roofline model and the drafter), :mod:`.engine` (one engine's clock and closed-form
 decode runs; pipeline stages), :mod:`.router` and :mod:`.cluster` (replicas, P/D hand-offs,
-closed-loop clients), :mod:`.metrics` (distributions, confidence intervals, saturation),
-:mod:`.simulator` (``simulate``) and :mod:`.analytic` (``estimate``).
+closed-loop clients), :mod:`.metrics` (distributions, confidence intervals, saturation, per-class
+figures), :mod:`.simulator` (``simulate``), :mod:`.analytic` (``estimate``) and :mod:`.priority` (each
+class's queueing delay under fcfs and priority).
 
 Example:
     >>> from servopt.costmodels.serving import simulate, estimate, SimulationResult, Traffic, SLO

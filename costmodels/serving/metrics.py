@@ -64,17 +64,27 @@ class LatencyStats:
 
 
 @dataclass(frozen=True)
-class ClassSummary:
-    """One tenant class's figures (see the module docstring); ``to_dict`` is JSON-ready."""
+class LatencyFigures:
+    """The four latency distributions and their P99 intervals, of all requests or of one class."""
 
-    name: str
-    priority: int
-    share: float
     ttft_s: LatencyStats
     tpot_s: LatencyStats
     itl_s: LatencyStats
     e2e_s: LatencyStats
     p99_ci_s: dict[str, tuple[float, float]]
+
+    def latency_dict(self) -> dict:
+        return {"ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "itl_s": self.itl_s.to_dict(),
+                "e2e_s": self.e2e_s.to_dict(), "p99_ci_s": {k: list(v) for k, v in self.p99_ci_s.items()}}
+
+
+@dataclass(frozen=True)
+class ClassSummary(LatencyFigures):
+    """One tenant class's figures (see the module docstring); ``to_dict`` is JSON-ready."""
+
+    name: str
+    priority: int
+    share: float
     requests_per_s: float
     goodput_requests_per_s: float
     slo: dict[str, float]
@@ -85,9 +95,7 @@ class ClassSummary:
 
     def to_dict(self) -> dict:
         return {
-            "priority": self.priority, "share": self.share,
-            "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "itl_s": self.itl_s.to_dict(),
-            "e2e_s": self.e2e_s.to_dict(), "p99_ci_s": {k: list(v) for k, v in self.p99_ci_s.items()},
+            "priority": self.priority, "share": self.share, **self.latency_dict(),
             "requests_per_s": self.requests_per_s, "goodput_requests_per_s": self.goodput_requests_per_s,
             "slo": self.slo, "slo_attainment": self.slo_attainment, "slo_met": self.slo_met,
             "num_measured": self.num_measured, "preemptions": self.preemptions,
@@ -95,15 +103,10 @@ class ClassSummary:
 
 
 @dataclass(frozen=True)
-class ServingSummary:
+class ServingSummary(LatencyFigures):
     """Everything a prediction reports (simulated or analytic); ``to_dict`` is JSON-ready."""
 
     method: str
-    ttft_s: LatencyStats
-    tpot_s: LatencyStats
-    itl_s: LatencyStats
-    e2e_s: LatencyStats
-    p99_ci_s: dict[str, tuple[float, float]]
     requests_per_s: float
     input_tokens_per_s: float
     output_tokens_per_s: float
@@ -127,11 +130,7 @@ class ServingSummary:
         """Every field; ``classes`` (name -> :meth:`ClassSummary.to_dict`) only for traffic with classes."""
         return {
             "method": self.method,
-            "ttft_s": self.ttft_s.to_dict(),
-            "tpot_s": self.tpot_s.to_dict(),
-            "itl_s": self.itl_s.to_dict(),
-            "e2e_s": self.e2e_s.to_dict(),
-            "p99_ci_s": {k: list(v) for k, v in self.p99_ci_s.items()},
+            **self.latency_dict(),
             "requests_per_s": self.requests_per_s,
             "input_tokens_per_s": self.input_tokens_per_s,
             "output_tokens_per_s": self.output_tokens_per_s,

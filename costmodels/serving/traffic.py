@@ -2,7 +2,10 @@
 
 Each arrival process and length distribution is one pydantic class that also samples itself with a
 seeded ``numpy.random.Generator``; a ``trace`` arrival replays a file (:mod:`.traces` reads the
-formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL) or inline records.
+formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL) or inline records. A
+``sessions`` arrival sends multi-turn conversations (:class:`SessionArrival`); a ``dataset`` length
+draws from a shipped public set (:mod:`.datasets`); ``classes`` split the arrivals into tenant
+classes with their own priority, lengths and targets (:class:`TrafficClass`).
 
 Bounds keep runs physical and finite: rates of 0.001 to a million requests/s (below one request per
 1,000 s a server is idle between requests, and the simulated clock would lose the precision of a
