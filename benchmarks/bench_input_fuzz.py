@@ -117,11 +117,14 @@ def _trace_rows(rng: random.Random) -> list[tuple[float, int, int]]:
 
 
 def _bench(rng: random.Random) -> dict:
+    """What ``vllm bench serve --save-result --save-detailed`` writes (the fields servopt reads and a few others)."""
     inputs = [rng.randint(50, 600) for _ in range(24)]
     outputs = [rng.randint(20, 120) for _ in range(24)]
     return {"date": "20250414-141505", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
             "num_prompts": 24, "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": None, "duration": 7.1,
-            "completed": 24, "input_lens": inputs, "output_lens": outputs, "ttfts": [0.03] * 24,
+            "completed": 24, "total_input_tokens": sum(inputs), "total_output_tokens": sum(outputs),
+            "input_lens": inputs, "output_lens": outputs, "ttfts": [0.031] * 24,
+            "itls": [[0.0095] * (o - 1) for o in outputs], "errors": [""] * 24,
             "median_tpot_ms": 9.5, "median_ttft_ms": 31.0, "p99_ttft_ms": 60.0}
 
 
@@ -136,7 +139,8 @@ REQUIRED = {
                 "elementwise_memory_efficiency", "elementwise_overhead_s", "step_overhead_s",
                 "step_overhead_per_seq_s", "log2_m_knots", "compute_efficiency", "memory_efficiency", "overhead_s",
                 "latency_s", "bandwidth_efficiency", "bf16"},
-    "bench": {"input_lens", "output_lens", "median_tpot_ms"},
+    "bench": {"input_lens", "output_lens", "median_tpot_ms", "model_id", "completed", "duration", "request_rate",
+              "total_input_tokens", "total_output_tokens", "ttfts", "itls"},
     "job": {"study", "storage", "workload"},
 }
 # Whole-number fields: a fractional value must be refused.
@@ -144,13 +148,14 @@ INT_KEYS = {"tp", "pp", "replicas", "max_num_seqs", "max_num_batched_tokens", "m
             "num_speculative_tokens", "prefill_instances", "prefill_tp", "decode_instances", "decode_tp",
             "concurrency", "requests_per_client", "value", "low", "high", "min", "max", "values", "max_context",
             "gpus_per_node", "max_gpus", "trials", "seed", "search_requests", "final_requests", "input_lens",
-            "output_lens", "max_concurrency", "input_length", "output_length", "hash_ids", "input_len", "output_len"}
+            "output_lens", "max_concurrency", "input_length", "output_length", "hash_ids", "input_len", "output_len",
+            "completed", "num_prompts", "total_input_tokens", "total_output_tokens"}
 # Mappings whose keys are names (GPUs, dtypes, knobs) rather than fields, and values servopt only reports.
 FREE_KEYS = {"gpus", "profiles", "space", "overrides", "peak_tflops", "fit_report", "latency_s",
              "bandwidth_efficiency_by_gpus", "gemm"}
 # Keys of files servopt does not read (vllm bench writes many; job.json's extra keys are ignored).
 IGNORED = {
-    "bench": {"date", "backend", "num_prompts", "duration", "completed", "ttfts", "p99_ttft_ms"},
+    "bench": {"date", "backend", "errors"},
     "profile": {"fit_report", "notes", "source", "framework"},
     # A workload's knob ranges are checked when the search space is built (optimize), not by predict
     # or by report, which first finds the job's study started with another workload.
@@ -294,9 +299,10 @@ def mutate_structured(rng: random.Random, kind: str, data, fmt: str) -> tuple[st
             free = (_name_position((*holder, "colour_typo")) or _ignored(kind, holder) or kind == "bench"
                     or kind == "job" and holder == ())
             expect, needle = (EITHER if free else INVALID), "colour_typo"
-        elif mutation == "null":
+        elif mutation == "null":  # a required key's value (a list entry may say "none here": a failed request)
             _set(data, path, None)
-            expect = refuse() if name in REQUIRED.get(kind, ()) and not _name_position(path) else EITHER
+            required = name in REQUIRED.get(kind, ()) and not _name_position(path) and not isinstance(path[-1], int)
+            expect = refuse() if required else EITHER
         elif mutation == "bool":
             _set(data, path, True)
             expect = EITHER if isinstance(value, bool) or _name_position(path) else refuse()

@@ -55,6 +55,7 @@ Example:
 from __future__ import annotations
 
 import math
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -86,6 +87,18 @@ def vllm_bench_send_times(num_prompts: int, request_rate: float, *, burstiness: 
     if delays[-1] > 0:
         delays = delays * (num_prompts / request_rate) / delays[-1]
     return delays.tolist()
+
+
+def routed_hits(hits: np.ndarray, engines: int, seed_text: str) -> np.ndarray:
+    """Prefix hits that survive routing over ``engines`` schedulers (replicas or data-parallel ranks).
+
+    vLLM's load balancers route by load, not by prefix: a prompt reaches the engine that cached it
+    with probability 1 / engines (seeded by ``seed_text``, so a run is reproducible).
+    """
+    if engines <= 1:
+        return hits
+    rng = np.random.default_rng(zlib.crc32(seed_text.encode()))
+    return np.where(rng.random(len(hits)) < 1.0 / engines, hits, 0)
 
 
 class SessionCache:

@@ -27,14 +27,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..costmodels.architectures import resolve_model
@@ -44,8 +41,9 @@ from ..costmodels.hardware import get_gpu
 from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
+from ..costmodels.userfiles import read_json
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
-from .bench_clients import SessionCache, vllm_bench_send_times
+from .bench_clients import SessionCache, routed_hits, vllm_bench_send_times
 from .silicon import REQUESTS_PER_CLIENT, silicon_run
 from .tables import gpu_name_for
 
@@ -197,8 +195,9 @@ def _source_of(ref: str) -> str:
     return match.group(1) if match else (ref.split() or [""])[0]
 
 
-def _run_json(ref: str, folders: list[Path]) -> dict | None:
-    """The per-request result file a row names (``vllm_bench_runs/<name>`` or the surajssd layout)."""
+def run_json_path(ref: str, folders: list[Path]) -> Path | None:
+    """The per-request result file a row's ``source_url_or_ref`` names (``vllm_bench_runs/<name>`` or
+    the surajssd layout), in the first of ``folders`` that has it."""
     names = re.findall(r"vllm_bench_runs/([^\s;,)]+\.json)", ref)
     match = re.search(r"results_serving_[^/]+/([^/]+)/([^ ]+\.json)", ref)
     if match:
@@ -207,7 +206,7 @@ def _run_json(ref: str, folders: list[Path]) -> dict | None:
         for name in names:
             path = folder / "vllm_bench_runs" / name
             if path.exists():
-                return json.loads(path.read_text())
+                return path
     return None
 
 
@@ -287,7 +286,8 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
         # Ray places each TP rank in its own pod: NCCL then talks between containers (sockets, or
         # across nodes), over an interconnect the source does not record.
         return MeasuredRun(**base, skip="tensor parallelism across Kubernetes pods (interconnect between pods unknown)")
-    run_json = _run_json(ref, folders)
+    json_path = run_json_path(ref, folders)
+    run_json = None if json_path is None else read_json(json_path, "vllm bench result")
     dataset = _text(row.get("dataset")).lower()
     n = int(_number(row.get("num_prompts")) or 0)
     if run_json is not None and run_json.get("input_lens"):
@@ -320,7 +320,8 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
     rate = _number(row.get("request_rate"))
     rate = math.inf if not math.isfinite(rate) else rate
     extra = {"inputs": inputs, "outputs": outputs, "rate": rate, "dataset": dataset, "source_repo": source,
-             "session": None, "version": version, "max_concurrency": _number(row.get("max_concurrency"))}
+             "session": None, "version": version, "max_concurrency": _number(row.get("max_concurrency")),
+             "json_path": json_path}
     rules = SESSIONS.get(source)
     if rules is not None:
         test = re.search(r"Test (\d+)", notes)
@@ -355,14 +356,8 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
     if cache is not None and run.deployment.enable_prefix_caching:
         # The tool's initial test prompt (request 0) runs alone just before the run.
         cache.warm(keys[0], inputs[0], outputs[0])
-        hits = cache.hits(keys, inputs)
         ranks = run.deployment.replicas * run.deployment.data_parallel_size
-        if ranks > 1:
-            # vLLM's data-parallel load balancer routes by queue lengths, not by prefix: a prompt
-            # reaches the rank that cached it with probability 1 / ranks.
-            rng = np.random.default_rng(zlib.crc32(run.run_id.encode()))
-            hits = np.where(rng.random(len(hits)) < 1.0 / ranks, hits, 0)
-        cached = hits.tolist()
+        cached = routed_hits(cache.hits(keys, inputs), ranks, run.run_id).tolist()
         cache.record(keys, inputs, outputs)
     records = {"arrival_s": send, "input_tokens": inputs, "output_tokens": outputs, "cached_tokens": cached}
     traffic = Traffic.model_validate({"arrival": {"kind": "trace", "records": records}})

@@ -1,7 +1,7 @@
 """Fit a :class:`PerformanceProfile` to a kernel table, and report how well it fits.
 
-One fitter per op family (:class:`GemmFit`, :class:`AttentionFit` for prefill and decode,
-:class:`AllReduceFit`, :class:`ElementwiseFit`), all behind :class:`FamilyFit`: select the family's
+One fitter per op family (:class:`GemmFit`, :class:`MoeFit` per fused-MoE weight format,
+:class:`AttentionFit` for prefill and decode, :class:`AllReduceFit`, :class:`ElementwiseFit`), all behind :class:`FamilyFit`: select the family's
 rows, split them by shape (whole shapes are held out, never single rows, so the held-out error says
 how the profile does on a model whose shapes it never saw), fit on the training shapes by robust
 least squares on log latency, and predict every row. :func:`fit_profile` runs the fitters that have
@@ -33,7 +33,7 @@ from scipy.optimize import least_squares
 
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
-from ..costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, PerformanceProfile
+from ..costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, MoeEfficiency, PerformanceProfile
 from ..costmodels.roofline import activation_quant_bytes
 from ..costmodels.vllm_defaults import symm_mem_variant
 from .tables import DTYPE_BYTES, KERNEL_COLUMNS
@@ -46,6 +46,8 @@ GEMM_LOG2_M_KNOTS = [0.0, 4.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0, 14.0]
 GEMM_LOG2_NK_KNOTS = [10.0, 12.0, 14.0]
 # Ridge weight that keeps the N/K factors near 1 unless the data insist.
 FACTOR_RIDGE = 0.3
+# Weight of the second differences of the MoE efficiency ramp (in logits).
+RAMP_SMOOTHING = 0.1
 # Residuals beyond ~5% count linearly (soft L1): the published tables have a few outliers.
 ROBUST_SCALE = 0.05
 
@@ -175,6 +177,108 @@ class GemmFit(FamilyFit):
         return gemm_s * 1e3
 
 
+# Fused-MoE knots: log2 of the rows each expert's grouped GEMM gets (1 to 16k tokens per expert)
+# and of the expert's intermediate width on one GPU (128 to 8k).
+MOE_LOG2_TOKENS_KNOTS = [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
+MOE_LOG2_INTER_KNOTS = [7.0, 9.0, 11.0, 13.0]
+# The tensor-core math each fused-MoE weight format runs in (vLLM's kernels): 4-bit weight-only
+# formats (mxfp4 W4A16 on Hopper and, by default, on Blackwell; int4 Marlin) dequantize into bf16.
+MOE_MATH = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8", "mxfp4": "bf16",
+            "mxfp4_mxfp8": "fp8", "int4": "bf16", "nvfp4": "fp4"}
+# Bytes per weight of each format as the kernels store it: mxfp4 an e8m0 scale per 32 values,
+# nvfp4 an fp8 scale per 16, int4 (aiconfigurator's Marlin rows) a bf16 scale per group of 128.
+MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0 / 128**2, "mxfp4": 0.5 + 1 / 32,
+                    "mxfp4_mxfp8": 0.5 + 1 / 32, "int4": 0.5 + 2 / 128, "nvfp4": 0.5 + 1 / 16}
+# Padding vLLM applies to mxfp4 experts (vllm/model_executor/layers/quantization/mxfp4.py,
+# Mxfp4MoEMethod.create_weights): (kernel-source fragment, intermediate alignment, hidden alignment).
+# FlashInfer's TRT-LLM kernels (Blackwell's default) pad both to 256, Marlin 128 / 256, the Triton
+# (triton_kernels matmul_ogs) kernel the intermediate size to 64.
+MXFP4_PADDING = (("flashinfer_trtllm", 256, 256), ("marlin", 128, 256), ("triton", 64, 1), ("", 64, 1))
+
+
+def moe_padding(kernel: str, kernel_source: str) -> tuple[int, int]:
+    """(intermediate, hidden) alignment vLLM pads a fused-MoE layer's weights to for this kernel."""
+    if kernel != "mxfp4":
+        return 1, 1
+    return next((inter, hidden) for fragment, inter, hidden in MXFP4_PADDING if fragment in kernel_source.lower())
+
+
+def moe_row_shapes(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row of a MoE kernel table: tokens, the routed pairs and touched experts of one GPU, its
+    expert widths. Balanced rows route round robin (aiconfigurator's ``balanced_logits``: a token's
+    k experts a stride apart, so every pair lands on an expert not yet touched until all are);
+    other distributions are taken as a uniform random router (the expected distinct experts)."""
+    tokens, topk, experts, ep = (rows[c].to_numpy(float) for c in ("num_tokens", "topk", "num_experts", "moe_ep_size"))
+    local = experts / ep
+    pairs = tokens * topk / ep
+    balanced = rows["distribution"].fillna("balanced").astype(str).eq("balanced").to_numpy()
+    random = local * (1.0 - (1.0 - topk / experts) ** tokens)
+    touched = np.where(balanced, np.minimum(local, pairs), random)
+    inter = rows["inter_size"].to_numpy(float) / rows["moe_tp_size"].to_numpy(float)
+    return {"pairs": pairs, "touched": touched, "inter": inter, "hidden": rows["hidden_size"].to_numpy(float)}
+
+
+class MoeFit(FamilyFit):
+    """Fused-MoE layer latency (one GPU's routed experts) for one weight format: the
+    :class:`~servopt.costmodels.profile.MoeEfficiency` roofline in tokens per expert and expert width.
+
+    Whole model shapes (hidden, intermediate, experts, top-k) are held out, with every parallel
+    split and token count of them. A table may time several kernels for one format (FlashInfer,
+    Triton, Marlin); the profile holds one per format, the most measured (the one the table's vLLM
+    picks for most shapes), named in the entry's ``kernel``.
+    """
+
+    holdout_columns = ["hidden_size", "inter_size", "num_experts", "topk"]
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.family = f"moe_{kernel}"
+        self._source = ""
+
+    def select(self, table: pd.DataFrame) -> pd.DataFrame:
+        rows = table[(table["op"] == "moe") & (table["dtype"] == self.kernel)]
+        if rows.empty:
+            return rows
+        dist = rows["distribution"].fillna("balanced")
+        rows = rows[dist == ("balanced" if (dist == "balanced").any() else dist.value_counts().index[0])]
+        sources = rows["kernel_source"].fillna("").value_counts()
+        self._source = str(sources.index[0])
+        return rows[rows["kernel_source"].fillna("") == self._source]
+
+    def initial(self, rows: pd.DataFrame) -> np.ndarray:
+        ramp = np.linspace(-3.0, 1.0, len(MOE_LOG2_TOKENS_KNOTS))
+        return np.concatenate([[np.log(2e-5), _logit(0.6)], ramp, np.zeros(2 * len(MOE_LOG2_INTER_KNOTS)),
+                               [_logit(2.0 / MAX_SMOOTHNESS)]])
+
+    def _unpack(self, params: np.ndarray) -> MoeEfficiency:
+        kt, ki = len(MOE_LOG2_TOKENS_KNOTS), len(MOE_LOG2_INTER_KNOTS)
+        factors = np.exp(params[2 + kt: 2 + kt + 2 * ki]).reshape(2, ki)
+        return MoeEfficiency.model_construct(
+            kernel=self._source, math_dtype=MOE_MATH.get(self.kernel, "bf16"),
+            log2_tokens_per_expert_knots=MOE_LOG2_TOKENS_KNOTS, compute_efficiency=list(_sigmoid(params[2:2 + kt])),
+            memory_efficiency=float(1.1 * _sigmoid(params[1])), overhead_s=float(np.exp(params[0])),
+            log2_inter_knots=MOE_LOG2_INTER_KNOTS, inter_compute_factor=list(factors[0]),
+            inter_memory_factor=list(factors[1]), smoothness=_smoothness(params[-1]),
+            inter_alignment=moe_padding(self.kernel, self._source)[0],
+            hidden_alignment=moe_padding(self.kernel, self._source)[1],
+        )
+
+    def penalty(self, params: np.ndarray) -> np.ndarray:
+        # Factors near 1 unless the data insist; the ramp smooth between knots (a knot no row reaches,
+        # such as thousands of tokens per expert for a many-expert table, follows its neighbours).
+        kt = len(MOE_LOG2_TOKENS_KNOTS)
+        return np.concatenate([FACTOR_RIDGE * params[2 + kt: 2 + kt + 2 * len(MOE_LOG2_INTER_KNOTS)],
+                               RAMP_SMOOTHING * np.diff(params[2:2 + kt], 2)])
+
+    def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
+        return profile.model_copy(update={"moe": {**profile.moe, self.kernel: self._unpack(params)}})
+
+    def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
+        shape = moe_row_shapes(rows)
+        return profile.moe_time_s(gpu, self.kernel, shape["pairs"], shape["touched"], shape["hidden"], shape["inter"],
+                                  MOE_WEIGHT_BYTES.get(self.kernel, 2.0)) * 1e3
+
+
 def attention_flops_bytes(rows: pd.DataFrame, phase: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(FLOPs, bytes, query tokens per sequence) of attention kernel rows.
 
@@ -209,6 +313,8 @@ class AttentionFit(FamilyFit):
         # (fp8 caches run other kernels; their rows are validated, not fitted).
         half = ["bf16", "fp16"]
         rows = table[(table["op"] == self.op) & table["dtype"].isin(half)]
+        if rows.empty:
+            return rows
         return rows[rows["head_dim"].notna() & (rows["kv_cache_dtype"].isin(half) | rows["kv_cache_dtype"].isna())]
 
     def initial(self, rows: pd.DataFrame) -> np.ndarray:
@@ -276,6 +382,7 @@ class AllReduceFit(_MeasuredCurveFit):
         runs = [v != v or v == symm_mem_variant(int(n), get_gpu(g))
                 for v, n, g in zip(variant, rows["num_gpus"], rows["gpu"])]
         rows = rows[np.asarray(runs, dtype=bool)]
+        rows = _without_host_bound_counts(rows)
         # One source per implementation: two benchmarks of the same kernel differ in their launch and
         # timing overheads, and interleaving their sizes would make the curve zigzag. NCCL's own
         # benchmark (nccl-tests) wins over a framework's wrapper; otherwise the most measured.
@@ -300,6 +407,26 @@ class AllReduceFit(_MeasuredCurveFit):
         for i, (implementation, n) in enumerate(keys):
             out[i] = float(profile.allreduce_time_s(gpu, sizes[i], n, implementation)) * 1e3
         return out
+
+
+# On PCIe GPUs the path between the GPUs' links is the host's (switches, CPU root complexes and sockets,
+# host memory when P2P is off), and differs from server to server. A ring all-reduce puts 2(n-1)/n of
+# the buffer on each GPU's own link whatever the GPU count n, so a count whose peak bus bandwidth falls
+# below this share of the best count's measured its server's fabric, not the GPU's link: it is left
+# out, and the curve's nearest measured count stands in for it (CollectiveCurve).
+HOST_BOUND_BUSBW_SHARE = 0.5
+
+
+def _without_host_bound_counts(rows: pd.DataFrame) -> pd.DataFrame:
+    """All-reduce rows less the GPU counts of PCIe GPUs whose bus bandwidth the host held down."""
+    pcie = rows["gpu"].map(lambda g: get_gpu(g).interconnect.startswith("pcie"))
+    if not pcie.any():
+        return rows
+    n = rows["num_gpus"].astype(float)
+    busbw = rows["message_bytes"] * 2 * (n - 1) / n / rows["latency_ms"]
+    peak = busbw.groupby([rows["gpu"], rows["implementation"], rows["num_gpus"]]).transform("max")
+    best = busbw.groupby([rows["gpu"], rows["implementation"]]).transform("max")
+    return rows[~pcie | (peak >= HOST_BOUND_BUSBW_SHARE * best)]
 
 
 # Elementwise rows of hand-written CUDA kernels that vLLM V1 no longer runs: its compiled model
@@ -387,6 +514,8 @@ def family_fits(table: pd.DataFrame) -> list[FamilyFit]:
     fits: list[FamilyFit] = [ElementwiseFit()]
     gemm = table[table["op"] == "gemm"]
     fits += [GemmFit(dtype) for dtype in sorted(gemm["dtype"].dropna().unique())]
+    moe = table[table["op"] == "moe"]
+    fits += [MoeFit(kernel) for kernel in sorted(moe["dtype"].dropna().unique())]
     fits += [AttentionFit("prefill"), AttentionFit("decode"), AllReduceFit(), NcclCollectiveFit()]
     return fits
 
@@ -462,7 +591,7 @@ def fit_profile(
     if "bf16" in profile.gemm and "gemm_bf16" in fitted and "gemm_fp16" not in fitted and "fp16" in gpu.peak_tflops:
         # fp16 and bf16 run on the same tensor cores at the same peak.
         profile = profile.model_copy(update={"gemm": {**profile.gemm, "fp16": profile.gemm["bf16"]}})
-    missing = [f for f in ("gemm", "attention_prefill", "attention_decode", "all_reduce", "elementwise")
+    missing = [f for f in ("gemm", "moe", "attention_prefill", "attention_decode", "all_reduce", "elementwise")
                if not any(name.startswith(f) for name in fitted)]
     frameworks = ", ".join(sorted(table["framework"].dropna().unique()))
     profile = PerformanceProfile.model_validate({

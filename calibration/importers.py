@@ -11,7 +11,9 @@ Example:
     >>> import json, tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "bench.json"
     >>> _ = path.write_text(json.dumps({"model_id": "m", "request_rate": 4.0, "max_concurrency": None,
-    ...     "input_lens": [100, 200], "output_lens": [50, 50], "median_tpot_ms": 20.0, "median_ttft_ms": 40.0}))
+    ...     "completed": 2, "duration": 1.2, "total_input_tokens": 300, "total_output_tokens": 100,
+    ...     "input_lens": [100, 200], "output_lens": [50, 50], "ttfts": [0.04, 0.04], "itls": [[0.02] * 49] * 2,
+    ...     "median_tpot_ms": 20.0, "median_ttft_ms": 40.0}))
     >>> run = read_vllm_bench(path)
     >>> run.traffic.arrival.kind, run.traffic.arrival.rate_per_s, run.median_tpot_ms
     ('poisson', 4.0, 20.0)
@@ -22,21 +24,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import AllowInfNan, ConfigDict, Field, model_validator
 from scipy.optimize import minimize_scalar
 
 from ..costmodels.architectures import ModelSpec
 from ..costmodels.deployment import Deployment
-from ..costmodels.errors import MAX_TOKENS, InputError, Spec, validate_spec
+from ..costmodels.errors import InputError, validate_spec
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS, MAX_CONCURRENCY, MAX_RATE_PER_S, Traffic
-from ..costmodels.userfiles import read_json_object, shown
+from ..costmodels.serving.traffic import Traffic
+from ..costmodels.userfiles import shown
 from .tables import normalize_kernel_frame, read_raw_table
+from .vllm_bench import length_histogram, read_bench_result
 
 # aiconfigurator op folder -> the tables in it that servopt fits (file stem -> op hint).
 AIC_TABLES = {
@@ -109,71 +110,31 @@ class BenchRun:
     median_ttft_ms: float | None
 
 
-BenchLength = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
-
-
-class _BenchResult(Spec):
-    """The fields of a ``vllm bench serve --save-result`` JSON that servopt reads (others are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model_id: str | None = None
-    request_rate: Annotated[float, AllowInfNan(True)] | Literal["inf"] | None = None
-    burstiness: float | None = Field(default=None, gt=0, le=1e6)
-    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY)
-    input_lens: list[BenchLength] = Field(min_length=1, max_length=MAX_BENCHMARK_REQUESTS)
-    output_lens: list[BenchLength] = Field(min_length=1, max_length=MAX_BENCHMARK_REQUESTS)
-    median_tpot_ms: float = Field(gt=0, le=1e7)
-    median_ttft_ms: float | None = Field(default=None, ge=0, le=1e9)
-
-    @model_validator(mode="after")
-    def _check(self) -> _BenchResult:
-        if len(self.input_lens) != len(self.output_lens):
-            raise ValueError(f"input_lens ({len(self.input_lens)}) and output_lens ({len(self.output_lens)}) must "
-                             "list the same requests")
-        rate = self.request_rate
-        if isinstance(rate, float) and (math.isnan(rate) or rate <= 0 or math.isfinite(rate) and rate > MAX_RATE_PER_S):
-            raise ValueError(f"request_rate must be a positive number up to {MAX_RATE_PER_S:g} or 'inf', not {rate}")
-        return self
-
-    def histogram(self, field: str, source: str) -> dict:
-        """Lengths of the completed requests (vllm bench records 0 for failed ones) as a histogram."""
-        lengths = np.asarray([v for v in getattr(self, field) if v > 0], dtype=int)
-        if len(lengths) == 0:
-            raise InputError(f"{source}: '{field}' has no positive lengths (no request completed)")
-        unique, counts = np.unique(lengths, return_counts=True)
-        return {"kind": "histogram", "values": unique.tolist(), "weights": counts.astype(float).tolist()}
-
-
 def read_vllm_bench(path: str | Path) -> BenchRun:
-    """Read a ``vllm bench serve --save-result`` JSON (per-request lengths needed: input_lens, output_lens).
-
-    ``request_rate`` with ``burstiness`` k != 1 sent gamma inter-arrival times of shape k (vLLM's
-    ``--burstiness``), whose coefficient of variation is 1/sqrt(k).
-    """
-    source = f"vllm bench result '{shown(path)}'"
-    data = read_json_object(path, "vllm bench result", "save it with vllm bench serve --save-result --save-detailed")
-    missing = [field for field in ("input_lens", "output_lens", "median_tpot_ms") if field not in data]
-    if missing:
-        raise InputError(f"{source} lacks '{missing[0]}' (save it with --save-result --save-detailed)")
-    result = validate_spec(_BenchResult, data, source)
-    rate = result.request_rate if isinstance(result.request_rate, float) and math.isfinite(result.request_rate) else None
+    """A ``vllm bench serve --save-result --save-detailed`` JSON (:func:`~.vllm_bench.read_bench_result`)
+    as the steady traffic it measured: its per-request lengths as histograms, its rate or concurrency."""
+    result = read_bench_result(path)
+    if not result.detailed:
+        raise InputError(f"vllm bench result '{path}' lacks 'input_lens' and 'output_lens' (save it with "
+                         "--save-result --save-detailed)")
+    if "median_tpot_ms" not in result.stats_ms:
+        raise InputError(f"vllm bench result '{path}' lacks 'median_tpot_ms' (the benchmark's TPOT statistics)")
+    rate = result.request_rate if math.isfinite(result.request_rate) else None
     if result.max_concurrency:
         arrival = {"kind": "closed_loop", "concurrency": result.max_concurrency}
-    elif rate and result.burstiness not in (None, 1.0):
+    elif rate and result.burstiness != 1.0:
+        # vLLM's --burstiness k draws gamma gaps of shape k: coefficient of variation 1/sqrt(k).
         arrival = {"kind": "gamma", "rate_per_s": rate, "cv": 1 / math.sqrt(result.burstiness)}
     elif rate:
         arrival = {"kind": "poisson", "rate_per_s": rate}
     else:
         # request_rate inf without a concurrency cap: every request is sent at once.
-        arrival = {"kind": "closed_loop", "concurrency": len(result.input_lens)}
-    traffic = validate_spec(Traffic, {
-        "arrival": arrival,
-        "input_tokens": result.histogram("input_lens", source),
-        "output_tokens": result.histogram("output_lens", source),
-    }, source)
-    return BenchRun(str(path), result.model_id or "", traffic, len(result.input_lens),
-                    result.median_tpot_ms, result.median_ttft_ms)
+        arrival = {"kind": "closed_loop", "concurrency": result.num_requests}
+    traffic = validate_spec(Traffic, {"arrival": arrival, "input_tokens": length_histogram(result.input_lens),
+                                      "output_tokens": length_histogram(result.output_lens)},
+                            f"vllm bench result '{shown(path)}'")
+    return BenchRun(str(path), result.model_id, traffic, result.num_requests, result.stats_ms["median_tpot_ms"],
+                    result.stats_ms.get("median_ttft_ms"))
 
 
 def simulate_median_tpot_ms(run: BenchRun, model: ModelSpec, deployment: Deployment, gpu: GPUSpec,

@@ -47,11 +47,10 @@ def shipped_profile(gpu_name: str) -> PerformanceProfile | None:
     return PerformanceProfile.model_validate(json.loads(entry.read_text()))
 
 
-# Which fitted GPU stands in for an unmeasured one: the most common part of its architecture, else
-# the fitted part whose kernels are built the same way (Ada runs Ampere-style mma.sync kernels;
-# Blackwell's descend from Hopper's TMA/warpgroup kernels). Its efficiencies are a better prior than
-# textbook values; the profile stays marked uncalibrated.
-REFERENCE_BY_ARCHITECTURE = {"hopper": "h100", "ampere": "a100-80gb", "ada": "a100-80gb", "blackwell": "h100"}
+# Which fitted GPU stands in for an unmeasured one: the most common fitted part of its architecture
+# (same tensor cores, same kernels; L40S shares the L4's and RTX 4090's GDDR memory system too). Its
+# efficiencies are a better prior than textbook values; the profile stays marked uncalibrated.
+REFERENCE_BY_ARCHITECTURE = {"hopper": "h100", "ampere": "a100-80gb", "ada": "l40s", "blackwell": "b200"}
 
 
 def spec_default_profile(gpu: GPUSpec,

@@ -10,7 +10,12 @@ and ``latency_ms``. The ops are
   ``num_key_value_heads``, ``head_dim``, ``kv_cache_dtype``);
 - ``generation_attention``: one decode token for ``batch_size`` sequences with ``step`` cached tokens;
 - ``all_reduce`` (and other collectives): ``message_bytes`` over ``num_gpus`` GPUs;
-- ``memcpy`` and ``elementwise``: ``message_bytes`` moved through device memory.
+- ``memcpy`` and ``elementwise``: ``message_bytes`` moved through device memory;
+- ``moe``: one MoE layer's routed experts on one GPU (a fused-MoE kernel): ``num_tokens`` tokens of
+  ``hidden_size``, ``topk`` of ``num_experts`` experts of ``inter_size`` each, the experts split
+  ``moe_tp_size`` ways (each GPU holds ``inter_size / moe_tp_size`` of every expert) or spread over
+  ``moe_ep_size`` GPUs, routed as ``distribution`` says; ``dtype`` is the kernel's weight format
+  (:data:`MOE_DTYPES`). Malformed MoE rows are refused with the row and the column named.
 
 :func:`read_kernel_table` reads servopt's own tables and the layouts of aiconfigurator-core's
 database (its CSV exports in ../shared/data/measured/kernel and its parquet files) and Vidur's
@@ -38,28 +43,39 @@ from ..costmodels.hardware import builtin_catalog
 from ..costmodels.outfiles import write_bytes, write_text
 from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
 
+MOE_SHAPE_COLUMNS = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 SHAPE_COLUMNS = [
     "m", "n", "k", "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
     "num_gpus", "message_bytes",
+    *MOE_SHAPE_COLUMNS,
 ]
 KERNEL_COLUMNS = [
     "system", "device", "framework", "version", "kernel_source", "op", "dtype", "kv_cache_dtype",
-    *SHAPE_COLUMNS, "latency_ms", "source",
+    *SHAPE_COLUMNS, "distribution", "latency_ms", "source",
 ]
-OPS = ("gemm", "context_attention", "generation_attention", "all_reduce", "memcpy", "elementwise")
+OPS = ("gemm", "context_attention", "generation_attention", "all_reduce", "memcpy", "elementwise", "moe")
 
 # Upstream dtype spellings -> servopt's math dtype names.
 DTYPES = {
     "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16", "fp8": "fp8",
-    "float8_e4m3fn": "fp8", "fp8_block": "fp8", "int8": "int8", "float32": "fp32", "fp32": "fp32",
+    "float8_e4m3fn": "fp8", "fp8_block": "fp8", "int8": "int8", "float32": "fp32", "fp32": "fp32", "nvfp4": "fp4",
 }
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4}
+# fp4 is NVFP4 (Blackwell's fp4 math): 4-bit values with one fp8 scale per 16.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp32": 4, "fp4": 0.5 + 1 / 16}
+# Fused-MoE weight formats (aiconfigurator's moe_dtype spellings) -> servopt's MoE kernel names
+# (PerformanceProfile.moe): fp8 is per-tensor W8A8, fp8_block 128x128 block-scaled W8A8, mxfp4 the
+# gpt-oss checkpoint's weights with 16-bit activations, int4 W4A16 (Marlin), nvfp4 W4A4.
+MOE_DTYPES = {
+    "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
+    "w4a16_mxfp4": "mxfp4", "mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4_mxfp8", "mxfp4_mxfp8": "mxfp4_mxfp8",
+    "int4_wo": "int4", "int4": "int4", "nvfp4": "nvfp4",
+}
 
 # Device-name fragments -> catalog names, most specific first (torch reports e.g. "NVIDIA H100 80GB HBM3").
 _DEVICE_PATTERNS = [
     ("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100"), ("A100-SXM4-40GB", "a100-40gb"),
-    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("B200", "b200"), ("L40S", "l40s"), ("L4", "l4"),
-    ("A10G", "a10g"), ("4090", "rtx4090"), ("MI300X", "mi300x"),
+    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("GB200", "gb200"), ("B200", "b200"), ("L40S", "l40s"),
+    ("L4", "l4"), ("A10G", "a10g"), ("4090", "rtx4090"), ("MI300X", "mi300x"),
 ]
 
 
@@ -137,13 +153,51 @@ def _check_filled(out: pd.DataFrame, name: str, flat: bool) -> None:
                 raise InputError(f"{name}: a {op} row ({where}) has no {column}; fill it in or drop the row")
 
 
+def _check_moe_rows(frame: pd.DataFrame, name: str) -> None:
+    """Refuse a malformed MoE row with one line naming its CSV line and column."""
+    moe = frame[frame["op"].astype("string").str.lower() == "moe"]
+    if moe.empty:
+        return
+    for col in [*MOE_SHAPE_COLUMNS, "latency_ms", "dtype"]:
+        if col not in moe:
+            raise InputError(f"{name}: MoE rows need a '{col}' column")
+
+    def refuse(bad: pd.Series, message: str) -> None:
+        if bad.any():
+            index = bad.index[np.argmax(bad.to_numpy())]
+            raise InputError(f"{name}: line {index + 2}: {message.format(value=moe.at[index, col])}")
+
+    values = {}
+    for col in [*MOE_SHAPE_COLUMNS, "latency_ms"]:
+        values[col] = pd.to_numeric(moe[col], errors="coerce")
+        refuse(~(np.isfinite(values[col]) & (values[col] > 0)), f"column '{col}' must be a positive number, got {{value!r}}")
+        if col != "latency_ms":
+            refuse(values[col] != np.floor(values[col]), f"column '{col}' must be a whole number, got {{value!r}}")
+    col = "dtype"
+    known = ", ".join(sorted(set(MOE_DTYPES.values())))
+    refuse(~moe[col].astype("string").str.strip().str.lower().isin(list(MOE_DTYPES)),
+           f"column 'dtype' must be one of {known}, got {{value!r}}")
+    col = "topk"
+    refuse(values["topk"] > values["num_experts"], "column 'topk' cannot exceed num_experts, got {value!r}")
+    col = "moe_ep_size"
+    refuse(values["num_experts"] % values["moe_ep_size"] != 0, "column 'moe_ep_size' must divide num_experts, got {value!r}")
+
+
+def _dtype_name(op: object, dtype: object) -> object:
+    if not isinstance(dtype, str):
+        return dtype
+    return MOE_DTYPES.get(dtype, dtype) if op == "moe" else DTYPES.get(dtype, dtype)
+
+
 def _tidy(frame: pd.DataFrame, name: str = "table", flat: bool = True) -> pd.DataFrame:
+    if "op" in frame:
+        _check_moe_rows(frame.reset_index(drop=True), name)
     out = frame.reindex(columns=KERNEL_COLUMNS)
     for col in SHAPE_COLUMNS + ["latency_ms"]:
         out[col] = pd.to_numeric(out[col], errors="coerce")
-    for col in ("framework", "dtype", "kv_cache_dtype"):
+    for col in ("framework", "dtype", "kv_cache_dtype", "op"):
         out[col] = out[col].astype("string").str.lower()
-    out["dtype"] = out["dtype"].map(lambda d: DTYPES.get(d, d) if isinstance(d, str) else d)
+    out["dtype"] = [_dtype_name(op, d) for op, d in zip(out["op"], out["dtype"])]
     out["kv_cache_dtype"] = out["kv_cache_dtype"].map(lambda d: DTYPES.get(d, d) if isinstance(d, str) else d)
     out["gpu"] = [gpu_name_for(s, d) for s, d in zip(out["system"], out["device"])]
     _check_filled(out, name, flat)
@@ -153,7 +207,9 @@ def _tidy(frame: pd.DataFrame, name: str = "table", flat: bool = True) -> pd.Dat
 def _from_aiconfigurator(raw: pd.DataFrame, op_hint: str | None, name: str) -> pd.DataFrame:
     """aiconfigurator-core's layouts: gemm_dtype / attn_dtype / collective columns; latency in ms."""
     df = raw.rename(columns={"latency": "latency_ms"}).copy()
-    if "gemm_dtype" in df:
+    if "moe_dtype" in df:
+        df["op"], df["dtype"] = "moe", df["moe_dtype"]
+    elif "gemm_dtype" in df:
         _require_columns(df, ["m", "n", "k"], name, "GEMM")
         df["op"], df["dtype"] = "gemm", df["gemm_dtype"]
     elif "attn_dtype" in df:
@@ -253,7 +309,7 @@ def normalize_kernel_frame(raw: pd.DataFrame, name: str = "table", op_hint: str 
     if raw.empty:
         raise InputError(f"{name}: the table has no rows")
     if "op" in raw and "latency_ms" in raw:
-        return _tidy(raw, name)
+        return _tidy(raw.rename(columns={"moe_dtype": "dtype"}) if "dtype" not in raw else raw, name)
     if "attn_pre_proj_median_ms" in raw:
         _require_columns(raw, _VIDUR_MLP, name, "Vidur per-operator")
         return _tidy(_from_vidur_mlp(raw), name, flat=False)
@@ -289,6 +345,12 @@ def read_kernel_table(path: str | Path | io.StringIO, name: str | None = None) -
     """Read one kernel table (CSV or parquet) into the tidy layout with a ``gpu`` column."""
     name = name or str(path)
     return normalize_kernel_frame(read_raw_table(path, name), name)
+
+
+def kernel_table_files(*folders: str | Path) -> list[Path]:
+    """The kernel tables in ``folders`` (CSV, gzip-compressed CSV, parquet), sorted within each folder."""
+    patterns = ("*.csv", "*.csv.gz", "*.parquet")
+    return [path for folder in folders for path in sorted(p for pattern in patterns for p in Path(folder).glob(pattern))]
 
 
 def read_kernel_tables(paths: list[str | Path]) -> pd.DataFrame:

@@ -23,6 +23,9 @@ uniform loads over large batches (DeepSeek-V3's auxiliary-loss-free bias, arXiv 
 but real traffic is skewed more than this (the reason vLLM ships its EPLB rebalancer); no skew
 factor beyond the multinomial model is applied, so expert-parallel steps are predicted optimistically.
 
+Which fused-MoE kernel vLLM runs (:func:`moe_kernel`) decides the weight format whose measured
+kernel roofline (``PerformanceProfile.moe``) times the experts.
+
 Example:
     >>> layout = ExpertLayout(num_experts=256, experts_per_token=8, dp=8, tp=1, expert_parallel=True)
     >>> layout.group, layout.experts_per_gpu, layout.width_share
@@ -42,7 +45,46 @@ from statistics import NormalDist
 
 import numpy as np
 
+from .hardware import GPUSpec
+from .quantization import QuantScheme, runs_weight_only
+
 ArrayLike = np.ndarray | float | int
+
+
+def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None, gpu: GPUSpec) -> str:
+    """The fused-MoE weight format vLLM runs a model's experts in (a key of ``PerformanceProfile.moe``).
+
+    - 16-bit: vLLM's unquantized fused MoE (``UnquantizedFusedMoEMethod``: Triton, or FlashInfer's
+      kernels on Blackwell).
+    - fp8: block-scaled (``fp8_block``) for plain ``quant_method: fp8`` checkpoints, whose
+      ``weight_block_size`` is 128 x 128 (DeepSeek's, Qwen's); per-tensor or per-channel (``fp8``)
+      for ``--quantization fp8`` and ModelOpt / compressed-tensors checkpoints (``Fp8MoEMethod``,
+      ``ModelOptFp8MoEMethod``).
+    - mxfp4 (gpt-oss): ``Mxfp4MoEMethod`` (``vllm/model_executor/layers/quantization/mxfp4.py``,
+      ``get_mxfp4_backend``): on Hopper the Triton (``triton_kernels`` matmul_ogs) W4A16 kernel, on
+      Blackwell FlashInfer's TRT-LLM MXFP4 x BF16 kernel unless an environment variable asks for
+      MXFP8 activations, elsewhere Marlin; all three keep 16-bit activations.
+    - nvfp4: FlashInfer's FP4 kernels on Blackwell (``nvfp4``).
+    - Any other weight-only run (AWQ, GPTQ, W8A16; fp8 and nvfp4 on GPUs without their tensor cores)
+      is a Marlin MoE kernel (``int4``: the measured W4A16 Marlin kernel).
+
+    Example:
+        >>> from servopt.costmodels.hardware import get_gpu
+        >>> from servopt.costmodels.quantization import get_scheme
+        >>> [moe_kernel(get_scheme(q), q, None, get_gpu("h100")) for q in ("bf16", "fp8", "mxfp4", "awq", "nvfp4")]
+        ['bf16', 'fp8', 'mxfp4', 'int4', 'int4']
+    """
+    name = scheme.name
+    if name == "mxfp4":
+        return "mxfp4"
+    if runs_weight_only(quantization, gpu):
+        return "int4"
+    if name == "fp8":
+        block = checkpoint is not None and getattr(checkpoint, "scheme", None) == "fp8" and getattr(checkpoint, "method", None) == "fp8"
+        return "fp8_block" if block else "fp8"
+    if name in ("fp16", "nvfp4", "int8"):
+        return name
+    return "bf16"
 
 
 def expected_max_standard_normal(count: int) -> float:

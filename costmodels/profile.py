@@ -79,6 +79,24 @@ def _check_increasing(name: str, knots: list[float]) -> None:
         raise ValueError(f"{name} must increase")
 
 
+def _check_curve(model: Spec, ramp_knots: str, factor_knots: str, factors: tuple[str, ...]) -> None:
+    """An efficiency ramp (``compute_efficiency`` on ``ramp_knots``) and multiplicative factors on
+    ``factor_knots``: increasing knots, one positive value per knot."""
+    if len(getattr(model, ramp_knots)) != len(model.compute_efficiency):
+        raise ValueError(f"{ramp_knots} and compute_efficiency must have the same length")
+    _check_increasing(ramp_knots, getattr(model, ramp_knots))
+    knots = getattr(model, factor_knots)
+    _check_increasing(factor_knots, knots)
+    for name in factors:
+        values = getattr(model, name)
+        if len(values) != len(knots):
+            raise ValueError(f"{name} needs one value per {factor_knots} entry ({len(knots)})")
+        if any(v <= 0 for v in values):
+            raise ValueError(f"{name} values must be positive")
+    if any(e <= 0 for e in model.compute_efficiency):
+        raise ValueError("compute efficiencies must be positive")
+
+
 class GemmEfficiency(Spec):
     """GEMM roofline efficiencies for one math dtype.
 
@@ -100,14 +118,8 @@ class GemmEfficiency(Spec):
 
     @model_validator(mode="after")
     def _check_knots(self) -> GemmEfficiency:
-        if len(self.log2_m_knots) != len(self.compute_efficiency):
-            raise ValueError("log2_m_knots and compute_efficiency must have the same length")
-        _check_increasing("log2_m_knots", self.log2_m_knots)
-        _check_increasing("log2_nk_knots", self.log2_nk_knots)
-        for name in ("n_compute_factor", "k_compute_factor", "n_memory_factor", "k_memory_factor"):
-            values = getattr(self, name)
-            if len(values) != len(self.log2_nk_knots):
-                raise ValueError(f"{name} needs one value per log2_nk_knots entry ({len(self.log2_nk_knots)})")
+        _check_curve(self, "log2_m_knots", "log2_nk_knots",
+                     ("n_compute_factor", "k_compute_factor", "n_memory_factor", "k_memory_factor"))
         return self
 
     def _factor(self, values: list[float], dim: ArrayLike | None) -> np.ndarray | float:
@@ -212,6 +224,83 @@ def textbook_allreduce(link_gbps: float) -> dict[str, CollectiveCurve]:
     return {"nccl": textbook_curve(link_gbps)}
 
 
+class MoeEfficiency(Spec):
+    """Roofline of one fused-MoE kernel: a MoE layer's routed experts on one GPU.
+
+    For ``pairs`` routed (token, expert) pairs over ``touched`` experts of ``hidden`` x ``inter``
+    (the expert's intermediate width on this GPU)::
+
+        time = overhead_s + smooth_max(6 pairs hidden inter / (peak(math_dtype) x compute_eff),
+                                       (touched 3 hidden inter w + pairs (3 hidden + 6 inter) a) / (bandwidth x memory_eff))
+
+    (gated experts: gate and up, then down; ``w`` bytes per weight, ``a`` per activation value: the
+    permuted input, the gate/up output, the activation's input and output, the down output and the
+    top-k sum). ``compute_eff`` ramps with the rows each expert's grouped GEMM gets (``pairs /
+    touched``, knots in log2: a few tokens per expert fill a tile badly) and scales with a factor
+    on log2 ``inter`` (narrow tensor-parallel slices make small tiles); ``memory_eff`` takes its
+    own factor on log2 ``inter``. ``overhead_s`` is the kernel sequence's floor: routing, the
+    permute and unpermute, the launches. ``math_dtype`` names the tensor-core peak the kernel runs at
+    (mxfp4 weights on Hopper, and by default on Blackwell, run in bf16 math); ``kernel`` the vLLM
+    kernel it was fitted on.
+    """
+
+    kernel: str = ""
+    math_dtype: Name = "bf16"
+    log2_tokens_per_expert_knots: list[Log2Knot] = Field(min_length=1, max_length=64)
+    compute_efficiency: list[Efficiency] = Field(min_length=1, max_length=64, description="fraction of peak at each knot")
+    memory_efficiency: Efficiency
+    overhead_s: OverheadS
+    log2_inter_knots: list[Log2Knot] = Field(default_factory=list, max_length=64)
+    inter_compute_factor: list[Factor] = Field(default_factory=list)
+    inter_memory_factor: list[Factor] = Field(default_factory=list)
+    smoothness: float | None = Field(default=None, ge=1, le=50)
+    inter_alignment: int = Field(default=1, ge=1, le=65536, description="vLLM pads each expert's intermediate width to this")
+    hidden_alignment: int = Field(default=1, ge=1, le=65536, description="and the hidden width to this")
+
+    @model_validator(mode="after")
+    def _check_knots(self) -> MoeEfficiency:
+        _check_curve(self, "log2_tokens_per_expert_knots", "log2_inter_knots", ("inter_compute_factor", "inter_memory_factor"))
+        return self
+
+    def _inter_factor(self, values: list[float], inter: ArrayLike) -> np.ndarray | float:
+        if not self.log2_inter_knots:
+            return 1.0
+        return np.interp(np.log2(np.maximum(inter, 1)), self.log2_inter_knots, values)
+
+    def padded(self, hidden: ArrayLike, inter: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """(hidden, intermediate) widths after vLLM's padding of this kernel's weights."""
+        return (np.ceil(np.asarray(hidden, dtype=float) / self.hidden_alignment) * self.hidden_alignment,
+                np.ceil(np.asarray(inter, dtype=float) / self.inter_alignment) * self.inter_alignment)
+
+    def compute_eff(self, tokens_per_expert: ArrayLike, inter: ArrayLike) -> np.ndarray:
+        base = np.interp(np.log2(np.maximum(tokens_per_expert, 1)), self.log2_tokens_per_expert_knots,
+                         self.compute_efficiency)
+        return base * self._inter_factor(self.inter_compute_factor, inter)
+
+    def memory_eff(self, inter: ArrayLike) -> np.ndarray | float:
+        return self.memory_efficiency * self._inter_factor(self.inter_memory_factor, inter)
+
+    @classmethod
+    def from_gemm(cls, gemm: GemmEfficiency, math_dtype: str) -> MoeEfficiency:
+        """The textbook stand-in when a GPU's fused-MoE kernels were never measured: the GEMM roofline
+        of the same math (its M ramp read as tokens per expert), two GEMM launches plus the routing,
+        permute, activation and unpermute launches (six in all) as the floor."""
+        return cls(kernel="uncalibrated: GEMM efficiencies", math_dtype=math_dtype,
+                   log2_tokens_per_expert_knots=gemm.log2_m_knots, compute_efficiency=gemm.compute_efficiency,
+                   memory_efficiency=gemm.memory_efficiency, overhead_s=6 * gemm.overhead_s,
+                   smoothness=gemm.smoothness)
+
+
+# The measured MoE kernel to stand in for one a profile lacks, nearest first (same weight format
+# family, then 16-bit): block-scaled and per-tensor fp8 run the same fp8 tensor cores, the 4-bit
+# weight-only kernels (mxfp4, int4 Marlin) both dequantize into bf16 math.
+MOE_FALLBACK = {
+    "bf16": ("fp16",), "fp16": ("bf16",), "fp8": ("fp8_block", "bf16"), "fp8_block": ("fp8", "bf16"),
+    "mxfp4": ("int4", "bf16"), "int4": ("mxfp4", "bf16"), "nvfp4": ("mxfp4_mxfp8", "fp8", "bf16"),
+    "mxfp4_mxfp8": ("fp8", "bf16"),
+}
+
+
 # Textbook shapes for a GPU nobody measured: Hopper-like GEMM ramp in M, no N/K dependence.
 _DEFAULT_GEMM = GemmEfficiency(
     log2_m_knots=[0, 4, 7, 10, 13], compute_efficiency=[0.25, 0.35, 0.55, 0.7, 0.75],
@@ -235,6 +324,10 @@ class PerformanceProfile(Spec):
         default_factory=dict,
         description="measured NCCL curves of the MoE dispatch and combine collectives: all_gather, reduce_scatter, "
                     "all_to_all (missing ones: textbook curves on the GPU's link)")
+    moe: dict[Name, MoeEfficiency] = Field(
+        default_factory=dict,
+        description="fused-MoE kernels by weight format: bf16, fp8, fp8_block, mxfp4, mxfp4_mxfp8, int4, nvfp4 "
+                    "(missing ones: the nearest measured one, else the GEMM roofline, uncalibrated)")
     elementwise_memory_efficiency: Efficiency
     elementwise_overhead_s: OverheadS
     weight_only_compute_factor: float = Field(
@@ -341,6 +434,48 @@ class PerformanceProfile(Spec):
         eff = self.gemm_efficiency(dtype)
         return smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * count
 
+    def moe_efficiency(self, kernel: str, math_dtype: str = "bf16") -> MoeEfficiency:
+        """The fused-MoE roofline for a weight format: measured, else the nearest measured format
+        (:data:`MOE_FALLBACK`), else :meth:`MoeEfficiency.from_gemm` on ``math_dtype``'s GEMM efficiency."""
+        for name in (kernel, *MOE_FALLBACK.get(kernel, ("bf16",))):
+            if name in self.moe:
+                return self.moe[name]
+        return MoeEfficiency.from_gemm(self.gemm_efficiency(math_dtype), math_dtype)
+
+    def moe_parts_s(
+        self, gpu: GPUSpec, eff: MoeEfficiency, pairs: ArrayLike, touched: ArrayLike, hidden: float, inter: float,
+        weight_bytes: float, act_bytes: float = 2.0, count: float = 1.0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(compute-limited, memory-limited) time of ``count`` MoE layers (the :class:`MoeEfficiency` roofline,
+        on the widths vLLM pads the weights to)."""
+        pairs = np.asarray(pairs, dtype=float)
+        touched = np.maximum(np.asarray(touched, dtype=float), 1e-9)
+        hidden, inter = eff.padded(hidden, inter)
+        math_dtype = eff.math_dtype if gpu.has_dtype(eff.math_dtype) else "bf16"
+        flops = 6.0 * pairs * hidden * inter * count
+        peak = gpu.peak_flops(math_dtype) * eff.compute_eff(pairs / touched, inter)
+        bytes_moved = count * (touched * 3.0 * hidden * inter * weight_bytes + pairs * (3.0 * hidden + 6.0 * inter) * act_bytes)
+        return flops / peak, bytes_moved / (gpu.memory_bandwidth_bytes_per_s * eff.memory_eff(inter))
+
+    def moe_time_s(
+        self, gpu: GPUSpec, kernel: str, pairs: ArrayLike, touched: ArrayLike, hidden: float, inter: float,
+        weight_bytes: float, act_bytes: float = 2.0, count: float = 1.0,
+    ) -> np.ndarray:
+        """Time of ``count`` MoE layers' routed experts on one GPU: ``pairs`` routed (token, expert) pairs
+        over ``touched`` experts, each ``hidden`` x ``inter`` on this GPU, in weight format ``kernel``.
+
+        Example:
+            >>> from servopt.costmodels.hardware import get_gpu
+            >>> gpu = get_gpu("h100")
+            >>> p = PerformanceProfile.spec_default(gpu)
+            >>> one, many = (float(p.moe_time_s(gpu, "bf16", t * 8, min(t * 8, 128), 4096, 1536, 2.0)) for t in (1, 8192))
+            >>> 1e-4 < one < 1e-3 < many  # one token reads its 8 experts' weights; 8k tokens are compute-bound
+            True
+        """
+        eff = self.moe_efficiency(kernel)
+        compute_s, memory_s = self.moe_parts_s(gpu, eff, pairs, touched, hidden, inter, weight_bytes, act_bytes, count)
+        return smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * count
+
     def attention_parts_s(
         self, gpu: GPUSpec, phase: str, flops: ArrayLike, bytes_moved: ArrayLike,
         query_tokens: ArrayLike | None = None, dtype: str = "bf16",
@@ -371,14 +506,18 @@ class PerformanceProfile(Spec):
                          link_bytes_per_s: float | None = None) -> np.ndarray:
         """All-reduce of ``message_bytes`` over ``num_gpus`` GPUs by ``implementation`` (zero for one GPU).
 
-        An implementation the profile has no curve for falls back to NCCL's (the one every
-        collective benchmark measures). ``link_bytes_per_s``: the group's link when it is not this
+        An implementation the profile has no curve for, or none at this GPU count, falls back to
+        NCCL's (the one every collective benchmark measures). ``link_bytes_per_s``: the group's link when it is not this
         GPU's own (a group across nodes).
         """
         message_bytes = np.asarray(message_bytes, dtype=float)
         if num_gpus <= 1:
             return np.zeros_like(message_bytes)
-        curve = self.allreduce.get(implementation) or self.allreduce.get("nccl") or next(iter(self.allreduce.values()))
+        curve = self.allreduce.get(implementation)
+        if curve is None or (implementation != "nccl" and num_gpus not in curve.points):
+            # An implementation's kernel differs by GPU count (vLLM's symmetric memory runs multimem
+            # or two-shot by count), so a count it was not measured at takes NCCL's curve.
+            curve = self.allreduce.get("nccl") or curve or next(iter(self.allreduce.values()))
         link = (link_bytes_per_s or gpu.interconnect_bytes_per_s) / 1e9
         return curve.time_s(message_bytes, num_gpus, link_gbps=link)
 

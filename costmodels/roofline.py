@@ -37,7 +37,7 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
-from .moe import ExpertLayout
+from .moe import ExpertLayout, moe_kernel
 from .profile import PerformanceProfile, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
 from .vllm_defaults import (
@@ -209,6 +209,7 @@ class StepCostModel:
         self._full_layers = m.num_layers - self._sliding_layers
         self._spans_nodes = tp * self.pp * self.dp > self.gpu.gpus_per_node
         self._version = parse_vllm_version(self.vllm_version)
+        self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu)
         self._layout = None if m.moe is None else ExpertLayout(
             m.moe.num_experts, m.moe.experts_per_token, self.dp, tp, self.expert_parallel)
         self.all2all_backend = self.all2all_backend or default_all2all_backend(self._version)
@@ -282,43 +283,58 @@ class StepCostModel:
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _experts(self, tokens: np.ndarray) -> _OpCost | None:
-        """Routed experts as grouped GEMMs on one GPU: FLOPs of its routed pairs, bytes of the experts touched.
+        """Routed experts on one GPU: the profile's fused-MoE kernel (:meth:`PerformanceProfile.moe_time_s`)
+        for the weight format vLLM runs them in (:func:`~servopt.costmodels.moe.moe_kernel`), over the
+        routed pairs and touched experts of the busiest GPU.
 
         With data-parallel ranks the experts see every rank's (padded) tokens; with expert
         parallelism the busiest GPU sets the time (:class:`~servopt.costmodels.moe.ExpertLayout`).
+        The kernel's time covers the permute, both grouped GEMMs, the activation and the weighted
+        sum back into the tokens (and, for mxfp4, the top-k: :meth:`_routing`).
         """
         m, layout = self.model, self._layout
         if layout is None:
             return None
         layers = m.num_moe_layers
         gathered = tokens * self.dp
-        routed = layout.busiest_pairs_per_gpu(gathered)
+        pairs = layout.busiest_pairs_per_gpu(gathered)
         touched = layout.touched_experts_per_gpu(gathered)
-        per_expert_tokens = routed / np.maximum(touched, 1e-9)
-        expert_weights = m.expert_params * layout.width_share
+        inter = m.moe.expert_intermediate_size * layout.width_share
         wbytes = self._scheme.weight_bytes_per_param
-        dtype = self._math if self._scheme.name != "mxfp4" else ("fp4" if self._math == "fp4" else self._dense_dtype)
-        flops = 2.0 * routed * expert_weights * layers
-        bytes_moved = layers * (touched * expert_weights * wbytes + routed * 3 * m.hidden_size * self._act_bytes)
-        eff = self.profile.gemm_efficiency(dtype)
-        peak = self.gpu.peak_flops(dtype) * eff.compute_eff(per_expert_tokens)
-        if self._weight_only:
-            peak = peak * self.profile.weight_only_compute_factor
-        compute_s = flops / peak
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * eff.memory_eff())
-        # Two grouped GEMMs (gate/up and down) per MoE layer.
-        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + 2 * layers * eff.overhead_s
+        eff = self.profile.moe_efficiency(self._moe_kernel, self._math)
+        args = (self.gpu, eff, pairs, touched, m.hidden_size, inter, wbytes, self._act_bytes, layers)
+        compute_s, memory_s = self.profile.moe_parts_s(*args)
+        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * layers
+        flops = 6.0 * pairs * m.hidden_size * inter * layers
+        bytes_moved = layers * (touched * 3.0 * m.hidden_size * inter * wbytes
+                                + pairs * (3.0 * m.hidden_size + 6.0 * inter) * self._act_bytes)
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
+
+    def _routing(self, tokens: np.ndarray) -> _OpCost | None:
+        """The top-k over the router logits (vLLM's ``topk_softmax`` / grouped top-k kernel), one per
+        MoE layer: it reads the fp32 logits of every gathered token and writes k ids and weights.
+        The mxfp4 kernel's measured time already includes it (vLLM routes inside the mxfp4 layer)."""
+        m = self.model
+        if m.moe is None or self._moe_kernel == "mxfp4":
+            return None
+        gathered = tokens * self.dp
+        bytes_moved = m.num_moe_layers * gathered * (4.0 * m.moe.num_experts + 8.0 * m.moe.experts_per_token)
+        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_moe_layers)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
     def _elementwise(self, tokens: np.ndarray) -> _OpCost:
         m = self.model
         per_layer_values = (
             2 * ADD_NORM_VALUES * m.hidden_size  # two fused residual add + RMSNorm (replicated on every rank)
             + 2 * (m.q_dim + 2 * m.kv_dim) / self.tp  # RoPE reads and writes q, k
-            + 3 * (m.intermediate_size if m.moe is None else m.moe.expert_intermediate_size * m.moe.experts_per_token)
-            / self.tp  # activation: read gate and up, write the product
         )
-        bytes_moved = m.num_layers * tokens * (per_layer_values * self._act_bytes + self._kv_layer_bytes)
+        # The gated activation (read gate and up, write the product) of the dense MLP layers and the
+        # shared experts; the routed experts' runs inside the fused-MoE kernel.
+        activation_values = 3 * (m.num_dense_mlp_layers * m.intermediate_size + (
+            m.num_moe_layers * m.moe.num_shared_experts * m.moe.shared_expert_intermediate_size if m.moe else 0)) / self.tp
+        bytes_moved = tokens * (m.num_layers * (per_layer_values * self._act_bytes + self._kv_layer_bytes)
+                                + activation_values * self._act_bytes)
         time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_layers * ELEMENTWISE_KERNELS_PER_LAYER)
         memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
@@ -395,9 +411,9 @@ class StepCostModel:
 
     def _token_ops(self, tokens: np.ndarray) -> dict[str, _OpCost]:
         ops = {op.name: self._gemm(op, tokens) for op in self._linears}
-        experts = self._experts(tokens)
-        if experts is not None:
-            ops["moe_experts"] = experts
+        for name, op in (("moe_routing", self._routing(tokens)), ("moe_experts", self._experts(tokens))):
+            if op is not None:
+                ops[name] = op
         ops["norms_elementwise"] = self._elementwise(tokens)
         quant = self._activation_quant(tokens)
         if quant is not None:
@@ -480,17 +496,25 @@ class StepCostModel:
         sampled = np.asarray(num_sampled, dtype=float)
         return np.where(sampled > 0, self._gemm(op, np.maximum(sampled, 1)).time_s, 0.0)
 
+    def _gpu_parts(self, agg: StepAggregates) -> tuple:
+        """(tokens, token-op time, attention parts, attention time, GPU time) of each step."""
+        tokens = np.asarray(agg.num_tokens, dtype=np.int64)
+        token_s = self.token_ops_time_s(tokens)
+        parts = [part for kind in self._attention_parts(agg).values() for part in kind]
+        attention = sum(t for t, _, _, _ in parts)
+        return tokens, token_s, parts, attention, token_s + attention + self.lm_head_time_s(agg.num_sampled)
+
+    def gpu_time_s(self, agg: StepAggregates) -> np.ndarray:
+        """GPU time of each step: :meth:`step_time_s` without the engine's CPU time (``step_overhead``)."""
+        return self._gpu_parts(agg)[-1]
+
     def step_time_s(self, agg: StepAggregates, *, return_compute_bound: bool = False):
         """Vectorized step time for arrays of step aggregates (the simulator's hot path).
 
         With ``return_compute_bound`` also returns a boolean array: compute-limited operators take
         most of that step's GPU time.
         """
-        tokens = np.asarray(agg.num_tokens, dtype=np.int64)
-        token_s = self.token_ops_time_s(tokens)
-        parts = [part for kind in self._attention_parts(agg).values() for part in kind]
-        attention = sum(t for t, _, _, _ in parts)
-        gpu_s = token_s + attention + self.lm_head_time_s(agg.num_sampled)
+        tokens, token_s, parts, attention, gpu_s = self._gpu_parts(agg)
         total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async, self._engine)
         if not return_compute_bound:
             return total
@@ -569,17 +593,23 @@ class StepCostModel:
         """Time to prefill one prompt alone, in chunks of ``chunk_tokens`` (default: one step)."""
         if prompt_tokens <= 0:
             raise InputError("prompt_tokens must be positive")
-        chunk = chunk_tokens or prompt_tokens
-        total, done = 0.0, 0
-        while done < prompt_tokens:
-            size = min(chunk, prompt_tokens - done)
-            total += self.step(Batch(prefill_tokens=[size], prefill_offsets=[done])).time_s
-            done += size
-        return total
+        chunk = min(chunk_tokens or prompt_tokens, prompt_tokens)
+        offsets = np.arange(0, prompt_tokens, chunk, dtype=float)
+        sizes = np.minimum(chunk, prompt_tokens - offsets)
+        kv = offsets + sizes
+        windowed_kv = np.minimum(kv, self._window + sizes) if self._window else kv
+        zeros, ones = np.zeros_like(sizes), np.ones_like(sizes)
+        # Every chunk is a step of its own: the vectorized step time over the chunks.
+        return float(self.step_time_s(aggregates_from_arrays(
+            num_tokens=sizes, num_sampled=ones, decode_query_tokens=zeros, decode_context=zeros,
+            prefill_pairs=_pairs(sizes, offsets, None), prefill_pairs_windowed=_pairs(sizes, offsets, self._window),
+            prefill_kv_tokens=kv, prefill_kv_tokens_windowed=windowed_kv, prefill_chunks=ones,
+            num_decode_seqs=zeros)).sum())
 
     def decode_step_time_s(self, batch_size: int, context_tokens: int, num_speculative_tokens: int = 0) -> float:
         """Time of one decode step of ``batch_size`` sequences at ``context_tokens`` each."""
-        return self.step(Batch(decode_context=[context_tokens] * batch_size, num_speculative_tokens=num_speculative_tokens)).time_s
+        batch = Batch(decode_context=[context_tokens] * batch_size, num_speculative_tokens=num_speculative_tokens)
+        return float(self.step_time_s(self.aggregate(batch))[0])
 
     def weight_read_floor_s(self, context_tokens: int = 0, batch_size: int = 1) -> float:
         """Seed 2.2's lower bound on a decode step: (weights + KV bytes) / bandwidth, per GPU."""

@@ -30,9 +30,12 @@ Example:
 
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
 import io
 import json
+import lzma
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -341,19 +344,24 @@ def _check_csv(stream: TextIO, where: str) -> list[str]:
                                  "every row needs one value per column (leave a value empty, not out)")
         if not count:
             raise InputError(f"{where} has a header but no rows")
-    except csv.Error as err:
+    except (csv.Error, OSError, EOFError, lzma.LZMAError) as err:  # also a damaged compressed file
         raise InputError(f"{where} is not a readable CSV: {one_line(str(err))}") from None
     except UnicodeDecodeError as err:
         raise InputError(f"{where} is not UTF-8 text (bad byte at offset {err.start}); save it as UTF-8") from None
     return header
 
 
+# Compressed tables, by suffix (as pandas reads them).
+_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
 def _open_text(path: str | Path | TextIO, what: str, max_bytes: int) -> TextIO:
     if isinstance(path, io.TextIOBase):
         return path
     path = _checked_file(path, what, max_bytes)
+    opener = _OPENERS.get(path.suffix.lower(), open)
     try:
-        return open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 (closed by the caller)
+        return opener(path, "rt", encoding="utf-8-sig", newline="")  # noqa: SIM115 (closed by the caller)
     except OSError as err:
         raise InputError(f"{what} '{shown(path)}' cannot be read: {err.strerror}") from None
 

@@ -159,9 +159,10 @@ def async_scheduling(version: VllmVersion, pp: int) -> bool:
 def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of ``vllm serve`` on this GPU.
 
-    From 0.9 (``EngineArgs.get_batch_defaults``): >= 160 GiB (B200): 16384 / 1024; >= 70 GiB and not
-    A100 (H100, H200, MI300X): 8192 / 1024; other GPUs, the A100 included (large budgets cut A100
-    throughput, vLLM PR #17885): 2048 / 256. The V1 engine of 0.8 served 2048 / 256 everywhere; the
+    From 0.9 (``EngineArgs.get_batch_defaults``): >= 70 GiB and not A100 (H100, H200, B200, MI300X):
+    8192 / 1024; other GPUs, the A100 included (large budgets cut A100 throughput, vLLM PR #17885):
+    2048 / 256. From 0.28 a tier for >= 160 GiB (B200, B300) serves 16384 / 1024 (``arg_utils.py``
+    at tag v0.28.0; not in v0.27.0). The V1 engine of 0.8 served 2048 / 256 everywhere; the
     V0 engine before it chunked prefills into 512-token steps (``SchedulerConfig`` with chunked
     prefill on).
     """
@@ -170,7 +171,7 @@ def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tu
         return 512, 256
     if version < (0, 9, 0):
         return 2048, 256
-    if gpu.memory_gib >= 160 and gpu.vendor == "nvidia":
+    if version >= (0, 28, 0) and gpu.memory_gib >= 160:
         return 16384, 1024
     if gpu.memory_gib >= 70 and not gpu.name.startswith("a100"):
         return 8192, 1024

@@ -35,6 +35,7 @@ from ..costmodels.roofline import Batch, StepCostModel
 from ..costmodels.serving.compiled import CompiledDeployment
 from ..results._record import TrialRecord
 from ..search_spaces import Candidate, Violation
+from . import _redundancy
 from ._engine import ServingEngine, Summary
 from ._problem import Problem
 
@@ -51,7 +52,7 @@ CONSTRAINT_GROUPS = {
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
-    "slo": (*SLO_CONSTRAINTS, CLASS_SLO_CONSTRAINT),
+    "slo": (*SLO_CONSTRAINTS, CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT),
 }
 # ngram's mean accepted length is unknown without the text; the simulator models it, and the
 # capacity seed stays conservative by counting one token per verify step.
@@ -100,6 +101,23 @@ class TrialOutcome:
         return out
 
 
+@dataclass(frozen=True)
+class Preview:
+    """A drawn candidate as it will be scored: repaired, compiled with its derived replicas (one
+    replica when a rule breaks before the capacity formula), and the rules it breaks."""
+
+    drawn: Candidate
+    candidate: Candidate
+    model: str
+    compiled: CompiledDeployment
+    violations: dict[str, Violation]
+    capacity: dict[str, Any] | None
+
+    @property
+    def key(self) -> tuple:
+        return self.model, json.dumps(self.compiled.deployment.model_dump(mode="json"), sort_keys=True)
+
+
 @dataclass
 class ScreenFront:
     """(cost, estimated latency) of the simulated feasible configurations, for screening."""
@@ -120,8 +138,9 @@ class Evaluator:
         self.problem = problem
         self.engine = engine or ServingEngine(problem)
         self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS,
-                                 CLASS_SLO_CONSTRAINT]
+                                 CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT]
         self._summaries: dict[tuple, Summary] = {}
+        self._previews: dict[tuple, Preview] = {}
 
     # --- caches shared across trials (and seeded from stored trials on resume) -----------------
     @staticmethod
@@ -137,6 +156,10 @@ class Evaluator:
             requests_seed = (record["simulated_requests"], self.problem.workload.seed)
             key = self._key("simulate", record["model"], record["deployment"], requests_seed)
             self._summaries[key] = record["simulation"]
+
+    def summaries(self, kind: str) -> int:
+        """How many distinct deployments this evaluator holds an ``estimate`` or a ``simulate`` summary of."""
+        return sum(1 for key in self._summaries if key[0] == kind)
 
     def _estimate(self, model: str, compiled: CompiledDeployment) -> Summary:
         key = self._key("estimate", model, compiled.deployment)
@@ -187,7 +210,8 @@ class Evaluator:
 
         def fleet(share: float) -> int:
             serving = max(math.ceil(needed * (1 + share) - 1e-9), 1)
-            return max(math.ceil(serving * (1 + redundancy) - 1e-9), 1)
+            spare = 1 if self.problem.workload.slo.n_minus_1 else 0  # N+1: targets must hold with one down
+            return max(math.ceil(serving * (1 + redundancy) - 1e-9), serving + spare, 1)
 
         wanted, least = fleet(float(candidate.get("headroom", 0.0))), fleet(0.0)
         # Headroom buys spare replicas only up to the fleet limit (a fleet that needs more breaks it).
@@ -245,6 +269,32 @@ class Evaluator:
                 out.append((c.name, metric, math.nan if value is None else float(value), target))
         return out
 
+    def _slo_excess(self, violations: dict[str, float]) -> float:
+        """How far an estimate misses its SLOs beyond the screen margin (<= 0: it is simulated)."""
+        margin = self.problem.workload.fidelity.screen_margin
+        return max(amount - margin for name, amount in violations.items() if name != "saturated")
+
+    def forecast(self, params: dict[str, Any]) -> tuple[tuple[float, float] | None, float]:
+        """What the estimate says of drawn parameters before a trial scores them: the objective
+        values (None when not predicted) and how far they miss (rules broken, saturation, SLOs beyond
+        the screen margin, at N-1 too when the workload asks; <= 0: they would be simulated). Cached,
+        so the trial that scores them repeats nothing."""
+        try:
+            candidate = self.problem.space.fixed(params)
+        except InputError:
+            return None, math.inf
+        seen = self.preview(candidate)
+        if seen.violations:
+            return None, 1.0 + sum(v.amount for v in seen.violations.values())
+        try:
+            compiled, summary = self._estimate_fleet(seen.candidate, seen.model, seen.compiled)
+        except InputError:
+            return None, math.inf
+        misses = self._prediction_violations(summary)
+        misses.update(_redundancy.check(self, seen.model, compiled, {})[0])
+        values = self._objectives(self.cost(compiled.deployment, summary), summary)
+        return values, max(misses["saturated"], self._slo_excess(misses))
+
     def _objectives(self, costs: dict[str, Any], summary: Summary | None) -> tuple[float, float] | None:
         """The predicted cost and P99, or None when either is unknown or unbounded."""
         objective = self.problem.workload.objective
@@ -254,39 +304,66 @@ class Evaluator:
         values = (float(cost), p99(summary, objective.latency))
         return values if all(math.isfinite(v) for v in values) else None
 
-    def evaluate(self, candidate: Candidate, screen: ScreenFront | None = None) -> TrialOutcome:
-        """Score one candidate; infeasible ones come back with their reason, never an exception."""
-        start = time.perf_counter()
-        space, w = self.problem.space, self.problem.workload
-        drawn, candidate = candidate, space.repair(candidate)
-        model = space.model_key(candidate)
-        choice = self.problem.ctx.models[model]
-        option = choice.option(str(candidate["quantization"]))
-        record: dict[str, Any] = {
-            "knobs": dict(candidate.values), "model": model,
-            # Knobs the repair moved: drawn value -> scored value.
-            "repaired": {k: [drawn[k], v] for k, v in candidate.values.items() if drawn.get(k) != v},
-            # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
-            "serve_id": option.serve_id if option else choice.serve_id,
-            "weights": option.describe() if option else None,
-            "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
-        }
-        compiled = space.compile(candidate)
-        violations = {v.constraint: v for v in space.violations(candidate, compiled=compiled)}
+    def preview(self, candidate: Candidate) -> Preview:
+        """Steps 0-2 of the module docstring for a drawn candidate (memoized): the repaired point,
+        its deployment compiled with the derived replicas, and the rules it breaks."""
+        found = self._previews.get(candidate.key)
+        if found is not None:
+            return found
+        space = self.problem.space
+        repaired = space.repair(candidate)
+        compiled = space.compile(repaired)
+        violations = {v.constraint: v for v in space.violations(repaired, compiled=compiled)}
+        capacity = None
         if not violations:
             try:
                 needed, capacities = self.capacity(compiled)
             except InputError as err:  # a request longer than the KV cache holds
                 violations["memory"] = Violation("memory", 1.0, str(err))
             else:
-                replicas = self._replicas(candidate, needed, compiled.deployment.gpus_per_replica)
+                replicas = self._replicas(repaired, needed, compiled.deployment.gpus_per_replica)
                 compiled = compiled.with_replicas(replicas)
-                record["capacity"] = {
+                capacity = {
                     "replicas_needed": needed,
                     "instances": [{"concurrency": c.concurrency, "occupancy_s": c.occupancy_s,
                                    "kv_limited": c.kv_limited} for c in capacities],
                 }
-                violations.update({v.constraint: v for v in space.violations(candidate, replicas, compiled)})
+                violations.update({v.constraint: v for v in space.violations(repaired, replicas, compiled)})
+        found = self._previews[candidate.key] = Preview(candidate, repaired, space.model_key(repaired), compiled,
+                                                        violations, capacity)
+        return found
+
+    def scored_key(self, params: dict[str, Any]) -> tuple | None:
+        """The deployment that drawn parameters are scored as (after pinned values, the repair and
+        the derived replica count), or None when they leave an active knob without a value: points
+        the search draws apart (a headroom that buys no replica, a max_num_seqs above what the KV
+        cache holds after repair) often score one deployment."""
+        try:
+            candidate = self.problem.space.fixed(params)
+        except InputError:
+            return None
+        return self.preview(candidate).key
+
+    def evaluate(self, candidate: Candidate, screen: ScreenFront | None = None) -> TrialOutcome:
+        """Score one candidate; infeasible ones come back with their reason, never an exception."""
+        start = time.perf_counter()
+        space, w = self.problem.space, self.problem.workload
+        seen = self.preview(candidate)
+        candidate, model, compiled = seen.candidate, seen.model, seen.compiled
+        choice = self.problem.ctx.models[model]
+        option = choice.option(str(candidate["quantization"]))
+        record: dict[str, Any] = {
+            "knobs": dict(candidate.values), "model": model,
+            # Knobs the repair moved: drawn value -> scored value.
+            "repaired": {k: [seen.drawn.get(k), v] for k, v in candidate.values.items() if seen.drawn.get(k) != v},
+            # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
+            "serve_id": option.serve_id if option else choice.serve_id,
+            "weights": option.describe() if option else None,
+            "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
+        }
+        violations = dict(seen.violations)
+        if seen.capacity is not None:
+            record["capacity"] = seen.capacity
         record["deployment"] = compiled.deployment.model_dump(mode="json")
         summary = None
         amounts = {name: 0.0 for name in self.constraint_names}
@@ -305,8 +382,10 @@ class Evaluator:
             record["estimate"] = summary
             record["fidelity"] = "estimate"
             estimated = self._prediction_violations(summary)
+            n_minus_1, n_minus_1_reasons = _redundancy.check(self, model, compiled, record)
+            estimated.update(n_minus_1)
             estimate_values = self._objectives(self.cost(compiled.deployment, summary), summary)
-            slo_ok = all(amount <= w.fidelity.screen_margin for name, amount in estimated.items() if name != "saturated")
+            slo_ok = self._slo_excess(estimated) <= 0
             dominated = (screen is not None and estimate_values is not None
                          and screen.dominated(*estimate_values, w.fidelity.screen_margin))
             record["estimate_objectives"] = list(estimate_values) if estimate_values else None
@@ -321,6 +400,9 @@ class Evaluator:
                     record["simulated_requests"] = w.fidelity.search_requests
                     record["fidelity"] = "simulate"
                     estimated = self._prediction_violations(summary)
+                    n_minus_1, n_minus_1_reasons = _redundancy.check(
+                        self, model, compiled, record, (w.fidelity.search_requests, w.seed))
+                    estimated.update(n_minus_1)
             elif dominated:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
             amounts.update(estimated)
@@ -329,6 +411,7 @@ class Evaluator:
                         f"class {name} {latency:.3g} s > its SLO {target:g} s"
                         for name, metric, latency, target in self._class_targets(summary)
                         if math.isfinite(latency) and latency > target]
+            reasons += n_minus_1_reasons
             record["memory_headroom_gib"] = compiled.kv_pool_gib()
         deployment = compiled.deployment
         costs = self.cost(deployment, summary)

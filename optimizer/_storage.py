@@ -36,14 +36,17 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 import optuna
-import sqlalchemy.exc
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
-from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
 
 from ..costmodels.errors import InputError
+
+if TYPE_CHECKING:
+    import sqlalchemy.exc
+    from sqlalchemy.engine import URL
 
 STORAGE_ENV = "SERVOPT_STORAGE"
 JOURNAL_SCHEME = "journal:"
@@ -62,21 +65,37 @@ _DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]",
 _PASSWORD_IN_TEXT = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
 
+def _make_url(url: str) -> URL:
+    """SQLAlchemy's parse of a database URL (SQLAlchemy is imported only when a database is used:
+    journal files do without it)."""
+    from sqlalchemy.engine import make_url  # noqa: PLC0415
+
+    return make_url(url)
+
+
+def _bad_url_errors() -> tuple[type[Exception], ...]:
+    import sqlalchemy.exc  # noqa: PLC0415
+
+    return sqlalchemy.exc.ArgumentError, ValueError
+
+
 def masked_url(url: str) -> str:
     """``url`` with its password replaced by ``***`` (also for text SQLAlchemy cannot parse)."""
     if url.startswith(JOURNAL_SCHEME):
         return url
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return _make_url(url).render_as_string(hide_password=True)
+    except _bad_url_errors():
         return _PASSWORD_IN_TEXT.sub(r"\1***@", url)
 
 
 def has_hidden_password(url: str) -> bool:
     """Whether ``url`` is a masked URL whose password was left out (``user:***@``)."""
+    if url.startswith(JOURNAL_SCHEME):
+        return False
     try:
-        return make_url(url).password == "***"
-    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return _make_url(url).password == "***"
+    except _bad_url_errors():
         return False
 
 
@@ -86,8 +105,8 @@ def storage_from_env() -> str | None:
 
 def _parse(url: str) -> URL:
     try:
-        return make_url(url)
-    except (sqlalchemy.exc.ArgumentError, ValueError) as err:
+        return _make_url(url)
+    except _bad_url_errors() as err:
         raise InputError(f"storage URL '{masked_url(url)}' is not a SQLAlchemy URL ({_clean(err, url)}); expected "
                          "e.g. sqlite:///runs/study.db or postgresql+psycopg2://user@host:5432/db") from None
 
@@ -97,8 +116,8 @@ def _clean(err: BaseException, url: str) -> str:
     lines = str(getattr(err, "orig", None) or err).strip().splitlines()
     text = lines[0].strip() if lines else type(err).__name__
     try:
-        password = make_url(url).password
-    except (sqlalchemy.exc.ArgumentError, ValueError):
+        password = _make_url(url).password
+    except _bad_url_errors():
         password = None
     if password:
         text = text.replace(str(password), "***")
@@ -116,6 +135,8 @@ def _engine_kwargs(parsed: URL) -> dict[str, Any]:
 def _schema_race(err: sqlalchemy.exc.SQLAlchemyError) -> bool:
     """Workers started together race to create the schema of a new database: the loser fails on a
     duplicate row or table, and finds the schema in place when it tries again."""
+    import sqlalchemy.exc  # noqa: PLC0415
+
     return isinstance(err, sqlalchemy.exc.IntegrityError) or "already exists" in str(err)
 
 
@@ -199,6 +220,9 @@ def open_storage(url: str) -> BaseStorage:
     path = journal_path(url)
     if path is not None:
         return _open_journal(path, url)
+    import sqlalchemy.exc  # noqa: PLC0415
+    from sqlalchemy import event  # noqa: PLC0415
+
     parsed = _parse(url)
     shown = masked_url(url)
     for attempt in range(SCHEMA_RETRIES):

@@ -37,6 +37,7 @@ from typing import Any
 import optuna
 from joblib import Parallel, delayed
 
+from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import ensure_folder, read_text, write_text
 from ..costmodels.userfiles import parse_json, shown
@@ -150,6 +151,7 @@ class Job:
     hardware: str | None = None
     name: str = "default"
     _problem: Problem | None = field(default=None, repr=False)
+    _evaluator: Evaluator | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -183,12 +185,19 @@ class Job:
             self._problem = build_problem(self.workload, self.hardware)
         return self._problem
 
+    @property
+    def evaluator(self) -> Evaluator:
+        """This process's scorer: its caches serve the sampler, every trial and the re-checks."""
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self.problem)
+        return self._evaluator
+
     # --- the study --------------------------------------------------------------------------
     def open_study(self, create: bool = True) -> optuna.Study:
         storage = open_storage(self.storage_url)
         expected = workload_hash(self.workload)
         w = self.workload
-        sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.problem.space)
+        sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.evaluator)
         if create:
             study = optuna.create_study(study_name=self.study_name, storage=storage, directions=list(DIRECTIONS),
                                         sampler=sampler, load_if_exists=True)
@@ -301,7 +310,7 @@ class Job:
         bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
         if self.jobs <= 1:
             workers = [run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s,
-                                  callbacks=[bar.callback])]
+                                  callbacks=[bar.callback], evaluator=self.evaluator)]
         else:
             config = self.config()
             with poll_progress(bar, lambda: self.open_study(create=False)):
@@ -327,7 +336,7 @@ class Job:
         """Re-simulate the front with more requests, and the runners-up only when a front point
         fails its re-check; returns how many ran."""
         requests = self.workload.fidelity.final_requests
-        evaluator = Evaluator(self.problem) if self.jobs <= 1 else None
+        evaluator = self.evaluator if self.jobs <= 1 else None
         ran = 0
         for layer in recheck_layers(study):
             done = stored_rechecks(study)
@@ -352,12 +361,13 @@ class Job:
         """Everything the results package needs: the trials and re-checks as typed records
         (:mod:`servopt.results._record`), the front, and the job's settings as plain data."""
         study = self.open_study(create=False)
+        problem = self.problem
         trials = [
-            TrialResult(t.number, list(t.values) if t.values else None, TrialRecord.model_validate(t.user_attrs[RECORD_ATTR]),
+            TrialResult(t.number, list(t.values) if t.values else None,
+                        self._with_roles(TrialRecord.model_validate(t.user_attrs[RECORD_ATTR])),
                         t.duration.total_seconds() if t.duration else None)
             for t in evaluated_trials(study)
         ]
-        problem = self.problem
         gpus = {
             name: {"profile": problem.profile(name).source, "calibrated": problem.profile(name).calibrated,
                    "price_per_gpu_hour": gpu.price_per_gpu_hour, "gpus_per_node": problem.ctx.node_size(name)}
@@ -376,6 +386,16 @@ class Job:
             "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
                               for key, basis in problem.max_model_len_basis.items()},
         }
+
+
+    def _with_roles(self, record: TrialRecord) -> TrialRecord:
+        """A simulated trial's record with its deployment's compiled roles (studies written before
+        records carried all of them are compiled again here, so the export reads them like any)."""
+        current = bool(record.roles) and all("data_parallel_size" in role for role in record.roles)
+        if record.fidelity != "simulate" or current:
+            return record
+        compiled = self.problem.ctx.compile(record.model, Deployment.model_validate(record.deployment))
+        return record.model_copy(update={"roles": compiled.describe_roles()})
 
 
 # How long a worker that has run out of budget waits for other workers' last trials before it
@@ -409,8 +429,8 @@ def _worker(config: dict[str, Any], index: int) -> WorkerResult:
     w = job.workload
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = job.open_study(create=False)
-    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials, job.problem.space)
-    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s)
+    study.sampler = make_sampler(w.sampler, w.seed + 1000 * (index + 1), w.budget.trials, job.evaluator)
+    return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s, evaluator=job.evaluator)
 
 
 def _recheck(config: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import os
@@ -39,7 +40,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from ..search_spaces import SearchSpace
+from . import _redundancy
 from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
 from ._problem import Problem
 from ._sampler import DistinctSampler
@@ -47,6 +48,9 @@ from ._sampler import DistinctSampler
 DIRECTIONS = ("minimize", "minimize")
 RECORD_ATTR = "record"
 WORKER_ATTR = "worker"
+# A live worker names itself on its trial within the sampler's proposal time (milliseconds; a second
+# for a TPE over thousands of trials) of the storage creating it.
+UNNAMED_TRIAL_S = 30.0
 RECHECK_PREFIX = "recheck:"
 # Optuna's own key for a trial's constraint values (a list, <= 0 when met).
 CONSTRAINTS_ATTR = "constraints"
@@ -64,9 +68,11 @@ def metric_names(objective: dict[str, str]) -> list[str]:
     return [objective["cost"], f"p99_{objective['latency']}_s"]
 
 
-def make_sampler(kind: str, seed: int, trials: int | None, space: SearchSpace | None = None) -> optuna.samplers.BaseSampler:
-    """NSGA-II (default) or multivariate TPE, sized for the trial budget; with ``space``, wrapped so
-    that it proposes points the study has not scored yet (:class:`DistinctSampler`)."""
+def make_sampler(kind: str, seed: int, trials: int | None,
+                 evaluator: Evaluator | None = None) -> optuna.samplers.BaseSampler:
+    """NSGA-II (default) or multivariate TPE, sized for the trial budget; with ``evaluator``, wrapped
+    so that it proposes deployments the study has not scored yet, the most promising of several by
+    the analytic estimate (:class:`DistinctSampler`, :class:`EstimateChooser`)."""
     if kind == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -76,7 +82,50 @@ def make_sampler(kind: str, seed: int, trials: int | None, space: SearchSpace | 
         # Several generations fit in a small budget only with a small population.
         population = int(np.clip((trials or 400) // 8, 12, 50))
         sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
-    return sampler if space is None else DistinctSampler(sampler, space.scored_key, seed)
+    if evaluator is None:
+        return sampler
+    return DistinctSampler(sampler, evaluator.scored_key, seed, EstimateChooser(evaluator))
+
+
+class EstimateChooser:
+    """Picks the proposal that the analytic estimate predicts to extend the study's front most.
+
+    Proposals are compared with the feasible trials by their estimates (estimate against estimate,
+    so the estimate's bias for similar deployments cancels), with the multiplicative epsilon
+    distance min over front points f of max(f_cost / cost, f_latency / latency): above 1 for a
+    proposal no trial's estimate dominates or equals. Those rank first, the largest distance first;
+    when none is predicted to extend the front, the wrapped sampler's first proposal stands (its own
+    exploration); proposals the estimate calls infeasible beyond the screen margin, or that break a
+    rule, rank last, by how far they miss.
+    """
+
+    def __init__(self, evaluator: Evaluator):
+        self.evaluator = evaluator
+
+    def __call__(self, study: optuna.Study, proposals: list[dict[str, Any]]) -> int:
+        front = estimated_front(study)
+
+        def rank(params: dict[str, Any]) -> tuple[int, float]:
+            values, miss = self.evaluator.forecast(params)
+            if values is None or miss > 0:
+                return 2, miss
+            reach = float(np.min(np.maximum(front[:, 0] / values[0], front[:, 1] / values[1]))) if len(front) \
+                else math.inf
+            return (0, -reach) if reach > 1 else (1, 0.0)
+
+        ranks = [rank(p) for p in proposals]
+        return min(range(len(proposals)), key=ranks.__getitem__)
+
+
+def estimated_front(study: optuna.Study) -> np.ndarray:
+    """Estimated objective values of the study's feasible trials, non-dominated ones, as an (n, 2) array."""
+    points = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        estimated = t.user_attrs.get(RECORD_ATTR, {}).get("estimate_objectives")
+        if estimated and all(c <= 0 for c in t.system_attrs.get(CONSTRAINTS_ATTR, [1.0])):
+            points.append(estimated)
+    points = np.asarray(points, dtype=float).reshape(-1, 2)
+    return points[pareto_mask(points)] if len(points) else points
 
 
 def worker_id() -> str:
@@ -87,14 +136,20 @@ def fail_dead_workers_trials(study: optuna.Study) -> int:
     """Mark RUNNING trials of dead processes on this host as FAIL; returns how many.
 
     A killed job leaves its last trial RUNNING; without this it would linger until the heartbeat's
-    grace period ends. Trials of live processes and of other hosts are left alone.
+    grace period ends. Trials of live processes and of other hosts are left alone. A trial that
+    names no worker ``UNNAMED_TRIAL_S`` after it started was left by a worker killed between the
+    storage creating it and the objective naming its worker (while the sampler proposed its point).
     """
     host = socket.gethostname()
+    now = datetime.datetime.now()
     failed = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = str(trial.user_attrs.get(WORKER_ATTR, ""))
         name, _, pid = owner.rpartition(":")
-        if name == host and pid.isdigit() and not _alive(int(pid)):
+        dead = name == host and pid.isdigit() and not _alive(int(pid))
+        unnamed = not owner and trial.datetime_start is not None and \
+            (now - trial.datetime_start).total_seconds() > UNNAMED_TRIAL_S
+        if dead or unnamed:
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             failed += 1
     return failed
@@ -269,22 +324,33 @@ def front_layers(points: np.ndarray, layers: int) -> np.ndarray:
 
 
 def recheck_layers(study: optuna.Study, limit: int = RECHECK_LIMIT) -> list[list[optuna.trial.FrozenTrial]]:
-    """Feasible simulated trials on the search's first two fronts, one per distinct deployment, at
+    """Feasible simulated trials on the search's first two fronts, one per distinct prediction, at
     most ``limit`` in all: the front, and the runners-up that stand by in case a front point fails
-    at higher fidelity (re-checked only then: :meth:`~servopt.optimizer.job.Job.recheck_front`)."""
-    seen, trials = set(), []
-    for trial in evaluated_trials(study):  # feasible and simulated: complete, with values
-        record = trial.user_attrs[RECORD_ATTR]
-        key = (record["model"], str(record["deployment"]))
-        if record["feasible"] and record["fidelity"] == "simulate" and key not in seen:
-            seen.add(key)
-            trials.append(trial)
+    at higher fidelity (re-checked only then: :meth:`~servopt.optimizer.job.Job.recheck_front`).
+
+    Deployments whose knobs differ where the traffic never notices (a max_num_seqs never reached,
+    a token budget above every step's tokens) simulate to the same values: the lowest-numbered of
+    them is re-checked for all (:func:`search_equivalents`)."""
+    trials = [first for first, _ in search_equivalents(study)]
     if not trials:
         return []
     points = np.array([t.values for t in trials])
     first = int(pareto_mask(points).sum())
     chosen = [trials[i] for i in front_layers(points, 2)[:limit]]
     return [layer for layer in (chosen[:first], chosen[first:]) if layer]
+
+
+def search_equivalents(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, list[int]]]:
+    """Feasible simulated trials, the lowest-numbered of each group with identical objective values
+    and its equivalents' numbers."""
+    groups: dict[tuple[float, ...], tuple[optuna.trial.FrozenTrial, list[int]]] = {}
+    for trial in evaluated_trials(study):  # feasible and simulated: complete, with values
+        record = trial.user_attrs[RECORD_ATTR]
+        if record["feasible"] and record["fidelity"] == "simulate":
+            first, others = groups.setdefault(tuple(trial.values), (trial, []))
+            if first is not trial:
+                others.append(trial.number)
+    return list(groups.values())
 
 
 def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | None = None) -> dict[str, Any]:
@@ -297,11 +363,15 @@ def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | Non
     compiled = problem.ctx.compile(record["model"], deployment)
     summary = evaluator.simulate(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
     violations = evaluator._prediction_violations(summary)
+    checked: dict[str, Any] = {}
+    violations.update(_redundancy.check(evaluator, record["model"], compiled, checked,
+                                        (w.fidelity.final_requests, w.seed + 1))[0])
     costs = evaluator.cost(deployment, summary)
     feasible = all(v <= 0 for v in violations.values()) and record["feasible"]
     reasons = [f"{name} {amount:+.0%}" for name, amount in violations.items() if amount > 0]
     return {
         "simulation": summary,
+        "n_minus_1": checked.get("n_minus_1"),
         "requests": w.fidelity.final_requests,
         "feasible": feasible,
         "reason": "re-check: " + ", ".join(reasons) if reasons else "",
@@ -329,15 +399,17 @@ def final_front(study: optuna.Study) -> list[int]:
 
 
 def front_equivalents(study: optuna.Study) -> dict[int, list[int]]:
-    """Each front trial with the trials that re-checked to exactly the same objective values."""
+    """Each front trial with the trials that predicted exactly the same objective values: in the
+    search (:func:`search_equivalents`, re-checked through it) or at the re-check."""
     rechecks = {n: r for n, r in stored_rechecks(study).items() if r["feasible"]}
     if not rechecks:
         return {}
     numbers = sorted(rechecks)
     points = np.array([rechecks[n]["values"] for n in numbers], dtype=float)
     points[~np.isfinite(points)] = math.inf
+    same_search = {t.number: others for t, others in search_equivalents(study)}
     groups: dict[tuple[float, ...], list[int]] = {}
     for number, point, keep in zip(numbers, points, pareto_mask(points), strict=True):
         if keep:
-            groups.setdefault(tuple(point), []).append(number)
-    return {group[0]: group[1:] for group in groups.values()}
+            groups.setdefault(tuple(point), []).extend([number, *same_search.get(number, [])])
+    return {group[0]: sorted(group[1:]) for group in groups.values()}

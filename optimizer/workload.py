@@ -6,7 +6,7 @@ Every section but ``model`` and ``traffic`` is optional::
     alternatives:                            # other models the search may pick instead
       - {model: llama-3.2-3b, accuracy_drop_pct: 6.0}
     traffic: {arrival: {kind: poisson, rate_per_s: 20}, input_tokens: ..., output_tokens: ...}
-    slo: {p99_ttft_s: 1.0, p99_tpot_s: 0.05, p99_e2e_s: 20}
+    slo: {p99_ttft_s: 1.0, p99_tpot_s: 0.05, p99_e2e_s: 20}   # n_minus_1: true: also with one replica down
     objective: {latency: e2e, cost: usd_per_hour}   # P99 to minimize: e2e, ttft or tpot
     # cost: usd_per_hour (the fleet), usd_per_output_mtoken ($ per million output tokens) or
     # usd_per_total_mtoken ($ per million tokens, input + output), at the offered load
@@ -15,7 +15,8 @@ Every section but ``model`` and ``traffic`` is optional::
     profiles: {h100: my_h100_profile.json}   # default: the shipped calibration, else spec defaults
     limits: {max_gpus: 32, gpus_per_node: 8}
     pricing: {whole_nodes: false}            # true: pay for every GPU of each node a fleet occupies
-    redundancy: 0.2                          # spare replicas on top of what the traffic needs
+    redundancy: 0.2                          # spare replicas on top of what the traffic needs; > 0 also
+                                             # reports each point's P99s with one replica down (N-1)
     budget: {trials: 200}                    # time_s: 600 adds a wall-clock ceiling
     sampler: nsga2                           # or tpe
     seed: 0

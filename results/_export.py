@@ -18,12 +18,19 @@ Everything that comes from a user (model and checkpoint ids, local paths, draft 
 of a hardware file) is passed through :func:`shlex.quote` in commands and stripped of control
 characters in comments, so nothing in a workload can run as shell code.
 
+Each instance's parallelism and limits are those of its role in the compiled deployment
+(:meth:`~servopt.costmodels.serving.compiled.CompiledDeployment.describe_roles`, with vLLM's defaults
+filled in where the deployment left a limit out), as the trial recorded them in ``roles``; the
+export derives none of them again.
+
 Example:
     >>> point = {"trial": 3, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
     ...     "gpu": "h100", "tp": 2, "pp": 1, "replicas": 1, "quantization": "fp8", "kv_cache_dtype": "fp8",
     ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
     ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
-    ...     "speculative": None, "disaggregation": None}}
+    ...     "speculative": None, "disaggregation": None},
+    ...     "roles": [{"role": "replica", "instances_per_replica": 1, "tp": 2, "pp": 1, "data_parallel_size": 1,
+    ...                "max_num_seqs": 96, "max_num_batched_tokens": 4096}]}
     >>> plan = launch_plan(point)
     >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
     CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000 --tensor-parallel-size 2
@@ -92,14 +99,13 @@ def speculative_config(spec: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_tokens: int,
-                quantization: str | None) -> list[str]:
-    """The engine flags of one instance, in a fixed order."""
-    args = ["--tensor-parallel-size", str(tp)]
-    if d["pp"] > 1:
-        args += ["--pipeline-parallel-size", str(d["pp"]), "--distributed-executor-backend", "ray"]
-    if d.get("data_parallel_size", 1) > 1:
-        args += ["--data-parallel-size", str(d["data_parallel_size"])]
+def engine_args(d: dict[str, Any], role: dict[str, Any], quantization: str | None) -> list[str]:
+    """The engine flags of one instance of a compiled ``role``, in a fixed order."""
+    args = ["--tensor-parallel-size", str(role["tp"])]
+    if role["pp"] > 1:
+        args += ["--pipeline-parallel-size", str(role["pp"]), "--distributed-executor-backend", "ray"]
+    if role["data_parallel_size"] > 1:
+        args += ["--data-parallel-size", str(role["data_parallel_size"])]
     if d.get("enable_expert_parallel"):
         args.append("--enable-expert-parallel")
     if d.get("all2all_backend"):
@@ -108,8 +114,8 @@ def engine_args(d: dict[str, Any], tp: int, max_num_seqs: int, max_num_batched_t
         args += ["--quantization", quantization]
     elif d["quantization"] in DTYPES:
         args += ["--dtype", DTYPES[d["quantization"]]]
-    args += ["--kv-cache-dtype", d["kv_cache_dtype"], "--max-num-seqs", str(max_num_seqs),
-             "--max-num-batched-tokens", str(max_num_batched_tokens)]
+    args += ["--kv-cache-dtype", d["kv_cache_dtype"], "--max-num-seqs", str(role["max_num_seqs"]),
+             "--max-num-batched-tokens", str(role["max_num_batched_tokens"])]
     args.append("--enable-chunked-prefill" if d["enable_chunked_prefill"] else "--no-enable-chunked-prefill")
     args += ["--max-model-len", str(d["max_model_len"]), "--gpu-memory-utilization", f"{d['gpu_memory_utilization']:g}"]
     args.append("--enable-prefix-caching" if d["enable_prefix_caching"] else "--no-enable-prefix-caching")
@@ -139,16 +145,18 @@ def data_parallel_nodes(dp: int, tp: int, gpus_per_node: int) -> list[list[str]]
             for k in range(-(-dp // local))]
 
 
-def _roles(d: dict[str, Any]) -> list[tuple]:
-    dis = d.get("disaggregation")
-    if not dis:
-        return [("serve", 1, d["tp"], d["max_num_seqs"], d["max_num_batched_tokens"], None)]
-    return [("prefill", dis["prefill_instances"], dis["prefill_tp"],
-             dis.get("prefill_max_num_seqs") or d["max_num_seqs"],
-             dis.get("prefill_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_producer"),
-            ("decode", dis["decode_instances"], dis["decode_tp"],
-             dis.get("decode_max_num_seqs") or d["max_num_seqs"],
-             dis.get("decode_max_num_batched_tokens") or d["max_num_batched_tokens"], "kv_consumer")]
+# The compiled deployment's role names, as the launch scripts label instances.
+ROLE_LABELS = {"replica": "serve", "prefill": "prefill", "decode": "decode"}
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def compiled_roles(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The point's roles as compiled (label -> role, prefill before decode): what each instance runs."""
+    roles = point.get("roles")
+    if not roles:
+        raise InputError(f"trial {point['trial']}: front.json has no compiled roles (it was written by an older "
+                         "servopt); run servopt report on the job folder to write it again")
+    return {ROLE_LABELS[role["role"]]: role for role in roles}
 
 
 def priority_note(classes: list[dict[str, Any]] | None, flag: str = "--scheduling-policy priority",
@@ -171,15 +179,15 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
     d = point["deployment"]
     model, quantization, kv_auto = _weights(point)
     dis = d.get("disaggregation")
-    roles = {role: (tp, seqs, tokens, kv_role) for role, _, tp, seqs, tokens, kv_role in _roles(d)}
+    roles = compiled_roles(point)
     placements = Deployment.model_validate(d).placement(gpus_per_node)
     instances = []
     port, side_port = BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
     for place in placements:
-        tp, seqs, tokens, kv_role = roles[place.role]
-        dp = d.get("data_parallel_size", 1) if place.role == "serve" else 1
+        role = roles[place.role]
+        tp, dp, kv_role = role["tp"], role["data_parallel_size"], KV_ROLES.get(place.role)
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.devices))}
-        args = ["--port", str(port), *engine_args(d, tp, seqs, tokens, quantization)]
+        args = ["--port", str(port), *engine_args(d, role, quantization)]
         if kv_role:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_port)
             side_port += 1
@@ -189,7 +197,7 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
         for k, extra in enumerate(parts):
             nodes = [place.node + k] if len(parts) > 1 else place.nodes
             instances.append({"replica": place.replica, "role": place.role, "node": place.node + k, "nodes": nodes,
-                              "port": port, "tp": tp, "pp": d["pp"], "dp": dp // len(parts), "env": env,
+                              "port": port, "tp": tp, "pp": role["pp"], "dp": dp // len(parts), "env": env,
                               "model": model, "args": args + extra,
                               "command": shell_command(env, ["vllm", "serve", model], args + extra)})
         port += 1

@@ -15,7 +15,9 @@ SGLang, and the plan says so):
 - batching: ``--chunked-prefill-size`` (vLLM's token budget; ``-1`` without chunked prefill),
   ``--max-running-requests`` (``max_num_seqs``), ``--context-length`` and ``--mem-fraction-static``:
   SGLang's static pool holds the weights and the KV cache, so it is set to the share of GPU memory
-  that the weights plus the KV pool servopt predicted for vLLM take, keeping the KV capacity;
+  that the weights plus the KV pool of the compiled role's memory plan take, keeping the KV capacity;
+  every instance's parallelism and limits are its role's in the compiled deployment, as the trial
+  recorded them (``roles``);
 - priority scheduling: ``--enable-priority-scheduling --schedule-low-priority-values-first`` (SGLang
   serves higher values first unless told otherwise; vLLM lower ones). SGLang's priority scheduler is
   not vLLM's: a waiting request may preempt running ones whose priority is more than
@@ -33,7 +35,10 @@ Example:
     ...     "gpu": "h100", "tp": 2, "pp": 1, "replicas": 1, "quantization": "fp8", "kv_cache_dtype": "fp8",
     ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
     ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
-    ...     "speculative": None, "disaggregation": None}}
+    ...     "speculative": None, "disaggregation": None},
+    ...     "roles": [{"role": "replica", "instances_per_replica": 1, "tp": 2, "pp": 1, "data_parallel_size": 1,
+    ...                "max_num_seqs": 96, "max_num_batched_tokens": 4096, "weights_bytes_per_gpu": 4.6e9,
+    ...                "kv_cache_bytes_per_gpu": 73.5e9, "gpu_memory_bytes": 85.9e9}]}
     >>> plan = sglang_plan(point)
     >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
     CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct
@@ -47,9 +52,7 @@ from typing import Any
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
-from ..costmodels.hardware import builtin_catalog
-from ..costmodels.memory import plan_memory
-from ._export import BASE_PORT, _roles, _weights, comment, priority_note, shell_command
+from ._export import BASE_PORT, _weights, comment, compiled_roles, priority_note, shell_command
 
 ROUTER_PORT = 8192
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
@@ -58,18 +61,12 @@ SPECULATIVE_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", 
                           "draft_model": "STANDALONE"}
 
 
-def _memory_fraction(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs: int, max_tokens: int) -> float | None:
-    """Share of GPU memory for the weights plus the KV pool servopt planned (None when it cannot plan it)."""
-    try:
-        gpu = builtin_catalog().get(d["gpu"])
-        spec = resolve_model(point.get("model") or point["serve_id"]).spec
-        plan = plan_memory(spec, gpu, quantization=d["quantization"], kv_cache_dtype=d["kv_cache_dtype"], tp=tp,
-                           pp=d["pp"], dp=d.get("data_parallel_size", 1) if not d.get("disaggregation") else 1,
-                           gpu_memory_utilization=d["gpu_memory_utilization"], max_num_seqs=max_num_seqs,
-                           max_num_batched_tokens=max_tokens, max_model_len=d["max_model_len"])
-    except InputError:
+def _memory_fraction(role: dict[str, Any]) -> float | None:
+    """Share of GPU memory for the weights plus the KV pool of the compiled role's memory plan (None
+    when the trial did not record it)."""
+    if "gpu_memory_bytes" not in role:
         return None
-    return round((plan.weights_bytes_per_gpu + plan.kv_cache_bytes_per_gpu) / plan.gpu_memory_bytes, 3)
+    return round((role["weights_bytes_per_gpu"] + role["kv_cache_bytes_per_gpu"]) / role["gpu_memory_bytes"], 3)
 
 
 # SGLang's default --priority-scheduling-preemption-threshold: a waiting request whose priority is
@@ -77,11 +74,12 @@ def _memory_fraction(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_
 SGLANG_PRIORITY_PREEMPTION_THRESHOLD = 10
 
 
-def sglang_args(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs: int, max_tokens: int,
-                moe: bool, priority_span: int = 0) -> list[str]:
-    """SGLang's server flags for one instance (after ``--model-path`` and ``--port``), in a fixed order
-    (``priority_span``: the largest difference between the classes' priorities)."""
-    dp = d.get("data_parallel_size", 1) if not d.get("disaggregation") else 1
+def sglang_args(point: dict[str, Any], d: dict[str, Any], role: dict[str, Any], moe: bool,
+                priority_span: int = 0) -> list[str]:
+    """SGLang's server flags for one instance of a compiled ``role`` (after ``--model-path`` and
+    ``--port``), in a fixed order (``priority_span``: the largest difference between the classes'
+    priorities)."""
+    tp, dp = role["tp"], role["data_parallel_size"]
     ep = d.get("enable_expert_parallel", False) and moe
     if moe and dp > 1:
         args = ["--tp-size", str(tp * dp), "--dp-size", str(dp), "--enable-dp-attention"]
@@ -89,17 +87,17 @@ def sglang_args(point: dict[str, Any], d: dict[str, Any], tp: int, max_num_seqs:
         args = ["--tp-size", str(tp)] + (["--dp-size", str(dp)] if dp > 1 else [])
     if ep:
         args += ["--ep-size", str(tp * dp)]
-    if d["pp"] > 1:
-        args += ["--pp-size", str(d["pp"])]
+    if role["pp"] > 1:
+        args += ["--pp-size", str(role["pp"])]
     scheme = d["quantization"]
     if scheme == "fp8" and (point.get("weights") or {}).get("serve_id", point["serve_id"]) == point["serve_id"]:
         args += ["--quantization", "fp8"]  # a 16-bit checkpoint quantized at load
     elif scheme in DTYPES:
         args += ["--dtype", DTYPES[scheme]]
-    args += ["--kv-cache-dtype", KV_DTYPES[d["kv_cache_dtype"]], "--max-running-requests", str(max_num_seqs),
-             "--chunked-prefill-size", str(max_tokens if d["enable_chunked_prefill"] else -1),
+    args += ["--kv-cache-dtype", KV_DTYPES[d["kv_cache_dtype"]], "--max-running-requests", str(role["max_num_seqs"]),
+             "--chunked-prefill-size", str(role["max_num_batched_tokens"] if d["enable_chunked_prefill"] else -1),
              "--context-length", str(d["max_model_len"])]
-    fraction = _memory_fraction(point, d, tp, max_num_seqs, max_tokens)
+    fraction = _memory_fraction(role)
     args += ["--mem-fraction-static", f"{fraction if fraction is not None else d['gpu_memory_utilization']:g}"]
     if not d["enable_prefix_caching"]:
         args.append("--disable-radix-cache")
@@ -133,22 +131,22 @@ def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8, classes: list[dic
     node, next_gpu, port = 0, 0, BASE_PORT
     for replica in range(d["replicas"]):
         urls: dict[str, list[str]] = {"prefill": [], "decode": []}
-        for role, count, tp, seqs, tokens, _ in _roles(d):
-            gpus = tp * d["pp"] * (d.get("data_parallel_size", 1) if role == "serve" else 1)
+        for label, role in compiled_roles(point).items():
+            gpus = role["tp"] * role["pp"] * role["data_parallel_size"]
             if gpus > gpus_per_node:
                 raise InputError(f"trial {point['trial']}: {gpus} GPUs per SGLang server span nodes; export it for "
                                  "vLLM (servopt export --format vllm), whose multi-node commands servopt writes")
-            for _ in range(count):
+            for _ in range(role["instances_per_replica"]):
                 if next_gpu + gpus > gpus_per_node:
                     node, next_gpu = node + 1, 0
                 env = {"CUDA_VISIBLE_DEVICES": ",".join(str(next_gpu + i) for i in range(gpus))}
                 next_gpu += gpus
                 args = ["--model-path", model, "--port", str(port),
-                        *sglang_args(point, d, tp, seqs, tokens, moe, span)]
-                if role != "serve":
-                    args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
-                    urls[role].append(f"http://node{node}:{port}")
-                instances.append({"replica": replica, "role": role, "node": node, "port": port, "gpus": gpus,
+                        *sglang_args(point, d, role, moe, span)]
+                if label != "serve":
+                    args += ["--disaggregation-mode", label, "--disaggregation-transfer-backend", "nixl"]
+                    urls[label].append(f"http://node{node}:{port}")
+                instances.append({"replica": replica, "role": label, "node": node, "port": port, "gpus": gpus,
                                   "env": env, "args": args,
                                   "command": shell_command(env, ["python", "-m", "sglang.launch_server"], args)})
                 port += 1
@@ -159,6 +157,11 @@ def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8, classes: list[dic
                             "command": shell_command({}, ["python", "-m", "sglang_router.launch_router"], router)})
     notes.append("latencies were predicted for vLLM; SGLang's kernels and scheduler differ, so measure before relying "
                  "on them")
+    if dis:
+        notes.append("nodeN in the router commands stands for the host of node N (pip install sglang-router).")
+    if d["replicas"] > 1:
+        notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
+                     + ("routers." if dis else "servers' ports."))
     if d.get("scheduling_policy") == "priority":
         notes.append(priority_note(classes, "--enable-priority-scheduling --schedule-low-priority-values-first",
                                    "without --enable-priority-scheduling SGLang ignores it"))
@@ -168,11 +171,6 @@ def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8, classes: list[dic
                      "SGLang does when the waiting one's priority is more than --priority-scheduling-preemption-threshold "
                      f"(default {SGLANG_PRIORITY_PREEMPTION_THRESHOLD}; {kept}{span}) better; and under KV pressure it "
                      "retracts by length unless --retraction-policy priority (recent releases)")
-    if dis:
-        notes.append("nodeN in the router commands stands for the host of node N (pip install sglang-router).")
-    if d["replicas"] > 1:
-        notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
-                     + ("routers." if dis else "servers' ports."))
     return {"framework": "sglang", "trial": point["trial"], "model": model, "gpu": d["gpu"],
             "replicas": d["replicas"], "num_nodes": node + 1, "instances": instances, "routers": routers,
             "notes": notes, "deployment": d, "metrics": point.get("metrics", {})}

@@ -57,6 +57,7 @@ class TrialRecord(BaseModel):
     estimate: Summary | None = None
     simulation: Summary | None = None
     simulated_requests: int | None = None
+    n_minus_1: Summary | None = Field(default=None, description="the prediction with one replica down (redundancy)")
     capacity: dict[str, Any] | None = None
     deployment: dict[str, Any]
     roles: list[dict[str, Any]] = Field(default_factory=list, description="each vLLM instance kind as compiled")
@@ -96,6 +97,7 @@ class Recheck(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     simulation: Summary
+    n_minus_1: Summary | None = None
     requests: int
     feasible: bool
     reason: str = ""

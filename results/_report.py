@@ -22,6 +22,7 @@ from ..costmodels.outfiles import write_text
 from ._plot import COST_LABELS, front_marks, pareto_figures
 from ._tables import CLASS_METRICS, COST_COLUMNS, class_column, pareto_frame, trials_frame
 
+N_MINUS_1_LABEL = "one replica down: P99 TTFT / TPOT / e2e s"
 # The front table of both reports: (header, cell of a pareto_frame row).
 FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("#", lambda r: str(r["trial"])),
@@ -44,6 +45,9 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("P99 TTFT s", lambda r: _fmt(r["p99_ttft_s"])),
     ("P99 TPOT s", lambda r: _fmt(r["p99_tpot_s"])),
     ("P99 e2e s", lambda r: _fmt(r["p99_e2e_s"])),
+    # Only when the job predicted N-1 (redundancy > 0 or slo.n_minus_1): :func:`front_columns`.
+    (N_MINUS_1_LABEL, lambda r: "saturates" if _present(r["n_minus_1_saturated"]) and bool(r["n_minus_1_saturated"])
+     else " / ".join(_fmt(r[f"n_minus_1_p99_{m}_s"]) for m in ("ttft", "tpot", "e2e"))),
     ("output tok/s", lambda r: _fmt(r["output_tokens_per_s"])),
     ("acc. drop %", lambda r: _fmt(r["accuracy_drop_pct"])),
     ("KV pool GiB/GPU", lambda r: _fmt(r["memory_headroom_gib"])),
@@ -52,12 +56,14 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 SLO_NAMES = {"p99_ttft_s": "ttft", "p99_tpot_s": "tpot", "p99_e2e_s": "e2e"}
 
 
-def front_columns(data: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
-    """:data:`FRONT_COLUMNS`, then each tenant class's P99s (traffic with classes)."""
+def front_columns(data: dict[str, Any], front: pd.DataFrame) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """:data:`FRONT_COLUMNS` (the N-1 column only when the job predicted one replica down), then each
+    tenant class's P99s (traffic with classes)."""
+    with_n_minus_1 = "n_minus_1_p99_ttft_s" in front
     classes = [c["name"] for c in data["workload"]["traffic"].get("classes") or []]
     extra = [(f"{tenant}: P99 {metric.upper()} s", lambda r, c=class_column(metric, tenant): _fmt(r.get(c)))
              for tenant in classes for metric in CLASS_METRICS]
-    return FRONT_COLUMNS + extra
+    return [(label, cell) for label, cell in FRONT_COLUMNS if label != N_MINUS_1_LABEL or with_n_minus_1] + extra
 
 
 def _present(value: Any) -> bool:
@@ -99,7 +105,7 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         lines.append(f"- {name}: {count} trials")
     evaluated = trials[trials["fidelity"] != "precheck"]
     for key, target in slo.items():
-        if target is None:
+        if target is None or key not in SLO_NAMES:
             continue
         metric = SLO_NAMES[key]
         col = f"p99_{metric}_s"
@@ -138,7 +144,9 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
             f"{c['name']} ({c['share']:.0%}, priority {c.get('priority', 0)}"
             + "".join(f", P99 {k[4:-2].upper()} <= {v:g} s" for k, v in (c.get("slo") or {}).items() if v is not None)
             + ")" for c in classes)
-    slo = ", ".join(f"{k} = {v:g} s" for k, v in w["slo"].items() if v is not None) or "none"
+    slo = ", ".join(f"{k} = {v:g} s" for k, v in w["slo"].items() if k in SLO_NAMES and v is not None) or "none"
+    if w["slo"].get("n_minus_1"):
+        slo += ", also with one replica down (slo.n_minus_1)"
     counts = trials["fidelity"].value_counts().to_dict() if len(trials) else {}
     feasible = int(trials["feasible"].sum()) if len(trials) else 0
     pruned = int(trials["objective_latency_s"].isna().sum()) if len(trials) else 0
@@ -190,7 +198,7 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
     lines = [f"# servopt optimize: {data['job']['study']}", "", *_summary_lines(data, trials), ""]
     lines += [f"## Pareto front (re-checked with {w['fidelity']['final_requests']} simulated requests)", ""]
     if len(front):
-        columns = front_columns(data)
+        columns = front_columns(data, front)
         lines.append("| " + " | ".join(label.replace("|", "\\|") for label, _ in columns) + " | why |")
         lines.append("|" + "---|" * (len(columns) + 1))
         for _, cells, mark in _front_rows(front, w["objective"], columns):
@@ -283,7 +291,7 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
         f"<h2>Pareto front (re-checked with {w['fidelity']['final_requests']} simulated requests)</h2>",
     ]
     if len(front):
-        parts.append(_front_table_html(front, w["objective"], front_columns(data)))
+        parts.append(_front_table_html(front, w["objective"], front_columns(data, front)))
         parts.append(f"<p>Export one: <code>servopt export {esc(data['job']['out_dir'])} --pick cheapest</code> "
                      "(or <code>fastest</code>, or a # above)</p>")
     else:
@@ -320,7 +328,8 @@ def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, An
             "knobs": record.knobs,
             "gpus_per_node": data["gpus"][record.deployment["gpu"]]["gpus_per_node"],
             "metrics": {k: row[k] for k in (*COST_COLUMNS, "num_gpus", "gpus_rented", "p99_ttft_s", "p99_tpot_s",
-                                             "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct")},
+                                             "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct",
+                                             *(c for c in row if c.startswith("n_minus_1_")))},
             "class_metrics": {c: row[c] for c in front.columns if c.endswith("]") and _present(row[c])},
         })
     return points

@@ -49,6 +49,18 @@ def class_column(metric: str, tenant: str) -> str:
     return f"p99_{metric}_s[{tenant}]"
 
 
+def reports_n_minus_1(workload: dict[str, Any]) -> bool:
+    """Whether a job predicted each point with one replica down (``redundancy`` > 0 or ``slo.n_minus_1``)."""
+    return bool(workload.get("redundancy") or (workload.get("slo") or {}).get("n_minus_1"))
+
+
+def n_minus_1_columns(summary: dict | None) -> dict[str, Any]:
+    """P99s with one replica down (NaN when not predicted, e.g. a single replica) and whether it saturates."""
+    out: dict[str, Any] = {f"n_minus_1_p99_{m}_s": summary_p99(summary, m) for m in METRICS}
+    out["n_minus_1_saturated"] = summary.get("saturated") if summary else None
+    return out
+
+
 def cost_columns(costs: dict[str, float | None]) -> dict[str, float]:
     """$/hour, $ per million output tokens and per million tokens (input + output); NaN when unknown."""
     return {key: math.nan if costs.get(key) is None else costs[key] for key in COST_COLUMNS}
@@ -70,6 +82,7 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
     """One row per finished trial: knobs, deployment, predictions at the fidelity reached, and why
     it is (in)feasible."""
     rows = []
+    with_n_minus_1 = reports_n_minus_1(data["workload"])
     for trial in data["trials"]:
         r, values = trial.record, trial.values
         knobs = r.knobs
@@ -86,6 +99,7 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
             "gpus_rented": r.gpus_rented,
             **cost_columns(r.costs()),
             **prediction_columns(r.summary),
+            **(n_minus_1_columns(r.n_minus_1) if with_n_minus_1 else {}),
             "accuracy_drop_pct": r.accuracy_drop_pct,
             "memory_headroom_gib": math.nan if r.memory_headroom_gib is None else r.memory_headroom_gib,
             "replicas_needed": (r.capacity or {}).get("replicas_needed", math.nan),
@@ -133,6 +147,7 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
     by_number = {t.number: t.record for t in data["trials"]}
     # JSON round trips turn the trial-number keys into strings.
     equivalents = {int(k): v for k, v in data.get("front_equivalents", {}).items()}
+    with_n_minus_1 = reports_n_minus_1(data["workload"])
     rows = []
     for number in data["front"]:
         r = by_number[number]
@@ -160,6 +175,7 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "speculation": speculation_text(r.knobs),
             **cost_columns(check.costs()),
             **prediction_columns(summary),
+            **(n_minus_1_columns(check.n_minus_1) if with_n_minus_1 else {}),
             "accuracy_drop_pct": r.accuracy_drop_pct,
             "memory_headroom_gib": math.nan if r.memory_headroom_gib is None else r.memory_headroom_gib,
             "why": why(r, summary),

@@ -1,11 +1,16 @@
 """Fit the shipped performance profiles (calibration/profiles/<gpu>.json) from the shared kernel tables.
 
 Kernels: the public microbenchmarks in ../shared/data/measured/kernel (aiconfigurator-core 0.12.0,
-Apache-2.0; Vidur, MIT) and the public collective timings in calibration/measured/kernel (vLLM's
+Apache-2.0; Vidur, MIT), the same database's tables of more GPUs (B200, L40S) in calibration/measured/kernel
+(extracted by scripts/extract_aic_kernel_tables.py) and the public collective timings there (vLLM's
 symmetric-memory all-reduce among them; each row names its source); each GPU is fitted on its vLLM rows (other frameworks' rows only where vLLM
 has none; NCCL's own benchmarks count for every framework), holding out 30% of the shapes so the
 profile's ``fit_report`` shows held-out errors. A family a GPU's tables lack comes from a fitted GPU
 of the same generation (H200 from H100).
+
+Fused-MoE kernels: calibration/measured/kernel/aic_vllm_moe_perf.csv (aiconfigurator-core 0.12.0's
+vLLM MoE tables, derived by scripts/build_moe_kernel_table.py; provenance in
+calibration/measured/PROVENANCE.md), for H100, H200, B200 and A100.
 
 vLLM's host-side costs (the engines' CPU time per step, the front end's latency) are not kernels:
 ``calibration/serving_fit.py`` fits them to the development corpus (``calibration/corpus.py``: the
@@ -27,7 +32,7 @@ from servopt.calibration.corpus import load_corpus
 from servopt.calibration.fit import fit_profile
 from servopt.calibration.registry import spec_default_profile, write_profile
 from servopt.calibration.serving_fit import fit_framework, host_cost_runs
-from servopt.calibration.tables import read_kernel_tables
+from servopt.calibration.tables import kernel_table_files, read_kernel_tables
 from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.profile import PerformanceProfile
 
@@ -36,14 +41,17 @@ DEFAULT_KERNELS = ROOT.parent / "shared" / "data" / "measured" / "kernel"
 # Kernel timings gathered from public sources into the repository (calibration/measured/PROVENANCE.md).
 REPO_KERNELS = ROOT / "calibration" / "measured" / "kernel"
 DEFAULT_OUT = ROOT / "calibration" / "profiles"
-GPUS = ["h100", "h200", "a100-80gb"]
+GPUS = ["h100", "h200", "a100-80gb", "b200", "l40s"]
 # A kernel family a GPU's tables lack (H200: no elementwise rows) comes from this fitted GPU of the
 # same generation, its efficiencies applied to the GPU's own peaks (PerformanceProfile.spec_default).
 TRANSFER_BASE = {"h200": "h100"}
 ATTRIBUTION = (
     "kernel latencies from aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0; PyPI aiconfigurator-core, "
-    "systems/data/<system>/{gemm,attention,comm}) and Vidur (Microsoft, MIT; data/profiling) as collected in "
-    "shared/data/measured/kernel; public all-reduce timings (vLLM PRs, sources per row in "
+    "systems/data/<system>/{gemm,attention,comm,quantize}) and Vidur (Microsoft, MIT; data/profiling) as collected in "
+    "shared/data/measured/kernel and, for more GPUs, extracted by scripts/extract_aic_kernel_tables.py into "
+    "calibration/measured/kernel/aic_vllm_*.csv.gz; aiconfigurator-core 0.12.0's vLLM fused-MoE tables "
+    "(systems/data/<system>/moe/vllm) in calibration/measured/kernel/aic_vllm_moe_perf.csv; public all-reduce timings "
+    "(vLLM PRs, sources per row in "
     "calibration/measured/kernel/allreduce_public.csv); fitted by scripts/fit_shipped_profiles.py"
 )
 FRAMEWORK_SOURCE = ("vLLM's host-side costs fitted by scripts/fit_shipped_profiles.py to the development corpus of "
@@ -56,7 +64,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--holdout-fraction", type=float, default=0.3)
     args = parser.parse_args()
-    table = read_kernel_tables(sorted(args.kernels.glob("*.csv")) + sorted(REPO_KERNELS.glob("*.csv")))
+    table = read_kernel_tables(kernel_table_files(args.kernels, REPO_KERNELS))
     pd.set_option("display.width", 160)
     profiles = {}
     for name in GPUS:

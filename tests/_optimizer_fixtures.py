@@ -23,6 +23,21 @@ TINY = {
 }
 
 
+def with_roles(point: dict) -> dict:
+    """A front point as servopt writes it: with its deployment's roles as compiled (the export reads them)."""
+    from servopt.costmodels.architectures import resolve_model
+    from servopt.costmodels.deployment import Deployment
+    from servopt.costmodels.hardware import get_gpu
+    from servopt.costmodels.profile import PerformanceProfile
+    from servopt.costmodels.serving import compile_deployment
+
+    deployment = Deployment.model_validate(point["deployment"])
+    gpu = get_gpu(deployment.gpu)
+    spec = resolve_model(point.get("model") or point["serve_id"]).spec
+    compiled = compile_deployment(spec, deployment, gpu, PerformanceProfile.spec_default(gpu))
+    return {**point, "roles": compiled.describe_roles()}
+
+
 @pytest.fixture
 def serving():
     """The simulator's module, for tests that replace one of its entry points."""

@@ -146,13 +146,15 @@ def test_aiconfigurator_import_reads_the_newest_version(tmp_path, fmt):
 
 def test_vllm_bench_result_becomes_traffic(tmp_path):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"model_id": "meta-llama/Llama-3.3-70B-Instruct", "request_rate": "inf",
-                                "max_concurrency": 16, "input_lens": [10, 10, 30], "output_lens": [5, 7, 7],
-                                "median_tpot_ms": 25.0}))
+    run_json = {"model_id": "meta-llama/Llama-3.3-70B-Instruct", "request_rate": "inf", "max_concurrency": 16,
+                "completed": 3, "duration": 1.0, "total_input_tokens": 50, "total_output_tokens": 19,
+                "input_lens": [10, 10, 30], "output_lens": [5, 7, 7], "ttfts": [0.1] * 3,
+                "itls": [[0.02] * 4, [0.02] * 6, [0.02] * 6], "median_tpot_ms": 25.0}
+    path.write_text(json.dumps(run_json))
     run = read_vllm_bench(path)
     assert run.traffic.arrival.kind == "closed_loop" and run.traffic.arrival.concurrency == 16
     assert run.traffic.input_tokens.values == [10, 30] and run.traffic.input_tokens.weights == [2.0, 1.0]
-    path.write_text(json.dumps({"model_id": "m", "input_lens": [1]}))
+    path.write_text(json.dumps({**run_json, "output_lens": None}))
     with pytest.raises(InputError, match="output_lens"):
         read_vllm_bench(path)
 

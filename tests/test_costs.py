@@ -2,7 +2,7 @@
 tokens (input + output)."""
 
 import pytest
-from _optimizer_fixtures import TINY
+from _optimizer_fixtures import TINY, with_roles
 
 from servopt.costmodels.deployment import Deployment
 from servopt.optimizer._evaluate import Evaluator
@@ -26,7 +26,8 @@ PD = {"gpu": "h100", "disaggregation": {"prefill_instances": 3, "prefill_tp": 1,
 def test_nodes_as_export_places_the_instances(spec, node, nodes):
     d = Deployment.model_validate({**spec, "max_num_seqs": 64, "max_num_batched_tokens": 4096})
     assert d.num_nodes(node) == nodes
-    point = {"trial": 0, "serve_id": "m", "deployment": {**d.model_dump(mode="json"), "quantization": "bf16"}}
+    point = with_roles({"trial": 0, "serve_id": "meta-llama/Llama-3.1-8B-Instruct",
+                        "deployment": {**d.model_dump(mode="json"), "quantization": "bf16"}})
     assert launch_plan(point, gpus_per_node=node)["num_nodes"] == nodes
 
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _optimizer_fixtures import with_roles
 
 from servopt.costmodels.errors import InputError
 from servopt.results import find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands
@@ -26,8 +27,8 @@ DIS = {"prefill_instances": 1, "prefill_tp": 2, "decode_instances": 2, "decode_t
 
 
 def point(weights=None, **over):
-    return {"trial": 7, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {**BASE, **over},
-            "weights": weights}
+    return with_roles({"trial": 7, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {**BASE, **over},
+                       "weights": weights})
 
 
 def flags(argv):
@@ -105,6 +106,22 @@ def test_pre_quantized_checkpoint_is_served_with_its_method_and_kv_meaning():
 def test_no_placeholder_when_a_checkpoint_is_unknown(scheme):
     with pytest.raises(InputError, match=f"names no {scheme} checkpoint"):
         launch_plan(point(quantization=scheme, replicas=1))
+
+
+def test_each_instance_runs_its_compiled_roles_limits():
+    # Limits the deployment leaves to vLLM come from the compiled deployment (vLLM's H100 defaults);
+    # a P/D role's own limits override the deployment's.
+    plan = launch_plan(point(max_num_seqs=None, max_num_batched_tokens=None, enable_chunked_prefill=True, replicas=1))
+    f = flags(shlex.split(plan["instances"][0]["command"])[4:])
+    assert f["--max-num-seqs"] == "1024" and f["--max-num-batched-tokens"] == "8192"
+    dis = {**DIS, "decode_max_num_seqs": 33, "prefill_max_num_batched_tokens": 16384}
+    plan = launch_plan(point(disaggregation=dis, replicas=1))
+    limits = {i["role"]: flags(shlex.split(i["command"])[5:]) for i in plan["instances"]}
+    assert limits["prefill"]["--max-num-batched-tokens"] == "16384" and limits["prefill"]["--max-num-seqs"] == "77"
+    assert limits["decode"]["--max-num-seqs"] == "33" and limits["decode"]["--max-num-batched-tokens"] == "3001"
+    stale = {k: v for k, v in point(replicas=1).items() if k != "roles"}
+    with pytest.raises(InputError, match="no compiled roles.*servopt report"):
+        launch_plan(stale)
 
 
 def test_disaggregation_uses_the_vllm_router():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _optimizer_fixtures import TINY, write_workload
+from _optimizer_fixtures import TINY, with_roles, write_workload
 
 from servopt.costmodels.errors import InputError
 from servopt.optimizer.cli import main
@@ -26,7 +26,7 @@ BASE = {
 
 
 def point(model="deepseek-v3", serve_id="deepseek-ai/DeepSeek-V3", **over):
-    return {"trial": 4, "model": model, "serve_id": serve_id, "deployment": {**BASE, **over}}
+    return with_roles({"trial": 4, "model": model, "serve_id": serve_id, "deployment": {**BASE, **over}})
 
 
 def flags(args: list[str]) -> dict:

@@ -105,7 +105,7 @@ def test_header_only_ragged_and_100k_field_traces_name_the_line(files, capsys, c
 def test_a_vllm_bench_file_that_is_not_an_object(files, capsys, content):
     (files / "r.json").write_text(content)
     code, _, err = cli(capsys, "calibrate", "import", "--vllm-bench", files / "r.json", "--deployment", files / "d.yaml")
-    assert_one_line_error(code, err, "r.json", "must hold a JSON object")
+    assert_one_line_error(code, err, "r.json", "not the object `vllm bench serve` writes")
 
 
 MEMORY_HEADER = "model,gpu,tp,pp,max_model_len,gpu_memory_utilization,kv_cache_tokens\n"

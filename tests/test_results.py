@@ -68,12 +68,12 @@ def test_report_of_a_folder_without_a_job(tmp_path, capsys):
 
 
 def test_front_rows_on_uncalibrated_gpus_are_marked(tmp_path, serving):  # noqa: F811
-    """L40S has no calibration profile: its front rows, the report and the export header say so."""
-    workload = write_workload(tmp_path / "l40s.yaml", {**TINY, "gpus": ["l40s"], "budget": {"trials": 8}})
+    """L4 has no calibration profile: its front rows, the report and the export header say so."""
+    workload = write_workload(tmp_path / "l4.yaml", {**TINY, "gpus": ["l4"], "budget": {"trials": 8}})
     assert main(["optimize", str(workload), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     md = (tmp_path / "out" / "report.md").read_text()
-    rows = [line for line in md.splitlines() if line.startswith("| ") and "l40s" in line]
-    assert rows and all("l40s (UNCALIBRATED)" in row for row in rows)
-    assert "l40s (UNCALIBRATED)" in (tmp_path / "out" / "report.html").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "| l4 " in line]
+    assert rows and all("l4 (UNCALIBRATED)" in row for row in rows)
+    assert "l4 (UNCALIBRATED)" in (tmp_path / "out" / "report.html").read_text()
     assert main(["export", str(tmp_path / "out"), "--out", str(tmp_path / "export")]) == 0
     assert "# UNCALIBRATED" in (tmp_path / "export" / "node-0.sh").read_text()

@@ -104,3 +104,18 @@ def test_fewer_requests_per_client_weigh_the_opening_burst_more():
     burst, rest = ttft[8][:32].mean(), ttft[8][32:].mean()
     assert burst > 2 * rest
     assert ttft[2].mean() > ttft[8].mean()
+
+
+@pytest.mark.parametrize("gpu, version, limits", [
+    ("a100-80gb", "0.12.0", (2048, 256)),  # A100 excluded from the large tier (vLLM PR #17885)
+    ("h100", "0.12.0", (8192, 1024)),
+    ("b200", "0.15.0", (8192, 1024)),      # no 160 GiB tier before 0.28
+    ("b200", "0.28.0", (16384, 1024)),
+    ("h100", "0.8.3", (2048, 256)),
+    ("h100", "0.5.5", (512, 256)),
+])
+def test_vllm_batch_defaults_follow_the_version_and_the_device(gpu, version, limits):
+    from servopt.costmodels.hardware import get_gpu
+    from servopt.costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
+
+    assert default_batch_limits(get_gpu(gpu), parse_vllm_version(version)) == limits

@@ -18,13 +18,16 @@ from servopt.optimizer._evaluate import CONSTRAINT_GROUPS
 from servopt.optimizer.study import CONSTRAINT_NAMES_ATTR, BudgetSpent, TrialBudget
 from servopt.optimizer.workload import parse_workload
 
-# TP 4 breaks the two-GPU fleet limit before anything is predicted (pruned; no repair lowers a TP);
+# TP 4 breaks the two-GPU fleet limit before anything is predicted (pruned; no repair lowers a TP; the
+# budget outnumbers the 24 points with TP 1, so the sampler, which prefers points that break no rule,
+# must propose some);
 # the TTFT target is tight enough that some simulated trials miss it (complete, infeasible, with
 # their predicted values).
-WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"], "tp": [1, 4]},
+WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"], "tp": [1, 4], "headroom": 0.0,
+                              "kv_cache_dtype": "auto", "enable_chunked_prefill": True},
             "checkpoints": {"gptq": "hugging-quants/Meta-Llama-3.1-8B-Instruct-GPTQ-INT4"},
             "accuracy": {"max_drop_pct": 10.0}, "limits": {"max_gpus": 2},
-            "slo": {"p99_ttft_s": 0.12, "p99_tpot_s": 0.1}, "budget": {"trials": 24}}
+            "slo": {"p99_ttft_s": 0.12, "p99_tpot_s": 0.1}, "budget": {"trials": 30}}
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import yaml
 
 from servopt.costmodels.errors import InputError, validate_spec
 from servopt.costmodels.serving import estimate
-from servopt.costmodels.serving.priority import ClassLoad, Wait, class_waits
+from servopt.costmodels.serving.priority import ClassLoad, class_waits
+from servopt.costmodels.serving.queueing import Wait
 from servopt.costmodels.serving.requests import DrawnRequests, RequestTable, draw_requests
 from servopt.costmodels.serving.scheduler import BlockCounter, EngineLimits, Scheduler
 from servopt.costmodels.serving.traffic import Traffic
@@ -17,6 +18,7 @@ from servopt.optimizer.cli import main
 from servopt.results import launch_plan
 from servopt.results._export_sglang import sglang_plan
 
+from _optimizer_fixtures import with_roles
 from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, run
 
 CHAT = {"name": "chat", "share": 0.5, "priority": 0,
@@ -99,6 +101,29 @@ def test_vllm_v1_priority_rule_orders_the_queue_and_preempts_the_worst_running_r
     assert victims[:1] == [victim]
     sched.apply_step(plan, 9.0, 9.01)
     assert sched.table.state[victim] == 0 and sched.table.computed[victim] == 0  # back to waiting, recomputed
+
+
+def test_a_request_that_arrives_during_a_planned_step_does_not_take_an_admitted_ones_place():
+    """Request 1 (priority 0) reaches the queue after a step that admits request 0 was planned: the
+    step admits request 0 and request 1 waits for the next one, as in vLLM."""
+    sched = _scheduler("priority", [1, 0], blocks=100)
+    sched.waiting.append(0)
+    plan = sched.plan_step()
+    sched.waiting.append(1)
+    assert list(sched.waiting) == [1, 0]
+    sched.apply_step(plan, 0.0, 0.01)
+    assert list(sched.running) == [0] and list(sched.waiting) == [1]
+
+
+@pytest.mark.parametrize("policy,stops_at_arrivals", [("fcfs", False), ("priority", True)])
+def test_a_decode_run_behind_a_blocked_head_stops_at_arrivals_only_under_priority(policy, stops_at_arrivals):
+    """The head (request 1) needs 4 blocks, 1 is free: under fcfs nothing can be admitted before the
+    run changes; under priority a new request may wait ahead of the head, and fit."""
+    sched = _scheduler(policy, [1, 1], blocks=6)
+    sched.waiting.append(0)
+    sched.apply_step(sched.plan_step(), 0.0, 0.01)
+    sched.waiting.append(1)
+    assert sched.plan_run().horizon_matters is stops_at_arrivals
 
 
 def test_priority_cuts_the_interactive_class_p99_ttft_and_the_batch_class_pays():
@@ -192,7 +217,8 @@ def test_export_schedules_by_priority_and_tells_clients_how_to_set_it():
          "max_num_seqs": 64, "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
          "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 16384,
          "scheduling_policy": "priority", "speculative": None, "disaggregation": None}
-    point = {"trial": 1, "model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": d}
+    point = with_roles({"trial": 1, "model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct",
+                        "deployment": d})
     classes = [{"name": "chat", "priority": 0}, {"name": "batch; rm -rf /", "priority": 1}]
     plan = launch_plan(point, classes=classes)
     assert plan["instances"][0]["args"][-2:] == ["--scheduling-policy", "priority"]
@@ -201,5 +227,5 @@ def test_export_schedules_by_priority_and_tells_clients_how_to_set_it():
     args = sglang["instances"][0]["args"]
     assert args[-4:] == ["--enable-priority-scheduling", "--schedule-low-priority-values-first",
                          "--priority-scheduling-preemption-threshold", "13"]
-    fcfs = launch_plan({**point, "deployment": {**d, "scheduling_policy": "fcfs"}})
+    fcfs = launch_plan(with_roles({**point, "deployment": {**d, "scheduling_policy": "fcfs"}}))
     assert "--scheduling-policy" not in fcfs["instances"][0]["args"]

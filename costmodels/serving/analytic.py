@@ -8,19 +8,36 @@ One engine (a replica's pipeline lane, or a P/D instance) is modelled in steady 
   a share ``phi`` of steps also carries a prefill chunk. ``phi`` follows from the prefill tokens that
   arrive per step. ``T`` is solved by secant iteration; no solution below the KV pool, ``max_num_seqs``
   or the token budget means the engine is saturated.
-- **TTFT.** Residual of the running step + the request's own prefill (its chunks at the decode
-  batch) + queueing for prefill capacity as a G/G/1 token server (Kingman mean, Allen-Cunneen
-  exponential tail ``t_q = (E[Wq] / P_wait) ln(P_wait / (1 - q))``) + waiting for a sequence slot as
-  an M/G/c queue (Erlang C) when KV or ``max_num_seqs`` bounds concurrency.
-- **TPOT and ITL.** Steps are decode-only (time ``T_d``, which varies with the Poisson-distributed
-  batch) or mixed (``T_m``); a request's TPOT averages its ``(O - 1) / tau`` steps (binomial count of
-  mixed ones), the ITL is the decode-weighted mixture of step times.
+- **Routing** (:class:`Routing`). The router and the replica's own balancing split the arrivals: each
+  engine gets every ``E``-th of them (``E`` engines), a renewal stream with ``c_a^2 / E`` (exact for
+  round robin; least-outstanding routing is taken to be as even). Sequence slots are queued for as
+  one pool: least-outstanding routing sends a request to a full engine only when every engine is
+  full, so all the role's engines pool their slots; round robin pools only a replica's own engines.
+- **TTFT** = the decode step in progress + waiting for prefill capacity + waiting for a sequence
+  slot + the prompt's own chunks at the decode batch. Prefill capacity is a G/G/1 server of prompt
+  tokens whose rate is that of full-budget steps (waiting prompts share steps up to the budget); a
+  slot is a G/G/c queue whose servers are the slots that KV or ``max_num_seqs`` allow and whose
+  service is a request's residence. Both waits are :func:`gg_wait`: Erlang C at the Halfin-Whitt
+  equivalent load for the probability of waiting, exponential beyond (Kingman / Allen-Cunneen).
+  The busy slots fluctuate like an infinite-server count (peakedness ``1 + (c_a^2 - 1) kappa`` of
+  the output lengths, Whitt), amplified because every prefill stalls every running request and a
+  larger batch slows every step. The quantiles of the sum come from samples of the independent parts.
+- **TPOT and ITL.** Steps are decode-only (time ``T_d``, which varies with the batch, whose variance
+  is the batch times its peakedness) or mixed (``T_m``); a request's TPOT averages its ``(O - 1) /
+  tau`` steps (binomial count of mixed ones), the ITL is the decode-weighted mixture of step times.
 - Closed-loop clients: the throughput ``X`` solves ``N = X x (E2E(X) + think)`` (secant), capped at
   the saturation throughput. P/D: a prefill pool (no decodes) and a decode pool (no prefill), the KV
   transfer added between first token and decode.
 - The profile's front-end latency (``request_overhead_s``) and the front end's tokenization (one
   prompt at a time per replica: its mean service time plus the M/G/1 wait at the tokenizer) add to
   TTFT and end-to-end latency and to the closed-loop cycle.
+- Tenant classes: the whole traffic sets the steady state; each class takes its own lengths and its
+  share of the waits (:mod:`.priority`: as the whole traffic's under ``fcfs``, Cobham's priority
+  queues under ``priority``). Multi-turn sessions: a turn hits its conversation's history in the
+  prefix cache when its previous turn ran on the same engine and its blocks were freed less than
+  the cache's retention time before (free KV over the tokens freed per second; solved twice).
+
+``benchmarks/bench_estimate_accuracy.py`` prints the estimate's P99 errors against the simulation.
 
 Example:
     >>> from servopt.costmodels.architectures import get_model
@@ -51,8 +68,9 @@ from ..profile import PerformanceProfile
 from .metrics import ClassSummary, LatencyStats, ServingSummary
 from .predictor import StepComposition
 from .prefix_cache import retained_history
-from .priority import ClassLoad, Wait, class_waits
-from .requests import RequestTable, draw_requests, session_history
+from .priority import ClassLoad, class_waits
+from .queueing import NO_WAIT, Wait, gg_wait
+from .requests import DrawnRequests, RequestTable, draw_requests, session_history
 from .compiled import CompiledDeployment, Role, compile_deployment
 from .simulator import SimulationResult
 from .slo import SLO
@@ -62,6 +80,10 @@ QUANTILES = (0.5, 0.9, 0.99)
 Z = {0.5: 0.0, 0.9: 1.2816, 0.99: 2.3263}  # standard normal quantiles
 MOMENT_SAMPLES = 4096  # draws that give length moments and quantiles (clipping included)
 MAX_ITERATIONS = 60
+PREFILL_GRID = 16  # prompt lengths whose prefill time is computed exactly; others are interpolated
+# Fixed draws for the samples of TTFT's parts (the estimate is deterministic).
+_UNIFORMS = np.random.default_rng(1).random((3, MOMENT_SAMPLES))
+_EXPONENTIALS = np.random.default_rng(2).exponential(size=(2, MOMENT_SAMPLES))
 
 
 @dataclass(frozen=True)
@@ -74,12 +96,28 @@ class TrafficMoments:
     arrival_cv2: float
     input_mean: float
     input_cv2: float
-    input_q: dict[float, float]
     output_mean: float
     output_cv2: float
     output_q: dict[float, float]
     cached_mean: float
     num_requests: int
+    prompt_samples: np.ndarray  # uncached prompt tokens of up to MOMENT_SAMPLES drawn requests
+    output_kappa: float  # integral of the output lengths' squared survival function / their mean (see _kappa)
+
+
+_DRAWN: dict[tuple, tuple[Traffic, DrawnRequests]] = {}
+_MOMENTS: dict[tuple, tuple[Traffic, tuple[TrafficMoments, list[TrafficMoments]]]] = {}
+_KEPT = 64  # traffics and contexts remembered by each cache
+
+
+def _remembered(cache: dict, key: tuple, traffic: Traffic, make):
+    """``make()``, kept in ``cache`` under ``key`` while ``traffic`` (the first part of the key, by id) lives."""
+    hit = cache.get(key)
+    if hit is None or hit[0] is not traffic:
+        if len(cache) >= _KEPT:
+            cache.clear()
+        hit = cache[key] = (traffic, make())
+    return hit[1]
 
 
 def traffic_moments(traffic: Traffic, compiled: CompiledDeployment, retention_s: float = math.inf) -> TrafficMoments:
@@ -89,22 +127,35 @@ def traffic_moments(traffic: Traffic, compiled: CompiledDeployment, retention_s:
 
 def class_moments(traffic: Traffic, compiled: CompiledDeployment,
                   retention_s: float = math.inf) -> tuple[TrafficMoments, list[TrafficMoments]]:
-    """Moments of the whole traffic and of each of its classes (none without classes).
+    """Moments of the whole traffic and of each of its classes (none without classes), as this
+    deployment sees it (clipped to its context, its prefix cache): drawn once per traffic and context
+    (a search estimates many deployments of one traffic).
 
     Multi-turn sessions hit their history in the prefix cache when their previous turn ran on the
     same engine (one in the role's engines: the routers do not follow sessions) and its blocks were
     freed less than ``retention_s`` before the turn (:func:`~.prefix_cache.retained_history`).
     """
     d = compiled.deployment
-    trace = traffic.arrival.kind == "trace"
-    drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
-                          max_model_len=compiled.max_model_len, block_size=d.block_size,
-                          prefix_caching=d.enable_prefix_caching, context_source=compiled.context_source)
-    cached = drawn.cached_tokens.astype(float)
-    if drawn.session is not None and d.enable_prefix_caching:
-        engines = compiled.roles[0].engines * d.pp
+    context = (id(traffic), compiled.max_model_len, d.block_size, d.enable_prefix_caching)
+    drawn = _remembered(_DRAWN, context, traffic, lambda: draw_requests(
+        traffic, None if traffic.arrival.kind == "trace" else MOMENT_SAMPLES, np.random.default_rng(0),
+        max_model_len=compiled.max_model_len, block_size=d.block_size, prefix_caching=d.enable_prefix_caching,
+        context_source=compiled.context_source))
+    if drawn.session is None or not d.enable_prefix_caching:
+        return _remembered(_MOMENTS, context, traffic,
+                           lambda: _class_moments(traffic, drawn, drawn.cached_tokens.astype(float)))
+    engines = compiled.roles[0].engines * d.pp
+
+    def with_history() -> tuple[TrafficMoments, list[TrafficMoments]]:
         history = session_history(drawn.input_tokens, drawn.output_tokens, drawn.follow_up, d.block_size)
-        cached = retained_history(history, drawn.think_s, retention_s) / engines
+        return _class_moments(traffic, drawn, retained_history(history, drawn.think_s, retention_s) / engines)
+
+    return _remembered(_MOMENTS, context + (engines, retention_s), traffic, with_history)
+
+
+def _class_moments(traffic: Traffic, drawn: DrawnRequests,
+                   cached: np.ndarray) -> tuple[TrafficMoments, list[TrafficMoments]]:
+    """Moments of the whole traffic and of each class, given each prompt's cached tokens."""
     aggregate = _moments(traffic, drawn, cached, np.ones(len(drawn), dtype=bool), 1.0)
     if drawn.classes is None:
         return aggregate, []
@@ -112,7 +163,8 @@ def class_moments(traffic: Traffic, compiled: CompiledDeployment,
                        for k, c in enumerate(traffic.classes)]
 
 
-def _moments(traffic: Traffic, drawn, cached: np.ndarray, pick: np.ndarray, share: float) -> TrafficMoments:
+def _moments(traffic: Traffic, drawn: DrawnRequests, cached: np.ndarray, pick: np.ndarray,
+             share: float) -> TrafficMoments:
     """Moments of the drawn requests ``pick`` (a class with ``share`` of the arrivals, or all)."""
     if not pick.any():  # a class too small to be drawn: its share of the whole
         pick = np.ones(len(drawn), dtype=bool)
@@ -141,12 +193,24 @@ def _moments(traffic: Traffic, drawn, cached: np.ndarray, pick: np.ndarray, shar
         rate, ca2 = traffic.arrival.rate_per_s * len(drawn) / sessions, traffic.arrival.interarrival_cv2
     else:
         rate, ca2 = traffic.arrival.rate_per_s, traffic.arrival.interarrival_cv2
+    prompts = np.maximum(inputs - cached[pick], 1.0)
+    if len(prompts) > MOMENT_SAMPLES:  # a long trace: evenly spaced requests of it
+        prompts = prompts[np.linspace(0, len(prompts) - 1, MOMENT_SAMPLES).astype(int)]
     return TrafficMoments(
         None if rate is None else rate * share, concurrency, think, ca2,
-        float(inputs.mean()), cv2(inputs), quantiles(inputs),
+        float(inputs.mean()), cv2(inputs),
         float(outputs.mean()), cv2(outputs), quantiles(outputs),
-        float(cached[pick].mean()), len(inputs),
+        float(cached[pick].mean()), len(inputs), prompts, _kappa(outputs),
     )
+
+
+def _kappa(lengths: np.ndarray) -> float:
+    """The integral of the squared survival function over the mean, for service times proportional
+    to ``lengths``: 1 for equal lengths, 1/2 for exponential ones (:meth:`EngineModel.peakedness`)."""
+    ordered = np.sort(lengths)
+    survival = 1.0 - np.arange(len(ordered)) / len(ordered)  # P(length > t) between ordered[i-1] and ordered[i]
+    widths = np.diff(ordered, prepend=0.0)
+    return float(np.dot(survival**2, widths) / max(ordered.mean(), 1e-12))
 
 
 @dataclass(frozen=True)
@@ -161,10 +225,13 @@ class EnginePoint:
     batch: float
     decode_step_slope_s: float  # d(decode step)/d(batch)
     prefill_room: float  # prefill tokens a step can take next to the decodes
-    prefill_utilization: float
-    slot_wait_mean_s: float
-    slot_wait_tail: tuple[float, float]  # (P_wait, E[Wq] / P_wait)
+    prefill_service_s: float  # a prompt's share of full-budget steps: the prefill server's service time
+    slot_wait: Wait
     chunk: float  # prefill tokens of a mixed step
+
+    @property
+    def prefill_utilization(self) -> float:
+        return self.rate_per_s * self.prefill_service_s
 
 
 def _root(f, low: float, high: float, tolerance: float = 1e-3) -> float:
@@ -203,30 +270,39 @@ def _bisect(f, low: float, high: float, tolerance: float) -> float:
     return high
 
 
-def _erlang_c(servers: int, offered: float) -> float:
-    """Probability of waiting in M/M/c (computed in a numerically stable recursion)."""
-    if offered >= servers:
-        return 1.0
-    inverse_b = 1.0
-    for k in range(1, servers + 1):  # Erlang B recursion on 1/B
-        inverse_b = 1.0 + inverse_b * k / offered
-    b = 1.0 / inverse_b
-    rho = offered / servers
-    return b / (1 - rho + rho * b)
+@dataclass(frozen=True)
+class Routing:
+    """How a router and the replica's own balancing (pipeline lanes, data-parallel ranks) split the
+    arrivals between the engines of a role.
 
+    Each engine gets every ``engines``-th arrival on average: for a renewal stream cut round-robin
+    that is a renewal stream with ``c_a^2 / engines`` (the sum of ``engines`` gaps); least-outstanding
+    routing is taken to be as even (it is, while the engines' counts are balanced; in the simulation
+    its per-replica arrivals are burstier, c_a^2 0.2-0.35 at 4-16 replicas of a Poisson stream where
+    round robin gives 1 / N, since a replica that just finished requests draws the next ones, so
+    the estimate's prefill queue is low there). Sequence slots are queued for as one pool of engines: with least-outstanding
+    routing, all the role's engines, fed the whole stream; round-robin routing picks the replica
+    blindly, so the pool is the replica's own engines (balanced by the replica), fed its share.
+    """
 
-def _tail_quantile(p_wait: float, scale_s: float, q: float) -> float:
-    """Allen-Cunneen tail: P(W > t) = P_wait exp(-t / scale)."""
-    if p_wait <= 1 - q or scale_s <= 0:
-        return 0.0
-    return scale_s * math.log(p_wait / (1 - q))
+    engine_cv2: float
+    pool: int
+    pool_cv2: float
+
+    @classmethod
+    def of(cls, arrival_cv2: float, router: str, replicas: int, engines_per_replica: int) -> Routing:
+        engines = replicas * engines_per_replica
+        if router == "round_robin":
+            return cls(arrival_cv2 / engines, engines_per_replica, arrival_cv2 / replicas)
+        return cls(arrival_cv2 / engines, engines, arrival_cv2)
 
 
 class EngineModel:
     """Steady-state formulas of one engine role."""
 
-    def __init__(self, role: Role, m: TrafficMoments, mode: str, pp: int):
-        self.role, self.m, self.mode = role, m, mode
+    def __init__(self, role: Role, m: TrafficMoments, mode: str, pp: int, routing: Routing):
+        self.role, self.m, self.mode, self.routing = role, m, mode, routing
+        self.batch_peakedness = self.peakedness(routing.engine_cv2)
         p = role.predictor
         self.predictor = p
         self.q = p.query_per_seq
@@ -240,6 +316,16 @@ class EngineModel:
         self._last_step_s = 0.0
         self._decode_cache: dict[int, float] = {}
         self._mixed_cache: dict[tuple[int, int], float] = {}
+
+    def peakedness(self, arrival_cv2: float) -> float:
+        """Variance over mean of the number of requests in an infinite-server queue with these
+        arrivals and requests (Whitt's G/GI/infinity formula, 1 + (c_a^2 - 1) kappa; see :func:`_kappa`)."""
+        return max(1.0 + (arrival_cv2 - 1.0) * self.m.output_kappa, 0.0)
+
+    @property
+    def slots(self) -> float:
+        """Requests the engine holds at once: ``max_num_seqs``, or fewer when the KV cache is smaller."""
+        return min(self.seats, self.capacity_tokens / max(self.context, 1.0))
 
     # --- step times -----------------------------------------------------------------------------
     def _interp(self, f, batch: float) -> float:
@@ -288,10 +374,31 @@ class EngineModel:
         chunks = max(math.ceil(prompt_tokens / room), 1)
         return chunks * self.mixed_step(batch, min(prompt_tokens, room))
 
-    @property
-    def slots(self) -> float:
-        """Requests the engine holds at once: ``max_num_seqs``, or fewer when the KV cache is smaller."""
-        return min(self.seats, self.capacity_tokens / max(self.context, 1.0))
+    def prefill_times(self, prompts: np.ndarray, batch: float) -> np.ndarray:
+        """:meth:`prefill_time` of many prompts: exact at up to :data:`PREFILL_GRID` lengths, linear between."""
+        grid = np.unique(np.quantile(prompts, np.linspace(0.0, 1.0, PREFILL_GRID)))
+        return np.interp(prompts, grid, [self.prefill_time(float(x), batch) for x in grid])
+
+    def mean_ttft_s(self, point: EnginePoint, prompts: np.ndarray | None = None,
+                    waits: tuple[Wait, Wait] | None = None) -> float:
+        """Mean TTFT at the engine (see :func:`_latencies`): of its traffic, or of one class's
+        ``prompts`` (uncached prompt samples) that wait ``waits`` (prefill, slot)."""
+        prompts = self.m.prompt_samples if prompts is None else prompts
+        prefill_wait, slot_wait = waits or self.waits(point)
+        own_s = float(self.prefill_times(prompts, point.batch).mean()) if self.prefill_tokens else 0.0
+        return point.decode_step_s / 2 + prefill_wait.mean_s + slot_wait.mean_s + own_s
+
+    def waits(self, point: EnginePoint) -> tuple[Wait, Wait]:
+        """The whole traffic's waits for prefill capacity and for a sequence slot."""
+        return self.prefill_wait(point), point.slot_wait
+
+    def prefill_wait(self, point: EnginePoint) -> Wait:
+        """Waiting for prefill capacity: a G/G/1 server of prompt tokens (its utilization is below 1
+        at any steady state)."""
+        if not self.prefill_tokens:
+            return NO_WAIT
+        z = (self.routing.engine_cv2 + self.m.input_cv2) / 2
+        return gg_wait(1, point.prefill_utilization, point.prefill_service_s, z, z) or NO_WAIT
 
     # --- steady state ---------------------------------------------------------------------------
     def point(self, rate: float) -> EnginePoint | str:
@@ -347,43 +454,49 @@ class EngineModel:
         if self.prefill_tokens and room <= 0:
             return f"decodes fill the {self.budget}-token step budget at {rate:.3g} req/s"
         t_d = self.decode_step(batch)
-        utilization = rate * self.prefill_tokens * t_m / room if self.prefill_tokens else 0.0
-        if utilization >= 1:
+        # Prompts queue for prefill as tokens at a server that, when they wait, fills whole steps: its
+        # capacity is the room of a step over the time of a step that full.
+        full_s = self.mixed_step(batch, room) if self.prefill_tokens else 0.0
+        service_s = self.prefill_tokens * full_s / room if self.prefill_tokens else 0.0
+        if rate * service_s >= 1:
             return (f"prefill needs {rate * self.prefill_tokens:.0f} tokens/s but steps next to {batch:.0f} decodes "
-                    f"take only {room / t_m:.0f}")
+                    f"take only {room / full_s:.0f}")
         slope = self.decode_step(batch + 1) - t_d
-        slot_mean, slot_tail = self._slot_wait(rate, step_s, steps_per_request, limit_batch)
-        if math.isinf(slot_mean):
+        # The busy slots fluctuate like an infinite-server count (variance: the count times the batch
+        # peakedness), amplified by the steps: each prompt that arrives stalls every running request by
+        # its prefill's extra step time, keeping more of them in (a share of time, ``stall``), and a
+        # larger batch slows every decode step (elasticity B T'(B) / T).
+        stall = share * (t_m - t_d) / step_s
+        elasticity = min(batch * slope / step_s, 0.9)
+        amplification = (1 + stall) / (1 - elasticity)
+        slot = self._slot_wait(rate, step_s, steps_per_request, limit_batch, amplification)
+        if slot is None:
             return self._limit_reason(rate, rate * (steps_per_request * step_s + self.prefill_time(
                 self.prefill_tokens, 0)), limit_batch)
-        return EnginePoint(rate, t_d, t_m, step_s, share, batch, slope, room, utilization, slot_mean, slot_tail,
+        return EnginePoint(rate, t_d, t_m, step_s, share, batch, slope, room, service_s, slot,
                            min(room, self.prefill_tokens))
 
     def _prefill_point(self, rate: float) -> EnginePoint | str:
-        """A prefill-only instance: steps carry whole budgets of prompt tokens."""
+        """A prefill-only instance: a prompt's steps, whole budgets of prompt tokens when prompts wait."""
         chunk = min(self.budget, max(self.prefill_tokens, 1.0))
         t_m = self.mixed_step(0, chunk)
-        utilization = rate * self.prefill_tokens * t_m / chunk
-        if utilization >= 1:
-            return f"prefill instances need {rate * self.prefill_tokens:.0f} tokens/s but serve {chunk / t_m:.0f}"
-        return EnginePoint(rate, 0.0, t_m, t_m, 1.0, 0.0, 0.0, float(self.budget), utilization, 0.0, (0.0, 0.0), chunk)
+        service_s = self.prefill_tokens * self.mixed_step(0, self.budget) / self.budget
+        if rate * service_s >= 1:
+            return (f"prefill instances need {rate * self.prefill_tokens:.0f} tokens/s but serve "
+                    f"{self.prefill_tokens / service_s:.0f}")
+        return EnginePoint(rate, 0.0, t_m, t_m, 1.0, 0.0, 0.0, float(self.budget), service_s, NO_WAIT, chunk)
 
     def _limit_reason(self, rate: float, batch: float, limit: float) -> str:
         what = "max_num_seqs" if limit >= self.seats else "the KV cache"
         return f"{rate:.3g} req/s would keep {batch:.0f} requests decoding but {what} holds {limit:.0f}"
 
-    def _slot_wait(self, rate, step_s, steps_per_request, limit_batch) -> tuple[float, tuple[float, float]]:
-        """Waiting for a sequence slot (M/G/c, Allen-Cunneen) when concurrency is bounded."""
-        servers = max(int(limit_batch), 1)
+    def _slot_wait(self, rate, step_s, steps_per_request, limit_batch, amplification) -> Wait | None:
+        """Waiting for a sequence slot when the KV cache or ``max_num_seqs`` bounds concurrency: a
+        G/G/c queue whose servers are the slots and whose service is a request's residence."""
         residence = steps_per_request * step_s + self.prefill_time(self.prefill_tokens, 0)
-        offered = rate * residence
-        if offered < 0.5 * servers:
-            return 0.0, (0.0, 0.0)
-        if offered >= servers:
-            return math.inf, (1.0, math.inf)
-        p_wait = _erlang_c(servers, offered)
-        mean = p_wait / (servers / residence - rate) * (self.m.arrival_cv2 + self.m.output_cv2) / 2
-        return mean, (p_wait, mean / p_wait if p_wait > 0 else 0.0)
+        r, m = self.routing, self.m
+        return gg_wait(max(int(limit_batch), 1), rate * residence, residence, self.peakedness(r.pool_cv2) * amplification**2,
+                       (r.pool_cv2 + m.output_cv2) / 2, r.pool)
 
     def compute_bound_share(self, point: EnginePoint) -> float:
         """Share of steps whose compute-limited operators dominate, over decode-only and mixed steps."""
@@ -444,15 +557,6 @@ def _e2e(ttft: LatencyStats, tpot: LatencyStats, m: TrafficMoments) -> LatencySt
     return _stats(mean, values)
 
 
-def _front_waits(m: TrafficMoments, front: EngineModel, fp: EnginePoint) -> tuple[Wait, Wait]:
-    """Waits for prefill capacity (a G/G/1 server of prompt tokens: Kingman mean, probability of
-    waiting its utilization) and for a sequence slot (:meth:`EngineModel._slot_wait`)."""
-    service_mean = front.prefill_tokens * fp.mixed_step_s / max(fp.prefill_room, 1.0)
-    rho = fp.prefill_utilization
-    queue_mean = rho / (1 - rho) * (m.arrival_cv2 + m.input_cv2) / 2 * service_mean if rho > 0 else 0.0
-    return Wait(rho, queue_mean / rho if rho > 0 else 0.0), Wait(*fp.slot_wait_tail)
-
-
 def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: EngineModel, dp: EnginePoint,
                handoff_s: float, waits: tuple[Wait, Wait] | None = None) -> _Latencies:
     """Latency distributions from the steady state of the front (prefill-capable) and decode engines.
@@ -460,38 +564,32 @@ def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: Engi
     Without disaggregation ``front is dec`` and ``handoff_s`` is zero. ``m`` may be one class's
     moments, with that class's ``waits`` (prefill, slot; default: the whole traffic's).
     """
-    # TTFT: residual step + own prefill + prefill-capacity queue + slot queue.
-    prefill_wait, slot_wait = waits or _front_waits(m, front, fp)
-    residual = fp.mean_step_s / 2
-    batch = fp.batch
-    # Prompt tokens from other requests that join the same step.
-    others = min(fp.rate_per_s * front.prefill_tokens * fp.mean_step_s, max(fp.prefill_room, 1.0))
-
-    def own_prefill(prompt: float, shared: float = 0.0) -> float:
-        own = max(prompt - m.cached_mean, 1.0)
-        chunks = max(math.ceil(own / max(fp.prefill_room, 1.0)), 1)
-        first = front.prefill_time(min(own + shared, max(fp.prefill_room, own)), batch)
-        return first if chunks == 1 else front.prefill_time(own, batch)
-
-    ttft_q, queue_q = [], []
-    for q in QUANTILES:
-        waits = (_tail_quantile(prefill_wait.p, prefill_wait.scale_s, q)
-                 + _tail_quantile(slot_wait.p, slot_wait.scale_s, q))
-        queue_q.append(waits)
-        # In the tail a request lands in a long (mixed) step and shares its own step with other prompts.
-        landing = residual if q == 0.5 or fp.mixed_share < 1 - q else fp.mixed_step_s
-        ttft_q.append(landing + own_prefill(m.input_q[q], others if q > 0.5 else 0.0) + waits)
-    ttft = _stats(residual + own_prefill(m.input_mean) + prefill_wait.mean_s + slot_wait.mean_s, ttft_q)
+    # TTFT: the decode step in progress (a prefill in progress is the prefill queue's), waiting for
+    # prefill capacity and for a sequence slot, then the prompt's own chunks. The parts are independent:
+    # the quantiles of their sum come from samples of each.
+    n = len(m.prompt_samples)
+    uniform, exponential = _UNIFORMS[:, :n], _EXPONENTIALS[:, :n]
+    waits = waits or front.waits(fp)
+    prefill_wait, slot_wait = waits
+    waited = prefill_wait.sample(uniform[0], exponential[0]) + slot_wait.sample(uniform[1], exponential[1])
+    waited += fp.decode_step_s * uniform[2]
+    own = front.prefill_times(m.prompt_samples, fp.batch)
+    samples = waited + own
+    ttft = _stats(front.mean_ttft_s(fp, m.prompt_samples, waits), [float(v) for v in np.quantile(samples, QUANTILES)])
+    tail = samples >= ttft.p99
+    queue_share = float(np.mean(waited[tail] / samples[tail])) if tail.any() and ttft.p99 > 0 else 0.0
     # TPOT and ITL from the decode engine's step mixture (the request's own number of steps).
     steps = max(max(m.output_mean - 1, 0.0) / dec.tau, 1.0)
     share = dp.mixed_share
-    # The decoding batch fluctuates like a Poisson count, amplified by its own feedback: a larger batch
-    # slows every step, which keeps requests longer (elasticity B T'(B) / T).
+    # The decoding batch fluctuates like the count of an infinite-server queue (variance: the batch times
+    # its peakedness), amplified by its own feedback: a larger batch slows every step, which keeps
+    # requests longer (elasticity B T'(B) / T).
     elasticity = min(dp.batch * dp.decode_step_slope_s / max(dp.mean_step_s, 1e-12), 0.9)
-    sd_batch = dp.decode_step_slope_s * math.sqrt(max(dp.batch, 0.0)) / (1 - elasticity)
+    sd_batch = dp.decode_step_slope_s * math.sqrt(max(dp.batch * dec.batch_peakedness, 0.0)) / (1 - elasticity)
     sd_mix = (dp.mixed_step_s - dp.decode_step_s) * math.sqrt(share * (1 - share) / steps)
     spread = math.hypot(sd_batch, sd_mix)
-    gap = handoff_s + dp.slot_wait_mean_s
+    # A decode instance's slot wait comes after the first token; a replica's is part of TTFT.
+    gap = handoff_s + (dp.slot_wait.mean_s if dec is not front else 0.0)
     per_token = max(m.output_mean - 1, 1.0)
     tpot = _stats((dp.mean_step_s * steps + gap) / per_token,
                   [(dp.mean_step_s * steps + gap + steps * Z[q] * spread) / per_token for q in QUANTILES])
@@ -507,7 +605,6 @@ def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: Engi
         parts.append((1 / per_token, handoff_s + dp.decode_step_s, sd_batch))
     itl_mean = sum(w * mu for w, mu, _ in parts) / sum(w for w, _, _ in parts)
     itl = _stats(itl_mean, _normal_mixture_quantiles(parts, QUANTILES))
-    queue_share = queue_q[-1] / ttft.p99 if ttft.p99 > 0 else 0.0
     return _Latencies(ttft, tpot, itl, _e2e(ttft, tpot, m), queue_share)
 
 
@@ -535,14 +632,20 @@ class _Solution:
 class _Analysis:
     def __init__(self, compiled: CompiledDeployment, m: TrafficMoments):
         self.compiled, self.m = compiled, m
-        pp = compiled.deployment.pp
+        d = compiled.deployment
+        pp = d.pp
         roles = {r.name: r for r in compiled.roles}
+
+        def engine(name: str, mode: str) -> EngineModel:
+            role = roles[name]
+            routing = Routing.of(m.arrival_cv2, d.router, d.replicas, role.per_replica * role.dp * pp)
+            return EngineModel(role, m, mode, pp, routing)
+
         if compiled.disaggregated:
-            self.front = EngineModel(roles["prefill"], m, "prefill", pp)
-            self.dec = EngineModel(roles["decode"], m, "decode", pp)
+            self.front, self.dec = engine("prefill", "prefill"), engine("decode", "decode")
             self.shares = (roles["prefill"].engines * pp, roles["decode"].engines * pp)
         else:
-            self.front = self.dec = EngineModel(roles["replica"], m, "mixed", pp)
+            self.front = self.dec = engine("replica", "mixed")
             # Data-parallel ranks share the load evenly (their step model pads each to the same tokens).
             self.shares = (roles["replica"].engines * pp,) * 2
         self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
@@ -635,18 +738,14 @@ class _Analysis:
         rate = m.concurrency / (e2e + self.cycle_gap_s)
         room = engine.budget - decoders * engine.q
         point = EnginePoint(rate / self.shares[0], t_decode, t_mixed, itl_mean, interfered / steps, float(n), 0.0,
-                            room, 0.0, 0.0, (0.0, 0.0), min(group * prompt, room))
+                            room, 0.0, NO_WAIT, min(group * prompt, room))
         return lat, _Solution(rate, point, point)
 
     def mean_e2e(self, sol: _Solution) -> float:
         """Mean end-to-end latency (the closed-loop fixed point needs only this)."""
-        m, front, fp, dp = self.m, self.front, sol.front, sol.decode
-        service = front.prefill_tokens * fp.mixed_step_s / max(fp.prefill_room, 1.0)
-        rho = fp.prefill_utilization
-        queue = rho / (1 - rho) * (m.arrival_cv2 + m.input_cv2) / 2 * service
-        ttft = fp.mean_step_s / 2 + front.prefill_time(front.prefill_tokens, fp.batch) + queue + fp.slot_wait_mean_s
-        decode = dp.mean_step_s * self.dec.decode_tokens / self.dec.tau + self.handoff_s + dp.slot_wait_mean_s
-        return ttft + decode
+        dec, dp = self.dec, sol.decode
+        decode = dp.mean_step_s * dec.decode_tokens / dec.tau + self.handoff_s
+        return self.front.mean_ttft_s(sol.front) + decode + (dp.slot_wait.mean_s if dec is not self.front else 0.0)
 
     def closed_loop(self) -> tuple[_Solution, float]:
         """Throughput of N clients: N = X (E2E(X) + think); returns the state and the extra wait
@@ -690,7 +789,7 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
     m, by_class = class_moments(traffic, compiled)
     analysis = _Analysis(compiled, m)
     saturated, reason, extra_wait = False, "", 0.0
-    notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and M/G/c slot queues; "
+    notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and G/G/c slot queues; "
              "no preemption or warm-up"]
     if traffic.arrival.kind == "sessions" and compiled.deployment.enable_prefix_caching:
         # Turns hit their history while it is still cached: solve once with every history cached,
@@ -782,13 +881,14 @@ def _class_summaries(traffic: Traffic, analysis: _Analysis, solution: _Solution,
     """Each class's latencies at the whole traffic's steady state (:mod:`.priority` for its waits)."""
     policy = analysis.compiled.deployment.scheduling_policy
     front, fp, dec, dp = analysis.front, solution.front, analysis.dec, solution.decode
-    prefill_wait, slot_wait = _front_waits(analysis.m, front, fp)
-    per_token_s = fp.mixed_step_s / max(fp.prefill_room, 1.0)
+    prefill_wait, slot_wait = front.waits(fp)
+    # The prefill server's time per prompt token: a class's service is its own uncached prompt's tokens.
+    per_token_s = fp.prefill_service_s / front.prefill_tokens if front.prefill_tokens else 0.0
     prefill_loads, slot_loads = [], []
     for c, mk in zip(traffic.classes, by_class):
         rate = fp.rate_per_s * c.share
         prompt = max(mk.input_mean - mk.cached_mean, 1.0)
-        prefill_loads.append(ClassLoad(rate, prompt * per_token_s if front.prefill_tokens else 0.0, c.priority))
+        prefill_loads.append(ClassLoad(rate, prompt * per_token_s, c.priority))
         residence = max(mk.output_mean - 1, 0.0) / dec.tau * dp.mean_step_s + front.prefill_time(prompt, 0)
         slot_loads.append(ClassLoad(rate, residence / max(front.slots, 1.0), c.priority))
     waits = zip(class_waits(policy, prefill_loads, prefill_wait), class_waits(policy, slot_loads, slot_wait))

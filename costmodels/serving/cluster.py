@@ -16,10 +16,12 @@ a closed-loop client's next request misses the step that starts right after its 
 finished, as on a real server. Arrival times in the request table stay the clients' send times, so
 TTFT and end-to-end latency include the front end.
 
-Time advances by always committing the engine plan that ends first; every plan stops before the next
-known arrival (unless that engine's queue is blocked anyway), so when an arrival is routed, every
-engine has simulated exactly the steps that started before it. A finish can create an earlier event
-(a closed-loop client's next request, a P/D hand-off); plans that reach past it are then re-cut.
+Time advances by always committing the engine plan that ends first, unless an event comes earlier.
+Engines plan their work (a step, or a run of identical decode steps up to the next finish) without
+looking at arrivals: routing reads each engine's outstanding requests in the middle of a plan (a
+plan finishes requests only at its end), and only the engine that a request reaches has its plan
+cut, to the steps that start before the request can join. So the cost of a simulated request does
+not grow with the number of engines it could have gone to.
 
 Pipeline parallelism follows vLLM's virtual engines: ``pp`` micro-batches are in flight, each lane's
 step is a full pass through all stages, each lane owns ``1/pp`` of the KV blocks, and a new request
@@ -32,6 +34,7 @@ heavier (a prefill chunk), the others wait for it stage by stage
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,16 +118,16 @@ class Cluster:
 
     def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None,
             follow_ups: bool = False) -> None:
-        """Simulate until every request has finished; :class:`WorkLimitReached` after ``max_plans``
-        committed engine plans (a plan is one step, or a closed-form run of decode steps).
+        """Simulate until every request has finished (see the module docstring); :class:`WorkLimitReached`
+        after ``max_plans`` committed engine plans (a plan is one step, or a closed-form run of decode steps).
 
         ``follow_ups``: the table's requests are turns of conversations (``table.follow_up``): a
         turn's next one arrives its ``think_s`` after it finished; only first turns have arrival
-        times to start with."""
+        times to start with (the others' are NaN)."""
         table = self.table
         n = table.size
         latency, per_token = self.request_overhead_s, self.tokenize_s_per_token
-        front = self.front
+        front, decode = self.front, self.decode
         if closed_loop is not None:
             first = min(closed_loop.concurrency, n)
             events = [(0.0, rid, ARRIVAL) for rid in range(first)]
@@ -134,31 +137,31 @@ class Cluster:
         else:
             events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
             next_rid = n
-        group_of: dict[int, int] = {}
         heapq.heapify(events)
+        group_of: dict[int, int] = {}
         engines = self.engines
-        single = engines[0] if len(engines) == 1 else None
+        # Pipeline lanes share their stages: a lane's period depends on the others' current work, so
+        # their plans stop at every event, where the others' work may change.
+        lanes = [e for e in engines if getattr(e, "stages", None) is not None]
+        staged = {id(e) for e in lanes}
         inf = math.inf
         plans = 0
         budget = max_plans if max_plans is not None else inf
+        # Engines whose plan must be (re)made, and the plans made, by end time; an entry whose plan is
+        # no longer its engine's is stale. Idle engines are planned again only when work reaches them.
+        dirty = list(engines)
+        planned: list = []
+        order = itertools.count()
         while True:
-            horizon = events[0][0] if events else inf
-            if single is not None:
-                best = single
-                if best.plan is None:
-                    best.plan = best.plan_next(horizon)
-                if best.plan is None:
-                    best = None
-            else:
-                best = None
-                for engine in engines:
-                    if engine.plan is None:
-                        engine.plan = engine.plan_next(horizon)
-                    if engine.plan is not None and (best is None or engine.plan.end_s < best.plan.end_s):
-                        best = engine
-            if best is None:
-                if not events:
-                    break
+            for engine in dirty:
+                if engine.plan is None:
+                    engine.plan = engine.plan_next(events[0][0] if events and id(engine) in staged else inf)
+                if engine.plan is not None:
+                    heapq.heappush(planned, (engine.plan.end_s, next(order), engine, engine.plan))
+            dirty = []
+            while planned and planned[0][3] is not planned[0][2].plan:
+                heapq.heappop(planned)
+            if events and (not planned or events[0][0] < planned[0][0]):
                 time_s, rid, kind = heapq.heappop(events)
                 if kind == ARRIVAL:
                     # Route, then wait for the replica's tokenizer; the engine sees the request later.
@@ -171,19 +174,22 @@ class Cluster:
                 elif kind == ENQUEUE:
                     group = group_of.pop(rid)
                     front.pending[group] -= 1
-                    front.engine_in(group, time_s).enqueue(rid, time_s)
+                    dirty.append(_hand_over(front.engine_in(group, time_s), rid, time_s, False))
                 else:
-                    decode = self.decode
-                    decode.engine_in(decode.route_group(time_s), time_s).enqueue(rid, time_s, handed_off=True)
+                    dirty.append(_hand_over(decode.engine_in(decode.route_group(time_s), time_s), rid, time_s, True))
+                dirty.extend(lane for lane in lanes if lane.plan is None)
                 continue
-            plan, best.plan = best.plan, None
+            if not planned:
+                break
+            _, _, best, plan = heapq.heappop(planned)
+            best.plan = None
             plans += 1
             if plans > budget:
                 raise WorkLimitReached(plans - 1, plan.end_s)
             finished = best.commit(plan)
-            if not finished:
-                continue
+            dirty.append(best)
             end = plan.end_s
+            earliest = events[0][0] if events else inf
             for rid in finished:
                 if best.prefill_only:
                     ready = end + self.transfer_s(table.prompt[rid])
@@ -198,8 +204,20 @@ class Cluster:
                     turn = table.follow_up[rid]
                     table.arrival_s[turn] = end + table.think_s[turn]
                     heapq.heappush(events, (table.arrival_s[turn], turn, ARRIVAL))
-            if single is None and events and events[0][0] < horizon:
-                cut = events[0][0]
-                for engine in engines:
-                    if engine.plan is not None and engine.plan.last_start_s >= cut:
-                        engine.plan = None
+            # A new event (a hand-off, a closed-loop client's or a conversation's next request) inside
+            # a lane's plan: stop the plan there. Other engines are cut when a request reaches them.
+            if lanes and events and events[0][0] < earliest:
+                for lane in lanes:
+                    if lane.plan is not None and lane.plan.last_start_s >= events[0][0]:
+                        lane.plan = None
+                        dirty.append(lane)
+
+
+def _hand_over(engine, rid: int, time_s: float, handed_off: bool):
+    """A request reaches ``engine`` at ``time_s``: the work it planned is cut to the steps that start
+    before then (the request can join only the next step), and the request joins its queue."""
+    if engine.plan is not None and engine.plan.last_start_s >= time_s:
+        cut = getattr(engine, "cut", None)  # a lockstep group plans again
+        engine.plan = cut(engine.plan, time_s) if cut else engine.plan_next(time_s)
+    engine.enqueue(rid, time_s, handed_off)
+    return engine

@@ -75,7 +75,10 @@ class Role:
     def describe(self, pp: int) -> dict[str, Any]:
         """Plain data for trial records and exports: what each ``vllm serve`` of this role runs with."""
         return {"role": self.name, "instances_per_replica": self.per_replica, "tp": self.tp, "pp": pp,
-                "max_num_seqs": self.limits.max_num_seqs, "max_num_batched_tokens": self.limits.max_num_batched_tokens}
+                "data_parallel_size": self.dp, "max_num_seqs": self.limits.max_num_seqs,
+                "max_num_batched_tokens": self.limits.max_num_batched_tokens,
+                "weights_bytes_per_gpu": self.plan.weights_bytes_per_gpu,
+                "kv_cache_bytes_per_gpu": self.plan.kv_cache_bytes_per_gpu, "gpu_memory_bytes": self.plan.gpu_memory_bytes}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ coordinating several engines can re-plan when an earlier event (a new arrival) c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import InputError
 from .predictor import StepTimePredictor
@@ -176,6 +176,21 @@ class Engine:
         full_pass = self.predictor.step_s(step.composition)
         duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
         return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration, pass_s=full_pass)
+
+    def cut(self, plan: Plan, time_s: float) -> Plan | None:
+        """``plan`` (made from the current state) cut to the steps that start before ``time_s``: what
+        :meth:`plan_next` would give with that horizon, without planning again."""
+        if plan.start_s >= time_s:
+            return None
+        if plan.run is None or not plan.run.horizon_matters or plan.last_start_s < time_s:
+            return plan
+        if self.stages is not None:  # a lane's period also depends on the others': plan again
+            return self.plan_next(time_s)
+        steps = min(plan.steps, steps_starting_before(time_s - plan.start_s, plan.first_s, plan.slope_s))
+        total = steps * plan.first_s + plan.slope_s * steps * (steps - 1) / 2
+        last = plan.first_s + plan.slope_s * (steps - 1)
+        return replace(plan, end_s=plan.start_s + total, last_start_s=plan.start_s + total - last, steps=steps,
+                       pass_s=plan.pass_s - plan.slope_s * (plan.steps - steps))
 
     def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
         line = self.predictor.decode_line(run.num_seqs, run.context, run.context_windowed)

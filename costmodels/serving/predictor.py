@@ -105,10 +105,10 @@ class StepTimePredictor:
             total += draft.intercept_s + draft.slope_s * c.decode_context
         return total
 
-    def compute_bound(self, columns: dict[str, np.ndarray]) -> np.ndarray:
-        """Whether compute-limited operators dominate each step (vectorized over recorded steps)."""
+    def _aggregates(self, columns: dict[str, np.ndarray]):
+        """The target's step aggregates of recorded steps (columns of :data:`~.engine.RECORD_FIELDS`)."""
         q = columns["num_decode_seqs"] * self.query_per_seq
-        agg = aggregates_from_arrays(
+        return aggregates_from_arrays(
             num_tokens=q + columns["prefill_tokens"],
             num_sampled=q + columns["prefill_chunks"],
             decode_query_tokens=q,
@@ -121,4 +121,16 @@ class StepTimePredictor:
             prefill_chunks=columns["prefill_chunks"],
             num_decode_seqs=columns["num_decode_seqs"],
         )
-        return self.cost.step_time_s(agg, return_compute_bound=True)[1]
+
+    def compute_bound(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """Whether compute-limited operators dominate each step (vectorized over recorded steps)."""
+        return self.cost.step_time_s(self._aggregates(columns), return_compute_bound=True)[1]
+
+    def gpu_time_s(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """GPU time of each recorded step (target and drafter), without the engine's CPU time."""
+        gpu = self.cost.gpu_time_s(self._aggregates(columns))
+        if self.drafter is not None:
+            for i in np.flatnonzero(columns["num_decode_seqs"] > 0):
+                draft = self._draft_line(int(columns["num_decode_seqs"][i]), float(columns["decode_context"][i]))
+                gpu[i] += draft.intercept_s + draft.slope_s * columns["decode_context"][i]
+        return gpu

@@ -1,10 +1,10 @@
 """Each tenant class's queueing delay at a shared queue, under FCFS and under priority scheduling.
 
 The analytic estimate (:mod:`.analytic`) models two queues in front of a request's first token: the
-prefill server (prompt tokens at the step's spare budget) and the sequence slots (KV cache or
+prefill server (prompt tokens at the rate of full-budget steps) and the sequence slots (KV cache or
 ``max_num_seqs``). For traffic with classes it first solves the aggregate (every class together:
-the FCFS wait ``W`` of each queue, with probability of waiting ``P`` and utilization ``rho``), then
-gives each class its share:
+the FCFS wait ``W`` of each queue, a :class:`~.queueing.Wait` with probability of waiting ``P``, and
+its utilization ``rho``), then gives each class its share:
 
 - ``fcfs``: every class waits as the aggregate does (arrival order ignores the class).
 - ``priority``: vLLM's priority scheduling admits waiting requests in ``(priority, arrival)`` order
@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .queueing import Wait
+
 
 @dataclass(frozen=True)
 class ClassLoad:
@@ -48,18 +50,6 @@ class ClassLoad:
     @property
     def utilization(self) -> float:
         return self.rate_per_s * self.service_s
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A queueing delay: zero with probability ``1 - p``, else exponential with mean ``scale_s``."""
-
-    p: float
-    scale_s: float
-
-    @property
-    def mean_s(self) -> float:
-        return self.p * self.scale_s
 
 
 def class_waits(policy: str, loads: list[ClassLoad], aggregate: Wait) -> list[Wait]:

@@ -9,7 +9,7 @@ As in ``vllm/v1/core/sched/request_queue.py``:
   prepend to, so a preempted request re-enters at its place in that order.
 
 Both offer what the scheduler uses of a deque: ``append``, ``appendleft``, ``extend``, ``popleft``,
-``[0]``, iteration from the head, ``len`` and truth.
+``remove``, ``[0]``, iteration from the head, ``len`` and truth.
 
 Example:
     >>> q = PriorityQueue(priority=[1, 0, 1], arrival_s=[0.0, 2.0, 1.0])
@@ -47,6 +47,13 @@ class PriorityQueue:
 
     def popleft(self) -> int:
         return self._keys.pop(0)[2]
+
+    def remove(self, rid: int) -> None:
+        key = (self.priority[rid], self.arrival_s[rid], rid)
+        index = bisect.bisect_left(self._keys, key)
+        if index == len(self._keys) or self._keys[index] != key:
+            raise ValueError(f"request {rid} is not waiting")
+        del self._keys[index]
 
     def __getitem__(self, index: int) -> int:
         return self._keys[index][2]

@@ -249,10 +249,14 @@ class RequestTable:
         # Cumulative tokens after each verify step (speculative decoding only).
         self.emitted: dict[int, np.ndarray] = {}
 
-    @staticmethod
-    def empty_frame() -> pd.DataFrame:
+    _EMPTY: pd.DataFrame | None = None
+
+    @classmethod
+    def empty_frame(cls) -> pd.DataFrame:
         """The per-request columns with no rows (an analytic estimate has no requests)."""
-        return RequestTable(DrawnRequests(np.zeros(0), *(np.zeros(0, dtype=np.int64),) * 3, 0)).frame()
+        if cls._EMPTY is None:
+            cls._EMPTY = RequestTable(DrawnRequests(np.zeros(0), *(np.zeros(0, dtype=np.int64),) * 3, 0)).frame()
+        return cls._EMPTY.copy()
 
     def frame(self) -> pd.DataFrame:
         """One row per request (times in seconds)."""

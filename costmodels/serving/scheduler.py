@@ -99,7 +99,7 @@ class StepPlan:
 
     victims: list[int]
     chunks: list[tuple[int, int]]  # (request, tokens): running prefills, then new admissions
-    admitted: int  # how many waiting requests the chunks admit (taken from the queue's head)
+    admitted: int  # how many waiting requests the chunks admit (the last chunks; the queue's head when planned)
     decodes: int  # running decodes this step (their token gap is the step's duration)
     composition: StepComposition
     num_running: int
@@ -359,7 +359,8 @@ class Scheduler:
         if self.waiting:
             if budget > 0 and seats > 0 and self._head_fits(budget):
                 return None
-            horizon_matters = False
+            # The head waits; under priority scheduling a new arrival may wait ahead of it, and fit.
+            horizon_matters = budget > 0 and seats > 0 and lim.scheduling_policy == "priority"
         else:
             horizon_matters = budget > 0 and seats > 0
         heap, t = self.finish_heap, self.table
@@ -446,8 +447,10 @@ class Scheduler:
         t = self.table
         for victim in plan.victims:
             self._preempt(victim, start_s)
-        for _ in range(plan.admitted):
-            rid = self.waiting.popleft()
+        # The admitted requests by id: under priority scheduling a request that arrived while the step
+        # ran (after it was planned) may now wait ahead of them.
+        for rid, _ in plan.chunks[len(plan.chunks) - plan.admitted:]:
+            self.waiting.remove(rid)
             if self.cache is not None and t.session[rid] >= 0:
                 # The hit found when it was queued, less what was evicted since.
                 self._cache_sync()

@@ -65,6 +65,7 @@ from ..deployment import Deployment
 from ..errors import InputError
 from ..hardware import GPUSpec
 from ..profile import PerformanceProfile
+from .activity import EngineActivity, engine_activity
 from .cluster import ClosedLoop, Cluster, Pool, WorkLimitReached
 from .compiled import CompiledDeployment, compile_deployment
 from .data_parallel import LockstepGroup
@@ -93,13 +94,15 @@ SIMULATED_REPLICAS = {"round_robin": 1, "least_outstanding": 4}
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """A simulated run: the summary, one row per request (times in seconds), and how many engine
-    steps were simulated (``decode_steps`` of them ran decodes)."""
+    """A simulated run: the summary, one row per request (times in seconds), how many engine
+    steps were simulated (``decode_steps`` of them ran decodes), and, when asked for, what the
+    engines did (:mod:`.activity`)."""
 
     summary: ServingSummary
     requests: pd.DataFrame
     steps: int = 0
     decode_steps: int = 0
+    activity: EngineActivity | None = None
 
 
 def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
@@ -173,7 +176,7 @@ def _measured_turns(table: RequestTable) -> np.ndarray:
 
 
 def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int,
-              slo: SLO | None, arrival_share: float = 1.0) -> SimulationResult:
+              slo: SLO | None, arrival_share: float = 1.0, with_activity: bool = False) -> SimulationResult:
     rng = np.random.default_rng(seed)
     d = compiled.deployment
     drawn = draw_requests(traffic, num_requests, rng, max_model_len=compiled.max_model_len,
@@ -206,7 +209,8 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
                         steady_state=not everything, notes=notes, classes=traffic.classes)
     steps = sum(r[1] for e in engines for r in e.records)
     decode_steps = sum(r[1] for e in engines for r in e.records if r[7])
-    return SimulationResult(summary, table.frame(), int(steps), int(decode_steps))
+    activity = engine_activity(engines, table, measured, summary.itl_s.p99) if with_activity else None
+    return SimulationResult(summary, table.frame(), int(steps), int(decode_steps), activity)
 
 
 def _session_note(table: RequestTable, block_size: int, prefix_caching: bool) -> str:
@@ -236,11 +240,12 @@ def _work_limit_message(stop: WorkLimitReached, table: RequestTable, drawn: Draw
 
 def simulate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GPUSpec, profile: PerformanceProfile,
              *, num_requests: int | None = None, seed: int = 0, slo: SLO | None = None,
-             whole_fleet: bool = False) -> SimulationResult:
+             whole_fleet: bool = False, with_activity: bool = False) -> SimulationResult:
     """Simulate ``deployment`` serving ``traffic``; see the module docstring for how many requests run
-    and how a fleet of replicas is simulated."""
+    and how a fleet of replicas is simulated. ``with_activity`` adds the engines' signals
+    (:class:`~.activity.EngineActivity`)."""
     return simulate_compiled(compile_deployment(model, deployment, gpu, profile), traffic, num_requests=num_requests,
-                             seed=seed, slo=slo, whole_fleet=whole_fleet)
+                             seed=seed, slo=slo, whole_fleet=whole_fleet, with_activity=with_activity)
 
 
 def simulated_share(compiled: CompiledDeployment, traffic: Traffic) -> tuple[CompiledDeployment, Traffic, float]:
@@ -267,7 +272,8 @@ def simulated_share(compiled: CompiledDeployment, traffic: Traffic) -> tuple[Com
 
 
 def simulate_compiled(compiled: CompiledDeployment, traffic: Traffic, *, num_requests: int | None = None,
-                      seed: int = 0, slo: SLO | None = None, whole_fleet: bool = False) -> SimulationResult:
+                      seed: int = 0, slo: SLO | None = None, whole_fleet: bool = False,
+                      with_activity: bool = False) -> SimulationResult:
     """:func:`simulate` of a deployment compiled already (InputError when vLLM would not start it).
 
     ``whole_fleet`` simulates every replica instead of :func:`simulated_share`'s few (for checking
@@ -278,7 +284,7 @@ def simulate_compiled(compiled: CompiledDeployment, traffic: Traffic, *, num_req
     share = 1.0
     if not whole_fleet:
         compiled, traffic, share = simulated_share(compiled, traffic)
-    result = _simulate(compiled, traffic, num_requests, seed, slo, share)
+    result = _simulate(compiled, traffic, num_requests, seed, slo, share, with_activity)
     kept = compiled.deployment.replicas
     if kept == fleet:
         return result
@@ -293,7 +299,7 @@ def simulate_compiled(compiled: CompiledDeployment, traffic: Traffic, *, num_req
 
 
 def _simulate(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int, slo: SLO | None,
-              share: float) -> SimulationResult:
+              share: float, with_activity: bool = False) -> SimulationResult:
     if num_requests is not None and num_requests < 1:
         raise InputError(f"num_requests must be at least 1, got {num_requests}")
     benchmark = traffic.arrival.benchmark_requests if traffic.arrival.kind == "closed_loop" else None
@@ -303,12 +309,12 @@ def _simulate(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
                              f"leave num_requests out or set it to that, not {num_requests}")
         num_requests = benchmark
     if num_requests is not None or traffic.arrival.kind == "trace":
-        return _run_once(compiled, traffic, num_requests, seed, slo, share)
+        return _run_once(compiled, traffic, num_requests, seed, slo, share, with_activity)
     n = INITIAL_REQUESTS
     if traffic.arrival.kind == "closed_loop":
         n = max(n, 40 * traffic.arrival.concurrency)
     while True:
-        result = _run_once(compiled, traffic, n, seed, slo, share)
+        result = _run_once(compiled, traffic, n, seed, slo, share, with_activity)
         s = result.summary
         widths = [s.p99_ci_relative_half_width(m) for m in ("ttft", "tpot") if math.isfinite(getattr(s, f"{m}_s").p99)]
         worst = max(widths, default=0.0)

@@ -1,5 +1,5 @@
 """Subcommands of the ``servopt`` CLI, one module each (see ``optimizer/cli.py``)."""
 
-from . import calibrate, catalog, export, optimize, plan, predict, report, validate
+from . import calibrate, catalog, diagnose, export, optimize, plan, predict, report, validate
 
-COMMAND_MODULES = [plan, predict, catalog, calibrate, validate, optimize, report, export]
+COMMAND_MODULES = [plan, predict, diagnose, catalog, calibrate, validate, optimize, report, export]

@@ -74,11 +74,19 @@ def compute_prediction(args: argparse.Namespace) -> dict:
     profile = load_profile(gpu, args.profile)
     traffic = _resolve_trace(workload.traffic, workload_path)
     slo = workload.slo if workload.slo.targets() else None
-    if args.analytic:
-        summary = estimate(resolved.spec, deployment, traffic, gpu, profile, slo=slo).summary
-    else:
-        summary = simulate(resolved.spec, deployment, traffic, gpu, profile, num_requests=args.requests,
-                           seed=args.seed, slo=slo).summary
+
+
+    def predict(d: Deployment):
+        if args.analytic:
+            return estimate(resolved.spec, d, traffic, gpu, profile, slo=slo).summary
+        return simulate(resolved.spec, d, traffic, gpu, profile, num_requests=args.requests, seed=args.seed, slo=slo).summary
+
+    summary = predict(deployment)
+    extra = {}
+    if workload.redundancy > 0 or workload.slo.n_minus_1:
+        # One replica down: the same traffic on one replica fewer (none left for a single replica).
+        fewer = deployment.replicas - 1
+        extra["n_minus_1"] = predict(deployment.model_copy(update={"replicas": fewer})).to_dict() if fewer else None
     result = {
         "model": resolved.spec.name,
         "gpu": gpu.name,
@@ -88,6 +96,7 @@ def compute_prediction(args: argparse.Namespace) -> dict:
         "profile_calibrated": profile.calibrated,
         "slo": slo.targets() if slo else {},
         **summary.to_dict(),
+        **extra,
     }
     return _finite(result)
 
@@ -102,6 +111,21 @@ def _latency_table(r: dict) -> list[str]:
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "end-to-end")):
         stats = r[key]
         lines.append(f"{label:12}" + "".join(f"{_ms(stats[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
+    return lines
+
+
+def _n_minus_1_lines(r: dict) -> list[str]:
+    """The one-replica-down block (workloads with redundancy or slo.n_minus_1)."""
+    n1 = r["n_minus_1"]
+    if n1 is None:
+        return ["one down        a single replica: losing it stops the service"]
+    head = f"one down        with {r['deployment'].get('replicas', 1) - 1} replica(s) left: P99 " + ", ".join(
+        f"{m.upper()} {_ms(n1[f'{m}_s']['p99']).strip()}" for m in ("ttft", "tpot", "itl", "e2e"))
+    lines = [head]
+    if n1["saturated"]:
+        lines.append("                SATURATED with one replica down: " + n1["saturation_reason"])
+    if r["slo"]:
+        lines.append(f"                SLO {'met' if n1['slo_met'] else 'MISSED'} with one replica down")
     return lines
 
 
@@ -146,6 +170,8 @@ def render(r: dict) -> str:
                      "for admission or prefill capacity")
     if r["preemptions"]:
         lines.append(f"preemptions     {r['preemptions']} (KV cache ran out; the newest requests were recomputed)")
+    if "n_minus_1" in r:
+        lines += _n_minus_1_lines(r)
     for name, c in (r.get("classes") or {}).items():
         lines += ["", f"class {name}: priority {c['priority']}, {c['share'] * 100:.0f}% of arrivals, "
                       f"{c['requests_per_s']:.3g} req/s" + (f", {c['preemptions']} preemptions" if c["preemptions"] else "")]
