@@ -184,6 +184,7 @@ def test_predict_reports_each_class_in_json_and_text(tmp_path, capsys):
     chat = out["classes"]["chat"]
     assert set(chat["ttft_s"]) == {"mean", "p50", "p90", "p99"} and {"tpot_s", "itl_s", "e2e_s"} <= set(chat)
     assert chat["priority"] == 0 and chat["slo"] == {"ttft": 0.5} and chat["goodput_requests_per_s"] > 0
+    assert chat["goodput"] == chat["goodput_requests_per_s"]
     assert main(["predict", str(workload), "--deployment", str(dep), "--requests", "800"]) == 0
     text = capsys.readouterr().out
     assert "class chat: priority 0, 50% of arrivals" in text and "class batch: priority 1" in text

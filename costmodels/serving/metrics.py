@@ -94,9 +94,12 @@ class ClassSummary(LatencyFigures):
     preemptions: int
 
     def to_dict(self) -> dict:
+        """Every field; ``goodput`` repeats ``goodput_requests_per_s`` under the name that workloads'
+        tooling reads per class (``classes.<name>.goodput``)."""
         return {
             "priority": self.priority, "share": self.share, **self.latency_dict(),
             "requests_per_s": self.requests_per_s, "goodput_requests_per_s": self.goodput_requests_per_s,
+            "goodput": self.goodput_requests_per_s,
             "slo": self.slo, "slo_attainment": self.slo_attainment, "slo_met": self.slo_met,
             "num_measured": self.num_measured, "preemptions": self.preemptions,
         }
