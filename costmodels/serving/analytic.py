@@ -120,11 +120,6 @@ def _remembered(cache: dict, key: tuple, traffic: Traffic, make):
     return hit[1]
 
 
-def traffic_moments(traffic: Traffic, compiled: CompiledDeployment, retention_s: float = math.inf) -> TrafficMoments:
-    """Moments of the whole traffic (see :func:`class_moments` for ``retention_s``)."""
-    return class_moments(traffic, compiled, retention_s)[0]
-
-
 def class_moments(traffic: Traffic, compiled: CompiledDeployment,
                   retention_s: float = math.inf) -> tuple[TrafficMoments, list[TrafficMoments]]:
     """Moments of the whole traffic and of each of its classes (none without classes), as this
