@@ -2,9 +2,10 @@
 
     python benchmarks/bench_input_fuzz.py [--cases 2000] [--seed 1] [--jobs 2] [--timeout 30] [--show N]
 
-File kinds: workload YAML (open, bursty, closed-loop, optimize), deployment YAML (plain, speculative,
-P/D, pipeline), traces (plain CSV, plain JSONL, Mooncake JSONL, Azure 2023 and 2024 CSV), profile
-JSON, hardware YAML, ``vllm bench serve`` JSON, measured CSV tables (end-to-end, memory, kernel) and
+File kinds: workload YAML (open, bursty, closed-loop, optimize; tenant classes with priorities and
+their own SLOs; multi-turn sessions with dataset length presets), deployment YAML (plain, speculative,
+P/D, pipeline, priority scheduling), traces (plain CSV, plain JSONL, Mooncake JSONL, Azure 2023 and
+2024 CSV), profile JSON, hardware YAML, ``vllm bench serve`` JSON, measured CSV tables (end-to-end, memory, kernel) and
 an optimize job's job.json. Each case takes a valid file, applies one seeded mutation (a deleted or
 unknown key, a type swap, NaN/inf/huge/negative/fractional numbers, bools, strings, unicode and
 control characters, deep nesting, a duplicate key, truncation, binary garbage, ragged or 100k-field
@@ -94,6 +95,33 @@ W_OPTIMIZE = {
     "budget": {"trials": 4},
     "fidelity": {"search_requests": 100, "final_requests": 100},
 }
+W_CLASSES = {
+    "model": "llama-3.1-8b",
+    "traffic": {"arrival": {"kind": "poisson", "rate_per_s": 6.0},
+                "classes": [
+                    {"name": "chat", "share": 0.5, "priority": 0, "slo": {"p99_ttft_s": 0.5},
+                     "input_tokens": {"kind": "lognormal", "mean": 512.0, "sigma": 0.6, "max": 8192},
+                     "output_tokens": {"kind": "fixed", "value": 128}},
+                    {"name": "batch", "share": 0.5, "priority": 1, "slo": {"p99_e2e_s": 120.0},
+                     "input_tokens": {"kind": "uniform", "low": 1000, "high": 3000},
+                     "output_tokens": {"kind": "histogram", "values": [64, 256], "weights": [1.0, 1.0]}}]},
+    "slo": {"p99_tpot_s": 0.1},
+}
+W_SESSIONS = {
+    "model": "llama-3.1-8b",
+    "traffic": {"arrival": {"kind": "sessions", "rate_per_s": 2.0, "turns": {"kind": "uniform", "low": 1, "high": 6},
+                            "think_time": {"kind": "lognormal", "mean_s": 10.0, "sigma": 0.8}},
+                "input_tokens": {"kind": "dataset", "name": "sharegpt"},
+                "output_tokens": {"kind": "dataset", "name": "sharegpt"}},
+    "slo": {"p99_ttft_s": 1.0},
+}
+W_SESSIONS_FIXED = {
+    "model": "llama-3.1-8b",
+    "traffic": {"arrival": {"kind": "sessions", "rate_per_s": 1.0, "turns": {"kind": "fixed", "value": 3},
+                            "think_time": {"kind": "fixed", "value_s": 5.0}},
+                "input_tokens": {"kind": "dataset", "name": "azure-conv-2023"},
+                "output_tokens": {"kind": "fixed", "value": 64}, "max_context": 8192},
+}
 D_PLAIN = {"gpu": "h100", "tp": 1, "max_num_seqs": 128, "max_num_batched_tokens": 8192,
            "gpu_memory_utilization": 0.9, "max_model_len": 16384, "enable_prefix_caching": True}
 D_SPEC = {"gpu": "h100", "tp": 2, "replicas": 2, "quantization": "fp8", "kv_cache_dtype": "fp8",
@@ -101,6 +129,7 @@ D_SPEC = {"gpu": "h100", "tp": 2, "replicas": 2, "quantization": "fp8", "kv_cach
 D_PD = {"gpu": "h100", "max_model_len": 8192,
         "disaggregation": {"prefill_instances": 1, "prefill_tp": 1, "decode_instances": 1, "decode_tp": 1,
                            "rdma_gbps": 50.0}}
+D_PRIORITY = {"gpu": "h100", "max_num_seqs": 64, "max_model_len": 16384, "scheduling_policy": "priority"}
 D_PP = {"gpu": "a100-80gb", "tp": 2, "pp": 2, "internode_gbps": 25.0, "block_size": 16, "enable_chunked_prefill": True}
 HARDWARE = {"gpus": {"h100": {"price_per_gpu_hour": 2.1},
                      "h100-lab": {"base": "h100", "memory_gib": 93.0, "memory_bandwidth_tbps": 3.9,
@@ -132,7 +161,8 @@ def _bench(rng: random.Random) -> dict:
 # Keys that must be present where they appear; deleting one must be refused naming it.
 REQUIRED = {
     "workload": {"model", "traffic", "arrival", "kind", "rate_per_s", "cv", "concurrency", "input_tokens",
-                 "output_tokens", "value", "low", "high", "mean", "sigma", "values", "weights"},
+                 "output_tokens", "value", "low", "high", "mean", "sigma", "values", "weights", "name", "share",
+                 "turns", "think_time", "mean_s", "value_s"},
     "deployment": {"gpu", "prefill_instances", "decode_instances", "method", "num_speculative_tokens"},
     "hardware": {"gpus"},
     "profile": {"gpu", "calibrated", "source", "gemm", "attention_prefill", "attention_decode", "allreduce",
@@ -149,7 +179,9 @@ INT_KEYS = {"tp", "pp", "replicas", "max_num_seqs", "max_num_batched_tokens", "m
             "concurrency", "requests_per_client", "value", "low", "high", "min", "max", "values", "max_context",
             "gpus_per_node", "max_gpus", "trials", "seed", "search_requests", "final_requests", "input_lens",
             "output_lens", "max_concurrency", "input_length", "output_length", "hash_ids", "input_len", "output_len",
-            "completed", "num_prompts", "total_input_tokens", "total_output_tokens"}
+            "completed", "num_prompts", "total_input_tokens", "total_output_tokens", "priority"}
+# Numbers that may be negative (vLLM's request priority: lower first, any whole number).
+SIGNED_KEYS = {"priority"}
 # Mappings whose keys are names (GPUs, dtypes, knobs) rather than fields, and values servopt only reports.
 FREE_KEYS = {"gpus", "profiles", "space", "overrides", "peak_tflops", "fit_report", "latency_s",
              "bandwidth_efficiency_by_gpus", "gemm"}
@@ -331,7 +363,8 @@ def mutate_structured(rng: random.Random, kind: str, data, fmt: str) -> tuple[st
                        "fraction": value + 0.5, "zero": 0, "times_1000": value * 1000,
                        "divided_1000": value / 1000}[mutation]
                 _set(data, path, new)
-                if mutation in ("nan", "inf", "negative", "huge_float", "huge_int"):
+                if mutation in ("nan", "inf", "huge_float", "huge_int") or (
+                        mutation == "negative" and name not in SIGNED_KEYS):
                     expect = refuse()
                 elif mutation == "fraction" and _is_int_field(path):
                     expect = refuse()
@@ -538,8 +571,38 @@ def case_workload(rng: random.Random) -> Case:
     return _structured_case(rng, "workload", "w.yaml", base, "yaml", files, argv, check)
 
 
+def case_classes(rng: random.Random) -> Case:
+    """Tenant classes under priority scheduling: every class must come back with its own figures."""
+    argv = rng.choice([[*PREDICT, "--analytic"], [*PREDICT, "--requests", "400"]])
+    check = _json_check(lambda d: "" if set(d.get("classes") or {}) == {"chat", "batch"} else
+                        f"classes {sorted(d.get('classes') or {})} reported, not chat and batch")
+    return _structured_case(rng, "workload", "w.yaml", W_CLASSES, "yaml", {"d.yaml": _yaml(D_PRIORITY)}, argv, check,
+                            label="classes")
+
+
+def _sessions_check(requests: int | None) -> Callable[[str], str]:
+    """Read as sessions: the estimate's cache-retention note, or the simulation's turns of conversations."""
+    def read(d: dict) -> str:
+        notes = " ".join(d.get("notes") or [])
+        if requests is None:
+            return "" if "multi-turn sessions" in notes else "no multi-turn sessions in the estimate's notes"
+        if d.get("num_requests") != requests or f"{requests} turns of" not in notes:
+            return f"simulated {d.get('num_requests')} requests, not {requests} turns of conversations"
+        return ""
+    return _json_check(read)
+
+
+def case_sessions(rng: random.Random) -> Case:
+    """Multi-turn sessions with dataset length presets (a pair from one set, or a preset and a fixed length)."""
+    base = rng.choice([W_SESSIONS, W_SESSIONS_FIXED])
+    requests = rng.choice([None, 300])
+    argv = [*PREDICT, "--analytic"] if requests is None else [*PREDICT, "--requests", str(requests)]
+    return _structured_case(rng, "workload", "w.yaml", base, "yaml", {"d.yaml": _yaml(D_PLAIN)}, argv,
+                            _sessions_check(requests), label="sessions")
+
+
 def case_deployment(rng: random.Random) -> Case:
-    base = rng.choice([D_PLAIN, D_SPEC, D_PD, D_PP])
+    base = rng.choice([D_PLAIN, D_SPEC, D_PD, D_PP, D_PRIORITY])
     return _structured_case(rng, "deployment", "d.yaml", base, "yaml", {"w.yaml": _yaml(W_OPEN)},
                             [*PREDICT, "--analytic"], HAS_TTFT)
 
@@ -741,8 +804,9 @@ def case_job(rng: random.Random, job_dir: Path) -> Case:
 
 
 KINDS: list[tuple[str, float]] = [
-    ("workload", 10), ("deployment", 8), ("hardware", 6), ("profile", 8), ("bench", 5), ("trace_csv", 8),
-    ("trace_jsonl", 8), ("azure", 6), ("e2e", 6), ("memory", 6), ("kernel", 6), ("job", 4), ("optimize", 1),
+    ("workload", 10), ("classes", 6), ("sessions", 6), ("deployment", 8), ("hardware", 6), ("profile", 8),
+    ("bench", 5), ("trace_csv", 8), ("trace_jsonl", 8), ("azure", 6), ("e2e", 6), ("memory", 6), ("kernel", 6),
+    ("job", 4), ("optimize", 1),
 ]
 
 

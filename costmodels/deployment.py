@@ -21,6 +21,8 @@ from .vllm_defaults import (
     ENABLE_CHUNKED_PREFILL,
     ENABLE_PREFIX_CACHING,
     GPU_MEMORY_UTILIZATION,
+    SCHEDULING_POLICIES,
+    SCHEDULING_POLICY,
     gpu_memory_utilization,
     parse_vllm_version,
 )
@@ -128,6 +130,9 @@ class Deployment(Spec):
     max_num_batched_tokens: BatchedTokens | None = Field(default=None, description="default: vLLM's for the GPU")
     enable_chunked_prefill: bool = ENABLE_CHUNKED_PREFILL
     enable_prefix_caching: bool = ENABLE_PREFIX_CACHING
+    scheduling_policy: Literal[SCHEDULING_POLICIES] = Field(  # type: ignore[valid-type]
+        default=SCHEDULING_POLICY,
+        description="vLLM --scheduling-policy: fcfs, or priority (requests' priority field, lower first)")
     gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS)

@@ -64,6 +64,9 @@ GPU_MEMORY_UTILIZATION = 0.92
 # The V1 engine (the default from 0.8) chunks prefills and caches prefixes unless told not to.
 ENABLE_CHUNKED_PREFILL = True
 ENABLE_PREFIX_CACHING = True
+# --scheduling-policy: first come, first served unless "priority" is asked for.
+SCHEDULING_POLICIES = ("fcfs", "priority")
+SCHEDULING_POLICY = "fcfs"
 # Largest step (tokens) that replays a captured CUDA graph by default.
 MAX_CUDAGRAPH_TOKENS = 512
 

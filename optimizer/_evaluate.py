@@ -41,6 +41,8 @@ from ._problem import Problem
 
 SATURATION_RETRIES = 3
 SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s", "tpot"), "slo_e2e": ("p99_e2e_s", "e2e")}
+# Every tenant class's own targets (traffic.classes[].slo), as one rule: the sum of the relative misses.
+CLASS_SLO_CONSTRAINT = "slo_classes"
 # The constraints handed to Optuna: each is the total violation of a group of rules (Optuna
 # stores one row per named constraint, so fewer names keep a trial's storage writes down); the
 # record of each trial keeps every rule's own amount and reason.
@@ -50,7 +52,7 @@ CONSTRAINT_GROUPS = {
     "memory": ("memory",),
     "accuracy": ("accuracy",),
     "saturated": ("saturated",),
-    "slo": (*SLO_CONSTRAINTS, _redundancy.CONSTRAINT),
+    "slo": (*SLO_CONSTRAINTS, CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT),
 }
 # ngram's mean accepted length is unknown without the text; the simulator models it, and the
 # capacity seed stays conservative by counting one token per verify step.
@@ -136,7 +138,7 @@ class Evaluator:
         self.problem = problem
         self.engine = engine or ServingEngine(problem)
         self.constraint_names = [*problem.space.constraint_names, "simulator", "saturated", *SLO_CONSTRAINTS,
-                                 _redundancy.CONSTRAINT]
+                                 CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT]
         self._summaries: dict[tuple, Summary] = {}
         self._previews: dict[tuple, Preview] = {}
 
@@ -251,6 +253,20 @@ class Evaluator:
         for name, (attr, metric) in SLO_CONSTRAINTS.items():
             target, latency = getattr(slo, attr), p99(summary, metric)
             out[name] = latency / target - 1 if target is not None and math.isfinite(latency) else 0.0
+        misses = [latency / target - 1 for _, _, latency, target in self._class_targets(summary)
+                  if math.isfinite(latency)]
+        broken = [m for m in misses if m > 0]
+        out[CLASS_SLO_CONSTRAINT] = sum(broken) if broken else max(misses, default=0.0)
+        return out
+
+    def _class_targets(self, summary: Summary) -> list[tuple[str, str, float, float]]:
+        """(class, metric, predicted P99, target) of every class's own SLO (NaN when not predicted)."""
+        figures = summary.get("classes") or {}
+        out = []
+        for c in self.problem.workload.traffic.classes or []:
+            for metric, target in c.slo.targets().items():
+                value = (figures.get(c.name) or {}).get(f"{metric}_s", {}).get("p99")
+                out.append((c.name, metric, math.nan if value is None else float(value), target))
         return out
 
     def _slo_excess(self, violations: dict[str, float]) -> float:
@@ -390,7 +406,12 @@ class Evaluator:
             elif dominated:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
             amounts.update(estimated)
-            reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"]) + n_minus_1_reasons
+            reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"])
+            reasons += [f"{'simulated' if record['fidelity'] == 'simulate' else 'estimated'} P99 {metric.upper()} of "
+                        f"class {name} {latency:.3g} s > its SLO {target:g} s"
+                        for name, metric, latency, target in self._class_targets(summary)
+                        if math.isfinite(latency) and latency > target]
+            reasons += n_minus_1_reasons
             record["memory_headroom_gib"] = compiled.kv_pool_gib()
         deployment = compiled.deployment
         costs = self.cost(deployment, summary)

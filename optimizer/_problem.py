@@ -163,6 +163,7 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
         models=models, gpus=gpus, accuracy=accuracy, max_drop_pct=w.accuracy.max_drop_pct,
         max_model_len=max_len, speculation=speculation, gpus_per_node=w.limits.gpus_per_node,
         max_gpus=w.limits.max_gpus, profiles=profiles,
+        priority_classes=len({c.priority for c in w.traffic.classes or []}) > 1,
     )
     settings = dict(w.space)
     if "gpu" in settings:  # accept catalog aliases, as elsewhere

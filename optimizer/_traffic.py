@@ -1,5 +1,10 @@
 """Summary figures of a traffic spec that capacity planning needs: rate, mean and tail lengths.
 
+Tenant classes mix their length distributions by their shares; multi-turn sessions are summarised
+from a fixed sample of whole conversations (prompts grow with the history), their rate is sessions
+per second times the mean turns, and their longest request is a whole conversation of the most
+turns at the longest prompts and answers.
+
 Example:
     >>> from servopt.costmodels.serving.traffic import Traffic
     >>> t = Traffic.model_validate({"arrival": {"kind": "poisson", "rate_per_s": 4},
@@ -18,8 +23,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ..costmodels.errors import InputError
+from ..costmodels.errors import MAX_TOKENS, InputError
+from ..costmodels.serving.requests import draw_requests
 from ..costmodels.serving.traffic import (
+    DatasetLength,
     FixedLength,
     HistogramLength,
     LognormalLength,
@@ -32,6 +39,8 @@ _GRID = (np.arange(4000) + 0.5) / 4000
 # A length distribution without a declared maximum (a lognormal without max) is bounded at this
 # quantile for --max-model-len: about one request in 10,000 may be longer, and vLLM rejects it.
 UNBOUNDED_QUANTILE = 0.9999
+# Requests of whole conversations drawn to summarise multi-turn sessions (a fixed seed).
+SESSION_SAMPLE = 8000
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,8 @@ def _quantiles(dist) -> np.ndarray:
         order = np.argsort(dist.values)
         cdf = np.cumsum(weights[order]) / weights.sum()
         return np.asarray(dist.values, dtype=float)[order][np.searchsorted(cdf, _GRID, side="left").clip(max=len(cdf) - 1)]
+    if isinstance(dist, DatasetLength):
+        return np.quantile(dist.tokens.astype(float), _GRID, method="inverted_cdf")
     raise InputError(f"unsupported length distribution {type(dist).__name__}")
 
 
@@ -80,25 +91,63 @@ def traffic_stats(traffic: Traffic) -> TrafficStats:
     if arrival.kind == "closed_loop" and arrival.requests_per_client is not None:
         raise InputError("traffic.arrival.requests_per_client describes one finite benchmark run (servopt predict); "
                          "optimize searches the steady state: leave it out")
-    inputs, outputs = _quantiles(traffic.input_tokens), _quantiles(traffic.output_tokens)
-    if traffic.max_context is not None:
-        # Prompts are clipped first, then outputs to what the context leaves (as the simulator does).
-        inputs = np.minimum(inputs, traffic.max_context - 1)
-        outputs = np.minimum(outputs, traffic.max_context - np.quantile(inputs, 0.5))
-    prompt, prompt_basis = length_bound(traffic.input_tokens, "prompt")
-    output, output_basis = length_bound(traffic.output_tokens, "output")
-    longest, basis = prompt + output, f"{prompt_basis} + {output_basis}"
+    bounds = []
+    for input_dist, output_dist in traffic.class_lengths():
+        prompt, prompt_basis = length_bound(input_dist, "prompt")
+        output, output_basis = length_bound(output_dist, "output")
+        bounds.append((prompt + output, f"{prompt_basis} + {output_basis}"))
+    longest, basis = max(bounds)
+    rate = None if arrival.kind == "closed_loop" else float(arrival.rate_per_s)
+    if arrival.kind == "sessions":
+        turns = arrival.turns.most_tokens
+        longest, basis = turns * longest, f"a longest conversation: {turns} turns of ({basis})"
+        groups, sessions = _session_sample(traffic)
+        rate *= len(groups[0][1]) / sessions  # requests per second: sessions per second times their turns
+    else:
+        groups = _class_quantiles(traffic)
     if traffic.max_context is not None and traffic.max_context < longest:
         longest, basis = traffic.max_context, f"traffic.max_context ({traffic.max_context}), which clips longer requests"
-    closed = arrival.kind == "closed_loop"
     return TrafficStats(
-        rate_per_s=None if closed else float(arrival.rate_per_s),
-        in_flight_requests=arrival.concurrency if closed else None,
-        mean_input_tokens=float(inputs.mean()),
-        mean_output_tokens=float(max(outputs.mean(), 1.0)),
-        max_context_tokens=int(longest), max_context_basis=basis,
-        median_context_tokens=int(np.median(inputs) + np.median(outputs)),
+        rate_per_s=rate,
+        in_flight_requests=arrival.concurrency if arrival.kind == "closed_loop" else None,
+        mean_input_tokens=float(sum(share * prompts.mean() for share, prompts, _ in groups)),
+        mean_output_tokens=float(max(sum(share * answers.mean() for share, _, answers in groups), 1.0)),
+        max_context_tokens=int(min(longest, MAX_TOKENS)), max_context_basis=basis,
+        median_context_tokens=int(_median(groups, 1) + _median(groups, 2)),
     )
+
+
+def _class_quantiles(traffic: Traffic) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """(share, prompt lengths, output lengths at the quantile grid) of each class."""
+    groups = []
+    for share, (input_dist, output_dist) in zip(traffic.class_shares, traffic.class_lengths()):
+        prompts, answers = _quantiles(input_dist), _quantiles(output_dist)
+        if traffic.max_context is not None:
+            # Prompts are clipped first, then outputs to what the context leaves (as the simulator does).
+            prompts = np.minimum(prompts, traffic.max_context - 1)
+            answers = np.minimum(answers, traffic.max_context - np.quantile(prompts, 0.5))
+        groups.append((float(share), prompts, answers))
+    return groups
+
+
+def _session_sample(traffic: Traffic) -> tuple[list[tuple[float, np.ndarray, np.ndarray]], int]:
+    """Prompt (with history) and output lengths of a fixed sample of whole conversations, as one
+    group, and how many conversations they are."""
+    limit = traffic.max_context or MAX_TOKENS
+    drawn = draw_requests(traffic, SESSION_SAMPLE, np.random.default_rng(0), max_model_len=limit, block_size=16,
+                          prefix_caching=False, context_source="traffic.max_context")
+    return [(1.0, drawn.input_tokens.astype(float), drawn.output_tokens.astype(float))], len(np.unique(drawn.session))
+
+
+def _median(groups: list[tuple[float, np.ndarray, np.ndarray]], column: int) -> float:
+    """The median of the groups' ``column`` (1: prompts, 2: outputs), each group weighted by its share."""
+    if len(groups) == 1:
+        return float(np.median(groups[0][column]))
+    values = np.concatenate([g[column] for g in groups])
+    weights = np.concatenate([np.full(len(g[column]), g[0] / len(g[column])) for g in groups])
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][min(np.searchsorted(cumulative, 0.5 * cumulative[-1]), len(values) - 1)])
 
 
 def length_bound(dist, what: str) -> tuple[int, str]:
@@ -111,6 +160,8 @@ def length_bound(dist, what: str) -> tuple[int, str]:
         return dist.high, f"maximum {what} {dist.high}"
     if isinstance(dist, HistogramLength):
         return max(dist.values), f"largest {what} {max(dist.values)}"
+    if isinstance(dist, DatasetLength):
+        return dist.most_tokens, f"largest {what} of {dist.name} {dist.most_tokens}"
     if isinstance(dist, LognormalLength):
         if dist.max is not None:
             return dist.max, f"maximum {what} {dist.max}"

@@ -4,8 +4,9 @@ Every searched value is written as chosen, never left to vLLM's per-GPU defaults
 pipeline parallelism, the weights (the checkpoint vLLM loads and its ``--quantization`` method, or
 ``--dtype``), ``--kv-cache-dtype``, ``--max-num-seqs``, ``--max-num-batched-tokens``, chunked
 prefill on or off, ``--max-model-len``, ``--gpu-memory-utilization``, prefix caching,
-``--speculative-config`` and, for prefill/decode disaggregation, ``--kv-transfer-config``
-(NixlConnector). A point whose weights need a checkpoint that is not known is refused: an export
+``--speculative-config``, ``--scheduling-policy priority`` when the point schedules by priority
+(its notes say how clients set each request's ``priority``) and, for prefill/decode disaggregation,
+``--kv-transfer-config`` (NixlConnector). A point whose weights need a checkpoint that is not known is refused: an export
 never holds a placeholder or a variable the user must set.
 
 Instances are packed onto nodes by ``CUDA_VISIBLE_DEVICES``; each node gets its own script
@@ -118,6 +119,8 @@ def engine_args(d: dict[str, Any], role: dict[str, Any], quantization: str | Non
     args.append("--enable-chunked-prefill" if d["enable_chunked_prefill"] else "--no-enable-chunked-prefill")
     args += ["--max-model-len", str(d["max_model_len"]), "--gpu-memory-utilization", f"{d['gpu_memory_utilization']:g}"]
     args.append("--enable-prefix-caching" if d["enable_prefix_caching"] else "--no-enable-prefix-caching")
+    if d.get("scheduling_policy") == "priority":
+        args += ["--scheduling-policy", "priority"]
     if d.get("speculative"):
         args += ["--speculative-config", json.dumps(speculative_config(d["speculative"]), separators=(",", ":"))]
     return args
@@ -156,9 +159,23 @@ def compiled_roles(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {ROLE_LABELS[role["role"]]: role for role in roles}
 
 
+def priority_note(classes: list[dict[str, Any]] | None, flag: str = "--scheduling-policy priority",
+                  otherwise: str = "under the default fcfs policy vLLM refuses any priority but 0") -> str:
+    """How clients mark each request's priority when the server schedules by priority (``flag``),
+    and what the server does with it ``otherwise``; names each tenant class's priority."""
+    who = ""
+    if classes:
+        who = " As predicted, the workload's classes send: " + ", ".join(
+            f"{c['name']} priority {c.get('priority', 0)}" for c in classes) + "."
+    return (f"{flag}: each request carries its priority in the JSON body of /v1/completions and /v1/chat/completions "
+            "as the integer field \"priority\" (lower is served first; default 0; with the OpenAI Python client: "
+            f"extra_body={{\"priority\": 1}}); {otherwise}." + who)
+
+
 def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool = True,
-                max_model_len_basis: str | None = None) -> dict[str, Any]:
-    """Every instance to start (with its node, ports and command), the router, and notes, as data."""
+                max_model_len_basis: str | None = None, classes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every instance to start (with its node, ports and command), the router, and notes, as data
+    (``classes``: the workload's tenant classes, named in the priority note)."""
     d = point["deployment"]
     model, quantization, kv_auto = _weights(point)
     dis = d.get("disaggregation")
@@ -192,13 +209,15 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
                      f"{kv_auto} KV cache (as predicted)")
     if max_model_len_basis:
         notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
+    if d.get("scheduling_policy") == "priority":
+        notes.append(priority_note(classes))
     if not calibrated:
         notes.append(f"UNCALIBRATED: {d['gpu']} has no calibration profile; its predictions rest on datasheet "
                      "defaults. Measure before relying on them (servopt calibrate run on that GPU).")
     return {"vllm_version": VLLM_VERSION, "trial": point["trial"], "model": model, "gpu": d["gpu"],
             "calibrated": calibrated, "replicas": d["replicas"], "num_nodes": num_nodes, "instances": instances,
             "router": router, "notes": notes, "deployment": d, "weights": point.get("weights"),
-            "metrics": point.get("metrics", {})}
+            "metrics": point.get("metrics", {}), "class_metrics": point.get("class_metrics", {})}
 
 
 def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[str, Any] | None:
@@ -234,6 +253,10 @@ def _header(plan: dict[str, Any], title: str) -> list[str]:
     if m:
         lines.append(f"# predicted: ${m['cost_usd_per_hour']:.2f}/hour, P99 TTFT {m['p99_ttft_s']:.3g} s, "
                      f"TPOT {m['p99_tpot_s']:.3g} s, e2e {m['p99_e2e_s']:.3g} s")
+    by_class = plan.get("class_metrics") or {}
+    if by_class:  # columns p99_<metric>_s[<class>]
+        lines.append(comment("# predicted per class: " + ", ".join(
+            f"{key.split('[', 1)[1][:-1]} P99 {key.split('_')[1].upper()} {value:.3g} s" for key, value in by_class.items())))
     lines += [comment(f"# NOTE: {note}") for note in plan["notes"]]
     lines += ["set -euo pipefail", 'cd -- "$(dirname -- "$0")"']
     return lines

@@ -18,6 +18,13 @@ SGLang, and the plan says so):
   that the weights plus the KV pool of the compiled role's memory plan take, keeping the KV capacity;
   every instance's parallelism and limits are its role's in the compiled deployment, as the trial
   recorded them (``roles``);
+- priority scheduling: ``--enable-priority-scheduling --schedule-low-priority-values-first`` (SGLang
+  serves higher values first unless told otherwise; vLLM lower ones). SGLang's priority scheduler is
+  not vLLM's: a waiting request may preempt running ones whose priority is more than
+  ``--priority-scheduling-preemption-threshold`` (default 10) lower, which vLLM never does, so when
+  the classes' priorities span that much the threshold is raised above their span; under KV
+  pressure SGLang retracts by length, not priority (``--retraction-policy priority`` in recent
+  releases). The plan's notes say so;
 - prefix caching off: ``--disable-radix-cache``; speculative decoding: ``--speculative-algorithm``
   (EAGLE, EAGLE3, NGRAM, STANDALONE for a draft model; MTP runs as EAGLE on the model's own layers)
   with a chain of ``g`` steps; prefill/decode disaggregation: ``--disaggregation-mode`` per role
@@ -45,7 +52,7 @@ from typing import Any
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
-from ._export import BASE_PORT, _weights, comment, compiled_roles, shell_command
+from ._export import BASE_PORT, _weights, comment, compiled_roles, priority_note, shell_command
 
 ROUTER_PORT = 8192
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
@@ -62,9 +69,16 @@ def _memory_fraction(role: dict[str, Any]) -> float | None:
     return round((role["weights_bytes_per_gpu"] + role["kv_cache_bytes_per_gpu"]) / role["gpu_memory_bytes"], 3)
 
 
-def sglang_args(point: dict[str, Any], d: dict[str, Any], role: dict[str, Any], moe: bool) -> list[str]:
+# SGLang's default --priority-scheduling-preemption-threshold: a waiting request whose priority is
+# more than this above a running one's preempts it.
+SGLANG_PRIORITY_PREEMPTION_THRESHOLD = 10
+
+
+def sglang_args(point: dict[str, Any], d: dict[str, Any], role: dict[str, Any], moe: bool,
+                priority_span: int = 0) -> list[str]:
     """SGLang's server flags for one instance of a compiled ``role`` (after ``--model-path`` and
-    ``--port``), in a fixed order."""
+    ``--port``), in a fixed order (``priority_span``: the largest difference between the classes'
+    priorities)."""
     tp, dp = role["tp"], role["data_parallel_size"]
     ep = d.get("enable_expert_parallel", False) and moe
     if moe and dp > 1:
@@ -87,6 +101,10 @@ def sglang_args(point: dict[str, Any], d: dict[str, Any], role: dict[str, Any], 
     args += ["--mem-fraction-static", f"{fraction if fraction is not None else d['gpu_memory_utilization']:g}"]
     if not d["enable_prefix_caching"]:
         args.append("--disable-radix-cache")
+    if d.get("scheduling_policy") == "priority":
+        args += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
+        if priority_span >= SGLANG_PRIORITY_PREEMPTION_THRESHOLD:  # vLLM never preempts for a waiting request
+            args += ["--priority-scheduling-preemption-threshold", str(priority_span + 1)]
     spec = d.get("speculative")
     if spec:
         g = spec["num_speculative_tokens"]
@@ -97,9 +115,12 @@ def sglang_args(point: dict[str, Any], d: dict[str, Any], role: dict[str, Any], 
     return args
 
 
-def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8) -> dict[str, Any]:
-    """Every SGLang server to start (with its command), the PD router, and notes, as plain data."""
+def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8, classes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every SGLang server to start (with its command), the PD router, and notes, as plain data
+    (``classes``: the workload's tenant classes, for priority scheduling)."""
     d = point["deployment"]
+    priorities = [c.get("priority", 0) for c in classes or []]
+    span = max(priorities) - min(priorities) if priorities else 0
     model = _weights(point)[0]
     try:
         moe = resolve_model(point.get("model") or point["serve_id"]).spec.moe is not None
@@ -121,7 +142,7 @@ def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8) -> dict[str, Any]
                 env = {"CUDA_VISIBLE_DEVICES": ",".join(str(next_gpu + i) for i in range(gpus))}
                 next_gpu += gpus
                 args = ["--model-path", model, "--port", str(port),
-                        *sglang_args(point, d, role, moe)]
+                        *sglang_args(point, d, role, moe, span)]
                 if label != "serve":
                     args += ["--disaggregation-mode", label, "--disaggregation-transfer-backend", "nixl"]
                     urls[label].append(f"http://node{node}:{port}")
@@ -141,6 +162,15 @@ def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8) -> dict[str, Any]
     if d["replicas"] > 1:
         notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
                      + ("routers." if dis else "servers' ports."))
+    if d.get("scheduling_policy") == "priority":
+        notes.append(priority_note(classes, "--enable-priority-scheduling --schedule-low-priority-values-first",
+                                   "without --enable-priority-scheduling SGLang ignores it"))
+        kept = ("raised here above the classes' span of " if span >= SGLANG_PRIORITY_PREEMPTION_THRESHOLD
+                else "above the classes' span of ")
+        notes.append("the priority predictions are vLLM's, which never preempts a running request for a waiting one: "
+                     "SGLang does when the waiting one's priority is more than --priority-scheduling-preemption-threshold "
+                     f"(default {SGLANG_PRIORITY_PREEMPTION_THRESHOLD}; {kept}{span}) better; and under KV pressure it "
+                     "retracts by length unless --retraction-policy priority (recent releases)")
     return {"framework": "sglang", "trial": point["trial"], "model": model, "gpu": d["gpu"],
             "replicas": d["replicas"], "num_nodes": node + 1, "instances": instances, "routers": routers,
             "notes": notes, "deployment": d, "metrics": point.get("metrics", {})}

@@ -26,11 +26,19 @@ from pydantic import BaseModel, ConfigDict, Field
 Summary = dict[str, Any]
 
 
-def summary_p99(summary: Summary | None, metric: str) -> float:
-    """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a summary, in seconds (NaN without one)."""
-    if not summary or f"{metric}_s" not in summary:
+def summary_p99(summary: Summary | None, metric: str, tenant: str | None = None) -> float:
+    """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a summary, in seconds (NaN without one),
+    or of the tenant class ``tenant`` (traffic with classes)."""
+    if tenant is not None:
+        summary = ((summary or {}).get("classes") or {}).get(tenant)
+    if not summary or f"{metric}_s" not in summary or summary[f"{metric}_s"]["p99"] is None:
         return math.nan
     return float(summary[f"{metric}_s"]["p99"])
+
+
+def summary_classes(summary: Summary | None) -> list[str]:
+    """The tenant classes a summary reports on, in the traffic's order (none without classes)."""
+    return list(((summary or {}).get("classes") or {}))
 
 
 class TrialRecord(BaseModel):

@@ -20,7 +20,7 @@ from plotly.offline import get_plotlyjs
 
 from ..costmodels.outfiles import write_text
 from ._plot import COST_LABELS, front_marks, pareto_figures
-from ._tables import COST_COLUMNS, pareto_frame, trials_frame
+from ._tables import CLASS_METRICS, COST_COLUMNS, class_column, pareto_frame, trials_frame
 
 N_MINUS_1_LABEL = "one replica down: P99 TTFT / TPOT / e2e s"
 # The front table of both reports: (header, cell of a pareto_frame row).
@@ -36,7 +36,8 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
      + (" EP" if _present(r.get("enable_expert_parallel")) and r["enable_expert_parallel"] else "")),
     ("quant (weights / KV)", lambda r: f"{r['quantization']} / {r['kv_cache_dtype']}"),
     ("batch / chunk", lambda r: f"{r['max_num_seqs']} / {r['max_num_batched_tokens']}"
-     + ("" if r["enable_chunked_prefill"] else " (unchunked)")),
+     + ("" if r["enable_chunked_prefill"] else " (unchunked)")
+     + (" priority" if r.get("scheduling_policy") == "priority" else "")),
     ("speculation", lambda r: r["speculation"]),
     ("$/hour", lambda r: _fmt(r["cost_usd_per_hour"])),
     ("$/M output tokens", lambda r: _fmt(r["cost_usd_per_output_mtoken"])),
@@ -53,6 +54,16 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("profile", lambda r: "calibrated" if r["profile_calibrated"] else "UNCALIBRATED"),
 ]
 SLO_NAMES = {"p99_ttft_s": "ttft", "p99_tpot_s": "tpot", "p99_e2e_s": "e2e"}
+
+
+def front_columns(data: dict[str, Any], front: pd.DataFrame) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """:data:`FRONT_COLUMNS` (the N-1 column only when the job predicted one replica down), then each
+    tenant class's P99s (traffic with classes)."""
+    with_n_minus_1 = "n_minus_1_p99_ttft_s" in front
+    classes = [c["name"] for c in data["workload"]["traffic"].get("classes") or []]
+    extra = [(f"{tenant}: P99 {metric.upper()} s", lambda r, c=class_column(metric, tenant): _fmt(r.get(c)))
+             for tenant in classes for metric in CLASS_METRICS]
+    return [(label, cell) for label, cell in FRONT_COLUMNS if label != N_MINUS_1_LABEL or with_n_minus_1] + extra
 
 
 def _present(value: Any) -> bool:
@@ -105,6 +116,15 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
                 f"(trial {best['trial']}: {best['gpu']}, {best['num_gpus']} GPUs, {best['quantization']})"
                 + ("; this SLO cannot be met by the candidates searched" if best[col] > target else "")
             )
+    for i, c in enumerate(data["workload"]["traffic"].get("classes") or []):
+        for key, target in (c.get("slo") or {}).items():
+            col = class_column(SLO_NAMES[key], c["name"])
+            if target is None or col not in evaluated or not evaluated[col].notna().any():
+                continue
+            best = evaluated.loc[evaluated[col].idxmin()]
+            lines.append(f"- traffic.classes.{i}.slo.{key} = {target:g} s ({c['name']}): the lowest P99 predicted was "
+                         f"{best[col]:.3g} s (trial {best['trial']})"
+                         + ("; this SLO cannot be met by the candidates searched" if best[col] > target else ""))
     if not len(evaluated):
         lines.append("- no configuration passed the checks before simulation (memory, TP, accuracy, GPU limit)")
     lines.append("Loosen the SLO keys named above, widen gpus/space, or raise accuracy.max_drop_pct or limits.max_gpus.")
@@ -116,6 +136,14 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     arrival = w["traffic"]["arrival"]
     rate = arrival.get("rate_per_s")
     load = f"{rate:g} requests/s ({arrival['kind']})" if rate else f"{arrival.get('concurrency')} closed-loop clients"
+    if arrival["kind"] == "sessions":
+        load = f"{rate:g} conversations/s (multi-turn sessions)"
+    classes = w["traffic"].get("classes") or []
+    if classes:
+        load += "; classes: " + ", ".join(
+            f"{c['name']} ({c['share']:.0%}, priority {c.get('priority', 0)}"
+            + "".join(f", P99 {k[4:-2].upper()} <= {v:g} s" for k, v in (c.get("slo") or {}).items() if v is not None)
+            + ")" for c in classes)
     slo = ", ".join(f"{k} = {v:g} s" for k, v in w["slo"].items() if k in SLO_NAMES and v is not None) or "none"
     if w["slo"].get("n_minus_1"):
         slo += ", also with one replica down (slo.n_minus_1)"
@@ -158,16 +186,9 @@ def _why_cell(row: dict[str, Any]) -> str:
     return row["why"] + (f"; same predictions as trial(s) {same}" if isinstance(same, str) and same else "")
 
 
-def front_columns(front: pd.DataFrame) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
-    """The front table's columns: the N-1 column only when the job predicted one replica down."""
-    with_n_minus_1 = "n_minus_1_p99_ttft_s" in front
-    return [(label, cell) for label, cell in FRONT_COLUMNS if label != N_MINUS_1_LABEL or with_n_minus_1]
-
-
-def _front_rows(front: pd.DataFrame, objective: dict) -> list[tuple[dict[str, Any], list[str], str]]:
+def _front_rows(front: pd.DataFrame, objective: dict, columns: list) -> list[tuple[dict[str, Any], list[str], str]]:
     """Each front row with its table cells and its mark (cheapest, fastest or '')."""
     marks = front_marks(front, objective)
-    columns = front_columns(front)
     return [(row, [cell(row) for _, cell in columns] + [_why_cell(row)], marks.get(row["trial"], ""))
             for row in front.to_dict(orient="records")]
 
@@ -177,10 +198,10 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
     lines = [f"# servopt optimize: {data['job']['study']}", "", *_summary_lines(data, trials), ""]
     lines += [f"## Pareto front (re-checked with {w['fidelity']['final_requests']} simulated requests)", ""]
     if len(front):
-        columns = front_columns(front)
-        lines.append("| " + " | ".join(label for label, _ in columns) + " | why |")
+        columns = front_columns(data, front)
+        lines.append("| " + " | ".join(label.replace("|", "\\|") for label, _ in columns) + " | why |")
         lines.append("|" + "---|" * (len(columns) + 1))
-        for _, cells, mark in _front_rows(front, w["objective"]):
+        for _, cells, mark in _front_rows(front, w["objective"], columns):
             cells[0] += f" ({mark})" if mark else ""
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         if not front["profile_calibrated"].astype(bool).all():
@@ -220,13 +241,12 @@ code{overflow-wrap:anywhere}
 _TEXT_COLUMNS = {"model", "GPU", "replicas x (TP or P:D)", "quant (weights / KV)", "speculation", "profile"}
 
 
-def _front_table_html(front: pd.DataFrame, objective: dict) -> str:
+def _front_table_html(front: pd.DataFrame, objective: dict, columns: list) -> str:
     esc = html.escape
-    columns = front_columns(front)
     head = "".join(f"<th class='{'l' if label in _TEXT_COLUMNS else ''}'>{esc(label)}</th>" for label, _ in columns)
     # Fits 1,280 px; a narrower window scrolls the table, not the page.
     rows = ["<div class='scroll'><table class='front'><thead><tr>" + head + "</tr></thead><tbody>"]
-    for row, cells, mark in _front_rows(front, objective):
+    for row, cells, mark in _front_rows(front, objective, columns):
         tds = []
         for (label, _), cell in zip(columns, cells, strict=False):
             if label == "model":  # break long ids after their slashes only
@@ -271,7 +291,7 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
         f"<h2>Pareto front (re-checked with {w['fidelity']['final_requests']} simulated requests)</h2>",
     ]
     if len(front):
-        parts.append(_front_table_html(front, w["objective"]))
+        parts.append(_front_table_html(front, w["objective"], front_columns(data, front)))
         parts.append(f"<p>Export one: <code>servopt export {esc(data['job']['out_dir'])} --pick cheapest</code> "
                      "(or <code>fastest</code>, or a # above)</p>")
     else:
@@ -310,6 +330,7 @@ def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, An
             "metrics": {k: row[k] for k in (*COST_COLUMNS, "num_gpus", "gpus_rented", "p99_ttft_s", "p99_tpot_s",
                                              "p99_e2e_s", "output_tokens_per_s", "accuracy_drop_pct",
                                              *(c for c in row if c.startswith("n_minus_1_")))},
+            "class_metrics": {c: row[c] for c in front.columns if c.endswith("]") and _present(row[c])},
         })
     return points
 

@@ -9,14 +9,16 @@ from typing import Any
 
 import pandas as pd
 
-from ._record import TrialRecord, summary_p99
+from ._record import TrialRecord, summary_classes, summary_p99
 
 KNOB_COLUMNS = [
     "model", "gpu", "mode", "tp", "data_parallel_size", "enable_expert_parallel", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp",
     "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
-    "speculation", "num_speculative_tokens", "headroom",
+    "scheduling_policy", "speculation", "num_speculative_tokens", "headroom",
 ]
 METRICS = ("ttft", "tpot", "itl", "e2e")
+# Per tenant class (traffic with classes): its own P99s, in columns named p99_<metric>_s[<class>].
+CLASS_METRICS = ("ttft", "tpot", "e2e")
 COST_COLUMNS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
 # KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
 KV_LIMITED_UTILIZATION = 0.9
@@ -28,6 +30,8 @@ def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]
     """Flat columns of one simulator summary (NaN when there is none)."""
     s = summary or {}
     out = {f"{prefix}p99_{m}_s": summary_p99(summary, m) for m in METRICS}
+    out.update({f"{prefix}{class_column(m, tenant)}": summary_p99(summary, m, tenant)
+                for tenant in summary_classes(summary) for m in CLASS_METRICS})
     out.update({
         f"{prefix}requests_per_s": s.get("requests_per_s", math.nan),
         f"{prefix}output_tokens_per_s": s.get("output_tokens_per_s", math.nan),
@@ -38,6 +42,11 @@ def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]
         f"{prefix}queueing_share_p99_ttft": s.get("queueing_share_p99_ttft", math.nan),
     })
     return out
+
+
+def class_column(metric: str, tenant: str) -> str:
+    """The column of a tenant class's P99 of ``metric``."""
+    return f"p99_{metric}_s[{tenant}]"
 
 
 def reports_n_minus_1(workload: dict[str, Any]) -> bool:
@@ -161,6 +170,7 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "max_num_seqs": d["max_num_seqs"],
             "max_num_batched_tokens": d["max_num_batched_tokens"],
             "enable_chunked_prefill": d["enable_chunked_prefill"],
+            "scheduling_policy": d.get("scheduling_policy", "fcfs"),
             "pd_split": pd_split_text(d),
             "speculation": speculation_text(r.knobs),
             **cost_columns(check.costs()),

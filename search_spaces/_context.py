@@ -91,6 +91,7 @@ class SpaceContext:
     gpus_per_node: int | None = None
     max_gpus: int = 64
     profiles: dict[str, PerformanceProfile] = field(default_factory=dict)
+    priority_classes: bool = False  # the traffic's tenant classes have different priorities
     cache: CompileCache = field(default_factory=CompileCache, repr=False)
 
     def node_size(self, gpu: str) -> int:

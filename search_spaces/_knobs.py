@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..costmodels.quantization import SCHEMES
+from ..costmodels.vllm_defaults import SCHEDULING_POLICIES, SCHEDULING_POLICY
 from ._context import SpaceContext
 from ._domains import Choices, Domain, FloatRange, IntRange, Value
 
@@ -233,6 +234,23 @@ class ChunkedPrefillKnob(_BoolKnob):
         return Choices((True, False))
 
 
+class SchedulingPolicyKnob(_NameKnob):
+    """vLLM's --scheduling-policy: searched when the traffic's classes have different priorities
+    (without them ``priority`` schedules as ``fcfs`` does)."""
+
+    name = "scheduling_policy"
+    help = "vLLM --scheduling-policy: fcfs, or priority (searched when the traffic's classes have different priorities)"
+
+    def default_domain(self, ctx: SpaceContext) -> Domain:
+        return Choices(SCHEDULING_POLICIES if ctx.priority_classes else (SCHEDULING_POLICY,))
+
+    def coerce(self, value: Any) -> Value:
+        value = super().coerce(value)
+        if value not in SCHEDULING_POLICIES:
+            raise ValueError(f"expected one of {', '.join(SCHEDULING_POLICIES)}, got {value!r}")
+        return value
+
+
 class SpeculationKnob(_NameKnob):
     name = "speculation"
     help = "speculative decoding: off, or one of the workload's speculation methods"
@@ -279,7 +297,8 @@ KNOBS: tuple[Knob, ...] = (
     ModelKnob(), GPUKnob(), ModeKnob(), TensorParallelKnob(), DataParallelKnob(), ExpertParallelKnob(),
     PrefillInstancesKnob(), DecodeInstancesKnob(),
     PrefillTensorParallelKnob(), DecodeTensorParallelKnob(), PipelineParallelKnob(), QuantizationKnob(),
-    KVCacheDTypeKnob(), MaxNumSeqsKnob(), MaxNumBatchedTokensKnob(), ChunkedPrefillKnob(), SpeculationKnob(),
+    KVCacheDTypeKnob(), MaxNumSeqsKnob(), MaxNumBatchedTokensKnob(), ChunkedPrefillKnob(), SchedulingPolicyKnob(),
+    SpeculationKnob(),
     SpeculativeTokensKnob(), HeadroomKnob(),
 )
 """The knobs searched by default, in the order they are suggested. ``replicas`` is searched only

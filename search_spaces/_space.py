@@ -11,6 +11,7 @@ import optuna
 
 from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
 from ..costmodels.errors import InputError
+from ..costmodels.vllm_defaults import SCHEDULING_POLICY
 from ..costmodels.serving.compiled import CompiledDeployment
 from ._constraints import CONSTRAINTS, Constraint, Violation
 from ._context import SpaceContext
@@ -162,6 +163,7 @@ class SearchSpace:
             "max_num_seqs": c["max_num_seqs"],
             "max_num_batched_tokens": c["max_num_batched_tokens"],
             "enable_chunked_prefill": c["enable_chunked_prefill"],
+            "scheduling_policy": c.get("scheduling_policy", SCHEDULING_POLICY),
             "max_model_len": self.ctx.max_model_len[model],
         }
         if c.get("mode") == DISAGGREGATED:

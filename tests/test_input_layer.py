@@ -323,6 +323,25 @@ def test_mooncake_timestamps_are_milliseconds(tmp_path):
     assert trace.cached_tokens.tolist()[:3] == [0, 1024, 1024]  # 512-token blocks 0 and 1 seen before
 
 
+@pytest.mark.parametrize("record,key", [(0, "input_length"), (0, "hash_ids"), (7, "output_length")])
+def test_a_record_without_a_key_the_others_have_is_named_wherever_it_is(tmp_path, record, key):
+    """The layout comes from every record: a first record without ``input_length`` is still Mooncake's,
+    refused for the missing key, not read as another layout in seconds."""
+    records = [dict(r) for r in MOONCAKE]
+    del records[record][key]
+    path = tmp_path / "conversation_trace.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    with pytest.raises(InputError, match=f"record {record + 1} has no '{key}'"):
+        Traffic.model_validate({"arrival": {"kind": "trace", "path": str(path)}}).read_trace()
+
+
+def test_keys_servopt_does_not_read_may_come_and_go(tmp_path):
+    records = [dict(r, **({"session_id": "abc"} if i % 2 else {})) for i, r in enumerate(MOONCAKE)]
+    path = tmp_path / "conversation_trace.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert len(Traffic.model_validate({"arrival": {"kind": "trace", "path": str(path)}}).read_trace()) == len(MOONCAKE)
+
+
 def test_millisecond_times_read_as_seconds_are_refused_until_the_unit_is_given(tmp_path):
     rows = [(t, 100, 10) for t in range(0, 60_000, 1000)]
     path = tmp_path / "t.csv"

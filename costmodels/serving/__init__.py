@@ -11,14 +11,17 @@ Public face:
   :class:`ServingSummary` the answer.
 
 Modules (entities, scheduler and execution-time predictor kept apart, as in Vidur):
-:mod:`.traffic` (arrival and length distributions, traces), :mod:`.requests` (drawn requests and their
-progress), :mod:`.scheduler` (vLLM V1 step rule, KV blocks, preemption), :mod:`.predictor` (step
+:mod:`.traffic` (arrival and length distributions, tenant classes, sessions, traces), :mod:`.datasets`
+(length presets of public sets), :mod:`.requests` (drawn requests and their progress),
+:mod:`.scheduler` (vLLM V1 step rule, KV blocks, preemption), :mod:`.request_queue` (fcfs and
+priority waiting queues), :mod:`.prefix_cache` (conversations' cached blocks), :mod:`.predictor` (step
 times from the roofline model and the drafter), :mod:`.engine` (one engine's clock and closed-form
 decode runs; pipeline stages), :mod:`.router` and :mod:`.cluster` (replicas, P/D hand-offs,
-closed-loop clients), :mod:`.metrics` (distributions, confidence intervals, saturation),
-:mod:`.simulator` (``simulate``), :mod:`.analytic` (``estimate``) and :mod:`.activity` (what the engines
-did in a simulated run: busy and host-wait time, prefill-carrying steps in the ITL tail, KV peak; read
-by ``servopt diagnose``).
+closed-loop clients, conversations' next turns), :mod:`.metrics` (distributions, confidence intervals, saturation, per-class
+figures), :mod:`.simulator` (``simulate``), :mod:`.analytic` (``estimate``), :mod:`.queueing` (G/G/c
+waits, for the estimate), :mod:`.priority` (each class's share of those waits under fcfs and
+priority) and :mod:`.activity` (what the engines did in a simulated run: busy and host-wait time,
+prefill-carrying steps in the ITL tail, KV peak; read by ``servopt diagnose``).
 
 Example:
     >>> from servopt.costmodels.serving import simulate, estimate, SimulationResult, Traffic, SLO

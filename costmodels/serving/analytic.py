@@ -31,6 +31,11 @@ One engine (a replica's pipeline lane, or a P/D instance) is modelled in steady 
 - The profile's front-end latency (``request_overhead_s``) and the front end's tokenization (one
   prompt at a time per replica: its mean service time plus the M/G/1 wait at the tokenizer) add to
   TTFT and end-to-end latency and to the closed-loop cycle.
+- Tenant classes: the whole traffic sets the steady state; each class takes its own lengths and its
+  share of the waits (:mod:`.priority`: as the whole traffic's under ``fcfs``, Cobham's priority
+  queues under ``priority``). Multi-turn sessions: a turn hits its conversation's history in the
+  prefix cache when its previous turn ran on the same engine and its blocks were freed less than
+  the cache's retention time before (free KV over the tokens freed per second; solved twice).
 
 ``benchmarks/bench_estimate_accuracy.py`` prints the estimate's P99 errors against the simulation.
 
@@ -60,9 +65,12 @@ from ..architectures import ModelSpec
 from ..deployment import Deployment
 from ..hardware import GPUSpec
 from ..profile import PerformanceProfile
-from .metrics import LatencyStats, ServingSummary
+from .metrics import ClassSummary, LatencyStats, ServingSummary
 from .predictor import StepComposition
-from .requests import RequestTable, draw_requests
+from .prefix_cache import retained_history
+from .priority import ClassLoad, class_waits
+from .queueing import NO_WAIT, Wait, gg_wait
+from .requests import DrawnRequests, RequestTable, draw_requests, session_history
 from .compiled import CompiledDeployment, Role, compile_deployment
 from .simulator import SimulationResult
 from .slo import SLO
@@ -97,30 +105,65 @@ class TrafficMoments:
     output_kappa: float  # integral of the output lengths' squared survival function / their mean (see _kappa)
 
 
-_MOMENTS: dict[tuple, tuple[Traffic, TrafficMoments]] = {}
-_MOMENTS_KEPT = 64
+_DRAWN: dict[tuple, tuple[Traffic, DrawnRequests]] = {}
+_MOMENTS: dict[tuple, tuple[Traffic, tuple[TrafficMoments, list[TrafficMoments]]]] = {}
+_KEPT = 64  # traffics and contexts remembered by each cache
 
 
-def traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMoments:
-    """The traffic's moments as this deployment sees it (clipped to its context, its prefix cache):
-    drawn once per traffic and context (a search estimates many deployments of one traffic)."""
-    d = compiled.deployment
-    key = (id(traffic), compiled.max_model_len, d.block_size, d.enable_prefix_caching)
-    hit = _MOMENTS.get(key)
+def _remembered(cache: dict, key: tuple, traffic: Traffic, make):
+    """``make()``, kept in ``cache`` under ``key`` while ``traffic`` (the first part of the key, by id) lives."""
+    hit = cache.get(key)
     if hit is None or hit[0] is not traffic:
-        if len(_MOMENTS) >= _MOMENTS_KEPT:
-            _MOMENTS.clear()
-        hit = _MOMENTS[key] = (traffic, _traffic_moments(traffic, compiled))
+        if len(cache) >= _KEPT:
+            cache.clear()
+        hit = cache[key] = (traffic, make())
     return hit[1]
 
 
-def _traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficMoments:
+def class_moments(traffic: Traffic, compiled: CompiledDeployment,
+                  retention_s: float = math.inf) -> tuple[TrafficMoments, list[TrafficMoments]]:
+    """Moments of the whole traffic and of each of its classes (none without classes), as this
+    deployment sees it (clipped to its context, its prefix cache): drawn once per traffic and context
+    (a search estimates many deployments of one traffic).
+
+    Multi-turn sessions hit their history in the prefix cache when their previous turn ran on the
+    same engine (one in the role's engines: the routers do not follow sessions) and its blocks were
+    freed less than ``retention_s`` before the turn (:func:`~.prefix_cache.retained_history`).
+    """
     d = compiled.deployment
-    trace = traffic.arrival.kind == "trace"
-    drawn = draw_requests(traffic, None if trace else MOMENT_SAMPLES, np.random.default_rng(0),
-                          max_model_len=compiled.max_model_len, block_size=d.block_size,
-                          prefix_caching=d.enable_prefix_caching, context_source=compiled.context_source)
-    inputs, outputs = drawn.input_tokens.astype(float), drawn.output_tokens.astype(float)
+    context = (id(traffic), compiled.max_model_len, d.block_size, d.enable_prefix_caching)
+    drawn = _remembered(_DRAWN, context, traffic, lambda: draw_requests(
+        traffic, None if traffic.arrival.kind == "trace" else MOMENT_SAMPLES, np.random.default_rng(0),
+        max_model_len=compiled.max_model_len, block_size=d.block_size, prefix_caching=d.enable_prefix_caching,
+        context_source=compiled.context_source))
+    if drawn.session is None or not d.enable_prefix_caching:
+        return _remembered(_MOMENTS, context, traffic,
+                           lambda: _class_moments(traffic, drawn, drawn.cached_tokens.astype(float)))
+    engines = compiled.roles[0].engines * d.pp
+
+    def with_history() -> tuple[TrafficMoments, list[TrafficMoments]]:
+        history = session_history(drawn.input_tokens, drawn.output_tokens, drawn.follow_up, d.block_size)
+        return _class_moments(traffic, drawn, retained_history(history, drawn.think_s, retention_s) / engines)
+
+    return _remembered(_MOMENTS, context + (engines, retention_s), traffic, with_history)
+
+
+def _class_moments(traffic: Traffic, drawn: DrawnRequests,
+                   cached: np.ndarray) -> tuple[TrafficMoments, list[TrafficMoments]]:
+    """Moments of the whole traffic and of each class, given each prompt's cached tokens."""
+    aggregate = _moments(traffic, drawn, cached, np.ones(len(drawn), dtype=bool), 1.0)
+    if drawn.classes is None:
+        return aggregate, []
+    return aggregate, [_moments(traffic, drawn, cached, drawn.classes == k, c.share)
+                       for k, c in enumerate(traffic.classes)]
+
+
+def _moments(traffic: Traffic, drawn: DrawnRequests, cached: np.ndarray, pick: np.ndarray,
+             share: float) -> TrafficMoments:
+    """Moments of the drawn requests ``pick`` (a class with ``share`` of the arrivals, or all)."""
+    if not pick.any():  # a class too small to be drawn: its share of the whole
+        pick = np.ones(len(drawn), dtype=bool)
+    inputs, outputs = drawn.input_tokens[pick].astype(float), drawn.output_tokens[pick].astype(float)
 
     def cv2(x: np.ndarray) -> float:
         return float(x.var() / x.mean() ** 2)
@@ -140,16 +183,19 @@ def _traffic_moments(traffic: Traffic, compiled: CompiledDeployment) -> TrafficM
             rate, ca2 = (len(gaps)) / span, cv2(gaps) if gaps.mean() > 0 else 1.0
         else:  # one burst: as many clients as requests, each sending one
             concurrency = len(inputs)
+    elif kind == "sessions":  # requests per second: sessions per second times their turns
+        sessions = len(np.unique(drawn.session))
+        rate, ca2 = traffic.arrival.rate_per_s * len(drawn) / sessions, traffic.arrival.interarrival_cv2
     else:
         rate, ca2 = traffic.arrival.rate_per_s, traffic.arrival.interarrival_cv2
-    prompts = np.maximum(inputs - drawn.cached_tokens, 1.0)
+    prompts = np.maximum(inputs - cached[pick], 1.0)
     if len(prompts) > MOMENT_SAMPLES:  # a long trace: evenly spaced requests of it
         prompts = prompts[np.linspace(0, len(prompts) - 1, MOMENT_SAMPLES).astype(int)]
     return TrafficMoments(
-        rate, concurrency, think, ca2,
+        None if rate is None else rate * share, concurrency, think, ca2,
         float(inputs.mean()), cv2(inputs),
         float(outputs.mean()), cv2(outputs), quantiles(outputs),
-        float(drawn.cached_tokens.mean()), len(inputs), prompts, _kappa(outputs),
+        float(cached[pick].mean()), len(inputs), prompts, _kappa(outputs),
     )
 
 
@@ -219,74 +265,6 @@ def _bisect(f, low: float, high: float, tolerance: float) -> float:
     return high
 
 
-def _erlang_c(servers: int, offered: float) -> float:
-    """Probability of waiting in M/M/c: Erlang B = P(X = c) / P(X <= c) for X ~ Poisson(offered), then
-    C = B / (1 - rho + rho B). The Poisson terms are summed in log space relative to P(X = c), down
-    to where they fall below 1e-30 of the mode's (12 standard deviations), so a large c costs one
-    vector operation."""
-    if offered >= servers:
-        return 1.0
-    if offered <= 0:
-        return 0.0
-    low = max(int(offered - 12 * math.sqrt(offered)) - 10, 0)
-    k = np.arange(servers, low, -1, dtype=float)
-    logs = np.cumsum(np.log(k / offered))  # log P(X = k - 1) / P(X = c)
-    b = math.exp(-float(np.logaddexp.reduce(np.append(logs, 0.0))))
-    rho = offered / servers
-    return b / (1 - rho + rho * b)
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A queueing delay: zero with probability ``p``'s complement, else exponential with mean
-    ``scale_s`` (the shape of the G/G/c wait in the heavy-traffic diffusion, and of Allen-Cunneen's)."""
-
-    p: float
-    scale_s: float
-
-    @property
-    def mean_s(self) -> float:
-        return self.p * self.scale_s
-
-    def quantile(self, q: float) -> float:
-        if self.p <= 1 - q or self.scale_s <= 0:
-            return 0.0
-        return self.scale_s * math.log(self.p / (1 - q))
-
-    def sample(self, uniform: np.ndarray, exponential: np.ndarray) -> np.ndarray:
-        return np.where(uniform < self.p, self.scale_s * exponential, 0.0)
-
-
-NO_WAIT = Wait(0.0, 0.0)
-
-
-def gg_wait(servers: int, offered: float, service_s: float, busy_variability: float, wait_variability: float,
-            pool: int = 1) -> Wait | None:
-    """The wait of a G/G/c queue of ``servers`` at ``offered`` erlangs (None: unstable), among
-    ``pool`` such queues fed by a join-the-shortest-queue router.
-
-    The probability of waiting is Erlang C at the load that gives an M/M/c the square-root-staffing
-    margin beta = (c - a) / sqrt(a) of the G/G/c divided by sqrt(``busy_variability``): the
-    Halfin-Whitt diffusion limit, whose only traffic parameter is beta over the square root of the
-    busy-server count's variance-to-mean ratio (1 for Poisson arrivals; Erlang C exactly; no wait at
-    0). The wait, given one, is exponential with mean ``wait_variability`` x S / (c - a), as in
-    Kingman's and Allen-Cunneen's formulas (``wait_variability`` = (c_a^2 + c_s^2) / 2). For one
-    server both variabilities are Kingman's.
-
-    Join-the-shortest-queue keeps the pool's queues even, so it behaves as one queue of all their
-    servers: a request waits only when every server is busy, and then behind its queue's share of
-    the pool's waiting requests, which the queue's servers clear as fast as the pool's clear the whole.
-    """
-    if offered >= servers:
-        return None
-    if offered <= 0 or busy_variability <= 0:
-        return NO_WAIT
-    c, a = servers * pool, offered * pool
-    beta = (c - a) / math.sqrt(a * busy_variability)
-    root = (math.sqrt(beta**2 + 4 * c) - beta) / 2
-    return Wait(_erlang_c(c, root**2), wait_variability * service_s / (c - a))
-
-
 @dataclass(frozen=True)
 class Routing:
     """How a router and the replica's own balancing (pipeline lanes, data-parallel ranks) split the
@@ -338,6 +316,11 @@ class EngineModel:
         """Variance over mean of the number of requests in an infinite-server queue with these
         arrivals and requests (Whitt's G/GI/infinity formula, 1 + (c_a^2 - 1) kappa; see :func:`_kappa`)."""
         return max(1.0 + (arrival_cv2 - 1.0) * self.m.output_kappa, 0.0)
+
+    @property
+    def slots(self) -> float:
+        """Requests the engine holds at once: ``max_num_seqs``, or fewer when the KV cache is smaller."""
+        return min(self.seats, self.capacity_tokens / max(self.context, 1.0))
 
     # --- step times -----------------------------------------------------------------------------
     def _interp(self, f, batch: float) -> float:
@@ -391,10 +374,18 @@ class EngineModel:
         grid = np.unique(np.quantile(prompts, np.linspace(0.0, 1.0, PREFILL_GRID)))
         return np.interp(prompts, grid, [self.prefill_time(float(x), batch) for x in grid])
 
-    def mean_ttft_s(self, point: EnginePoint) -> float:
-        """Mean TTFT at the engine (see :func:`_latencies`)."""
-        own_s = float(self.prefill_times(self.m.prompt_samples, point.batch).mean()) if self.prefill_tokens else 0.0
-        return point.decode_step_s / 2 + self.prefill_wait(point).mean_s + point.slot_wait.mean_s + own_s
+    def mean_ttft_s(self, point: EnginePoint, prompts: np.ndarray | None = None,
+                    waits: tuple[Wait, Wait] | None = None) -> float:
+        """Mean TTFT at the engine (see :func:`_latencies`): of its traffic, or of one class's
+        ``prompts`` (uncached prompt samples) that wait ``waits`` (prefill, slot)."""
+        prompts = self.m.prompt_samples if prompts is None else prompts
+        prefill_wait, slot_wait = waits or self.waits(point)
+        own_s = float(self.prefill_times(prompts, point.batch).mean()) if self.prefill_tokens else 0.0
+        return point.decode_step_s / 2 + prefill_wait.mean_s + slot_wait.mean_s + own_s
+
+    def waits(self, point: EnginePoint) -> tuple[Wait, Wait]:
+        """The whole traffic's waits for prefill capacity and for a sequence slot."""
+        return self.prefill_wait(point), point.slot_wait
 
     def prefill_wait(self, point: EnginePoint) -> Wait:
         """Waiting for prefill capacity: a G/G/1 server of prompt tokens (its utilization is below 1
@@ -432,7 +423,7 @@ class EngineModel:
         # requests need no decode step either (one output token: the prefill instance produced it).
         floor = (self.decode_step(1.0) if self.decode_tokens or not self.prefill_tokens
                  else self.mixed_step(0, min(self.prefill_tokens, self.budget)))
-        limit_batch = min(self.seats, self.capacity_tokens / max(self.context, 1.0))
+        limit_batch = self.slots
         # The smallest fixed point T = F(T) lies above the one-sequence step (F(floor) >= floor).
         # Bracket it starting from the last solution: nearby rates have nearby step times.
         high = max(floor, self._last_step_s)
@@ -562,26 +553,28 @@ def _e2e(ttft: LatencyStats, tpot: LatencyStats, m: TrafficMoments) -> LatencySt
 
 
 def _latencies(m: TrafficMoments, front: EngineModel, fp: EnginePoint, dec: EngineModel, dp: EnginePoint,
-               handoff_s: float) -> _Latencies:
+               handoff_s: float, waits: tuple[Wait, Wait] | None = None) -> _Latencies:
     """Latency distributions from the steady state of the front (prefill-capable) and decode engines.
 
-    Without disaggregation ``front is dec`` and ``handoff_s`` is zero.
+    Without disaggregation ``front is dec`` and ``handoff_s`` is zero. ``m`` may be one class's
+    moments, with that class's ``waits`` (prefill, slot; default: the whole traffic's).
     """
     # TTFT: the decode step in progress (a prefill in progress is the prefill queue's), waiting for
     # prefill capacity and for a sequence slot, then the prompt's own chunks. The parts are independent:
     # the quantiles of their sum come from samples of each.
     n = len(m.prompt_samples)
     uniform, exponential = _UNIFORMS[:, :n], _EXPONENTIALS[:, :n]
-    prefill_wait = front.prefill_wait(fp)
-    waited = prefill_wait.sample(uniform[0], exponential[0]) + fp.slot_wait.sample(uniform[1], exponential[1])
+    waits = waits or front.waits(fp)
+    prefill_wait, slot_wait = waits
+    waited = prefill_wait.sample(uniform[0], exponential[0]) + slot_wait.sample(uniform[1], exponential[1])
     waited += fp.decode_step_s * uniform[2]
     own = front.prefill_times(m.prompt_samples, fp.batch)
     samples = waited + own
-    ttft = _stats(front.mean_ttft_s(fp), [float(v) for v in np.quantile(samples, QUANTILES)])
+    ttft = _stats(front.mean_ttft_s(fp, m.prompt_samples, waits), [float(v) for v in np.quantile(samples, QUANTILES)])
     tail = samples >= ttft.p99
     queue_share = float(np.mean(waited[tail] / samples[tail])) if tail.any() and ttft.p99 > 0 else 0.0
-    # TPOT and ITL from the decode engine's step mixture.
-    steps = max(dec.decode_tokens / dec.tau, 1.0)
+    # TPOT and ITL from the decode engine's step mixture (the request's own number of steps).
+    steps = max(max(m.output_mean - 1, 0.0) / dec.tau, 1.0)
     share = dp.mixed_share
     # The decoding batch fluctuates like the count of an infinite-server queue (variance: the batch times
     # its peakedness), amplified by its own feedback: a larger batch slows every step, which keeps
@@ -654,6 +647,17 @@ class _Analysis:
         # A closed-loop client's next request reaches the engine after its think time and the front end.
         self.tokenize_s = compiled.tokenize_s_per_token * m.input_mean
         self.cycle_gap_s = m.think_time_s + compiled.request_overhead_s + self.tokenize_s
+
+    def retention_s(self) -> float:
+        """How long a freed block stays cached at the steady state of the offered rate: the engine's
+        free KV over the tokens its finished requests free per second (0 when saturated)."""
+        solution = self.solve(self.m.rate_per_s)
+        if isinstance(solution, str):
+            return 0.0
+        engine, point = self.front, solution.front
+        free = max(engine.capacity_tokens - point.batch * engine.context, 0.0)
+        freed_per_s = point.rate_per_s * (self.m.input_mean + self.m.output_mean)
+        return free / freed_per_s if freed_per_s > 0 else math.inf
 
     def front_end_wait_s(self, rate: float) -> float:
         """Mean wait at a replica's tokenizer (M/G/1, Pollaczek-Khinchine); inf past its capacity."""
@@ -777,11 +781,20 @@ def estimate(model: ModelSpec, deployment: Deployment, traffic: Traffic, gpu: GP
 def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO | None = None) -> SimulationResult:
     """:func:`estimate` of a deployment compiled already (InputError when vLLM would not start it)."""
     compiled.require()
-    m = traffic_moments(traffic, compiled)
+    m, by_class = class_moments(traffic, compiled)
     analysis = _Analysis(compiled, m)
     saturated, reason, extra_wait = False, "", 0.0
     notes = ["analytic estimate: Little's-law decode fixed point, G/G/1 prefill and G/G/c slot queues; "
              "no preemption or warm-up"]
+    if traffic.arrival.kind == "sessions" and compiled.deployment.enable_prefix_caching:
+        # Turns hit their history while it is still cached: solve once with every history cached,
+        # read how long freed blocks stay, then solve with the hits that retention allows.
+        retention = analysis.retention_s()
+        m, by_class = class_moments(traffic, compiled, retention)
+        analysis = _Analysis(compiled, m)
+        notes.append(f"multi-turn sessions: freed blocks stay cached ~{retention:.3g} s (free KV over blocks freed "
+                     f"per second); turns whose think time is shorter hit their history on the same engine: "
+                     f"{m.cached_mean / m.input_mean:.0%} of prompt tokens")
     lockstep = analysis.lockstep_state() if analysis.lockstep else None
     if lockstep is not None:
         notes.append("identical requests from closed-loop clients: they run in lockstep groups")
@@ -804,23 +817,23 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
             solution = cap
     if lockstep is None:
         lat = analysis.latencies(solution)
-    ttft, e2e = lat.ttft, lat.e2e
-    if saturated:
-        ttft = LatencyStats(math.inf, math.inf, math.inf, math.inf)
-        e2e = ttft
-    else:
-        delay = (extra_wait + compiled.request_overhead_s + analysis.tokenize_s
-                 + analysis.front_end_wait_s(solution.rate))
-        ttft = LatencyStats(*(v + delay for v in (ttft.mean, ttft.p50, ttft.p90, ttft.p99)))
-        e2e = LatencyStats(*(v + delay for v in (e2e.mean, e2e.p50, e2e.p90, e2e.p99)))
+    front_end_wait = analysis.front_end_wait_s(solution.rate)
+
+    def delayed(stats: LatencyStats, moments: TrafficMoments) -> LatencyStats:
+        """Front end and admission wait added (unbounded when saturated)."""
+        if saturated:
+            return LatencyStats(math.inf, math.inf, math.inf, math.inf)
+        delay = (extra_wait + compiled.request_overhead_s + compiled.tokenize_s_per_token * moments.input_mean
+                 + front_end_wait)
+        return LatencyStats(*(v + delay for v in (stats.mean, stats.p50, stats.p90, stats.p99)))
+
+    ttft, e2e = delayed(lat.ttft, m), delayed(lat.e2e, m)
     served = solution.rate
-    attainment, slo_met = None, None
-    if slo is not None and slo.targets():
-        stats = {"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}
-        attainment = 1.0
-        for metric, target in slo.targets().items():
-            attainment *= _attainment(stats[metric], target)
-        slo_met = all(stats[metric].p99 <= target for metric, target in slo.targets().items())
+    attainment, slo_met = _slo_figures({"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}, slo)
+    classes = ()
+    if by_class:
+        classes = _class_summaries(traffic, analysis, solution, by_class, lat if lockstep is not None else None, delayed)
+        notes.append(_class_note(compiled.deployment.scheduling_policy, saturated))
     dec, dp = analysis.dec, solution.decode
     batch = dp.batch
     kv_util = batch * dec.context / dec.capacity_tokens if dec.capacity_tokens else 0.0
@@ -834,7 +847,55 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
         compute_bound_share=dec.compute_bound_share(dp), preemptions=0, saturated=saturated, saturation_reason=reason,
         num_requests=0, num_measured=0, warmup_excluded=0,
         queueing_share_p99_ttft=math.nan if saturated else lat.queue_share + (extra_wait / ttft.p99 if extra_wait else 0.0),
-        notes=tuple(notes),
+        notes=tuple(notes), classes=classes,
     )
     return SimulationResult(summary, RequestTable.empty_frame())
+
+
+def _slo_figures(stats: dict[str, LatencyStats], slo: SLO | None) -> tuple[float | None, bool | None]:
+    """(share of requests within every target, whether every P99 meets its target); None without targets."""
+    if slo is None or not slo.targets():
+        return None, None
+    attainment = 1.0
+    for metric, target in slo.targets().items():
+        attainment *= _attainment(stats[metric], target)
+    return attainment, all(stats[metric].p99 <= target for metric, target in slo.targets().items())
+
+
+def _class_note(policy: str, saturated: bool) -> str:
+    if saturated:
+        return ("classes: the whole traffic saturates the estimate, so every class is reported unbounded; under "
+                "priority scheduling the higher classes may still be served (the simulation shows which)")
+    how = ("waits in (priority, arrival) order: non-preemptive priority queues (Cobham) for prefill and slots"
+           if policy == "priority" else "wait first come, first served: every class waits as the whole traffic does")
+    return f"classes {how}; a class's own lengths set its prefill and decode times; no preemption by priority"
+
+
+def _class_summaries(traffic: Traffic, analysis: _Analysis, solution: _Solution, by_class: list[TrafficMoments],
+                     lockstep: _Latencies | None, delayed) -> tuple[ClassSummary, ...]:
+    """Each class's latencies at the whole traffic's steady state (:mod:`.priority` for its waits)."""
+    policy = analysis.compiled.deployment.scheduling_policy
+    front, fp, dec, dp = analysis.front, solution.front, analysis.dec, solution.decode
+    prefill_wait, slot_wait = front.waits(fp)
+    # The prefill server's time per prompt token: a class's service is its own uncached prompt's tokens.
+    per_token_s = fp.prefill_service_s / front.prefill_tokens if front.prefill_tokens else 0.0
+    prefill_loads, slot_loads = [], []
+    for c, mk in zip(traffic.classes, by_class):
+        rate = fp.rate_per_s * c.share
+        prompt = max(mk.input_mean - mk.cached_mean, 1.0)
+        prefill_loads.append(ClassLoad(rate, prompt * per_token_s, c.priority))
+        residence = max(mk.output_mean - 1, 0.0) / dec.tau * dp.mean_step_s + front.prefill_time(prompt, 0)
+        slot_loads.append(ClassLoad(rate, residence / max(front.slots, 1.0), c.priority))
+    waits = zip(class_waits(policy, prefill_loads, prefill_wait), class_waits(policy, slot_loads, slot_wait))
+    out = []
+    for c, mk, wait in zip(traffic.classes, by_class, waits):
+        lat = lockstep or _latencies(mk, front, fp, dec, dp, analysis.handoff_s, wait)
+        ttft, e2e = delayed(lat.ttft, mk), delayed(lat.e2e, mk)
+        attainment, slo_met = _slo_figures({"ttft": ttft, "tpot": lat.tpot, "e2e": e2e}, c.slo)
+        rate = solution.rate * c.share
+        out.append(ClassSummary(
+            name=c.name, priority=c.priority, share=c.share, ttft_s=ttft, tpot_s=lat.tpot, itl_s=lat.itl, e2e_s=e2e,
+            p99_ci_s={}, requests_per_s=rate, goodput_requests_per_s=rate * (1.0 if attainment is None else attainment),
+            slo=c.slo.targets(), slo_attainment=attainment, slo_met=slo_met, num_measured=0, preemptions=0))
+    return tuple(out)
 

@@ -116,9 +116,14 @@ class Cluster:
         self.transfer_s = transfer_s
         self.engines = front.engines + (decode.engines if decode else [])
 
-    def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None) -> None:
+    def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None,
+            follow_ups: bool = False) -> None:
         """Simulate until every request has finished (see the module docstring); :class:`WorkLimitReached`
-        after ``max_plans`` committed engine plans (a plan is one step, or a closed-form run of decode steps)."""
+        after ``max_plans`` committed engine plans (a plan is one step, or a closed-form run of decode steps).
+
+        ``follow_ups``: the table's requests are turns of conversations (``table.follow_up``): a
+        turn's next one arrives its ``think_s`` after it finished; only first turns have arrival
+        times to start with (the others' are NaN)."""
         table = self.table
         n = table.size
         latency, per_token = self.request_overhead_s, self.tokenize_s_per_token
@@ -130,7 +135,7 @@ class Cluster:
                 table.arrival_s[rid] = 0.0
             next_rid = first
         else:
-            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s)]
+            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
             next_rid = n
         heapq.heapify(events)
         group_of: dict[int, int] = {}
@@ -195,8 +200,14 @@ class Cluster:
                     table.arrival_s[next_rid] = start
                     heapq.heappush(events, (start, next_rid, ARRIVAL))
                     next_rid += 1
+                elif follow_ups and table.follow_up[rid] >= 0:
+                    turn = table.follow_up[rid]
+                    table.arrival_s[turn] = end + table.think_s[turn]
+                    heapq.heappush(events, (table.arrival_s[turn], turn, ARRIVAL))
+            # A new event (a hand-off, a closed-loop client's or a conversation's next request) inside
+            # a lane's plan: stop the plan there. Other engines are cut when a request reaches them.
             if lanes and events and events[0][0] < earliest:
-                for lane in lanes:  # a new event inside a lane's plan: stop the plan there
+                for lane in lanes:
                     if lane.plan is not None and lane.plan.last_start_s >= events[0][0]:
                         lane.plan = None
                         dirty.append(lane)

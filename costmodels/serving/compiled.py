@@ -265,7 +265,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
                                       dp=d.data_parallel_size, expert_parallel=d.enable_expert_parallel,
                                       all2all_backend=d.all2all_backend))
             limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
-                                  prefill_only=name == "prefill")
+                                  prefill_only=name == "prefill", scheduling_policy=d.scheduling_policy)
             predictor = cache._get(cache.predictors, (id(cost), id(spec)), (cost, spec),
                                    lambda: StepTimePredictor(cost, spec))
             roles.append(Role(name, per_replica, per_replica * d.replicas, tp, limits, plan, predictor,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import InputError
 from .predictor import StepTimePredictor
-from .requests import WAITING
+from .requests import DECODE, WAITING
 from .scheduler import RunPlan, Scheduler, StepPlan
 
 RECORD_FIELDS = (
@@ -129,6 +129,8 @@ class Engine:
         self.outstanding = 0
         self.plan: Plan | None = None
         self.records: list[tuple] = []
+        # Decoding requests per tenant class in each record (traffic with classes only).
+        self.class_records: list[tuple] | None = [] if scheduler.class_decodes is not None else None
         self._last_end_s = -math.inf
         self._last_finished = 0
 
@@ -152,7 +154,7 @@ class Engine:
         table = sched.table
         if not sched.busy:
             self.clock = max(self.clock, time_s)
-        table.computed[rid] = table.prompt[rid] if handed_off else table.cached[rid]
+        table.computed[rid] = table.prompt[rid] if handed_off else sched.cached_prefix(rid)
         table.state[rid] = WAITING
         if handed_off:
             table.prefill_instance[rid] = table.instance[rid]
@@ -213,6 +215,8 @@ class Engine:
     def commit(self, plan: Plan) -> list[int]:
         """Carry the plan out; returns the requests that left the engine (finished or handed off)."""
         sched = self.scheduler
+        if self.class_records is not None:
+            self.class_records.append(self._class_decodes(plan))
         if plan.step is not None:
             step = plan.step
             finished = sched.apply_step(step, plan.start_s, plan.end_s)
@@ -239,3 +243,15 @@ class Engine:
         self.outstanding -= len(finished)
         self._last_end_s, self._last_finished = plan.end_s, len(finished)
         return finished
+
+    def _class_decodes(self, plan: Plan) -> tuple[int, ...]:
+        """Decodes of each class that the plan's steps run (before it is applied): a step's victims
+        do not decode."""
+        sched = self.scheduler
+        counts = list(sched.class_decodes)
+        if plan.step is not None:
+            table = sched.table
+            for victim in plan.step.victims:
+                if table.state[victim] == DECODE:
+                    counts[table.klass[victim]] -= 1
+        return tuple(counts)

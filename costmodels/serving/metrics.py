@@ -6,6 +6,10 @@ pools every token gap of every request: a decode's gap is the duration of the st
 so the ITL distribution is the step-duration distribution weighted by the decodes in each step, plus
 the gaps across preemptions and P/D hand-offs.
 
+With tenant classes, each class gets the same figures over its own requests (:class:`ClassSummary`):
+its ITL pools the token gaps of the steps weighted by that class's decodes in each, and its goodput
+counts the requests within the class's own SLO.
+
 The P99 confidence intervals are batch means: the measured requests (in arrival order) or steps (in
 time order) are cut into ``BATCHES`` consecutive batches, and the spread of the batches' P99s gives a
 Student-t interval that accounts for the autocorrelation of queueing delays.
@@ -60,15 +64,52 @@ class LatencyStats:
 
 
 @dataclass(frozen=True)
-class ServingSummary:
-    """Everything a prediction reports (simulated or analytic); ``to_dict`` is JSON-ready."""
+class LatencyFigures:
+    """The four latency distributions and their P99 intervals, of all requests or of one class."""
 
-    method: str
     ttft_s: LatencyStats
     tpot_s: LatencyStats
     itl_s: LatencyStats
     e2e_s: LatencyStats
     p99_ci_s: dict[str, tuple[float, float]]
+
+    def latency_dict(self) -> dict:
+        return {"ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "itl_s": self.itl_s.to_dict(),
+                "e2e_s": self.e2e_s.to_dict(), "p99_ci_s": {k: list(v) for k, v in self.p99_ci_s.items()}}
+
+
+@dataclass(frozen=True)
+class ClassSummary(LatencyFigures):
+    """One tenant class's figures (see the module docstring); ``to_dict`` is JSON-ready."""
+
+    name: str
+    priority: int
+    share: float
+    requests_per_s: float
+    goodput_requests_per_s: float
+    slo: dict[str, float]
+    slo_attainment: float | None
+    slo_met: bool | None
+    num_measured: int
+    preemptions: int
+
+    def to_dict(self) -> dict:
+        """Every field; ``goodput`` repeats ``goodput_requests_per_s`` under the name that workloads'
+        tooling reads per class (``classes.<name>.goodput``)."""
+        return {
+            "priority": self.priority, "share": self.share, **self.latency_dict(),
+            "requests_per_s": self.requests_per_s, "goodput_requests_per_s": self.goodput_requests_per_s,
+            "goodput": self.goodput_requests_per_s,
+            "slo": self.slo, "slo_attainment": self.slo_attainment, "slo_met": self.slo_met,
+            "num_measured": self.num_measured, "preemptions": self.preemptions,
+        }
+
+
+@dataclass(frozen=True)
+class ServingSummary(LatencyFigures):
+    """Everything a prediction reports (simulated or analytic); ``to_dict`` is JSON-ready."""
+
+    method: str
     requests_per_s: float
     input_tokens_per_s: float
     output_tokens_per_s: float
@@ -86,15 +127,13 @@ class ServingSummary:
     warmup_excluded: int
     queueing_share_p99_ttft: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    classes: tuple[ClassSummary, ...] = ()
 
     def to_dict(self) -> dict:
+        """Every field; ``classes`` (name -> :meth:`ClassSummary.to_dict`) only for traffic with classes."""
         return {
             "method": self.method,
-            "ttft_s": self.ttft_s.to_dict(),
-            "tpot_s": self.tpot_s.to_dict(),
-            "itl_s": self.itl_s.to_dict(),
-            "e2e_s": self.e2e_s.to_dict(),
-            "p99_ci_s": {k: list(v) for k, v in self.p99_ci_s.items()},
+            **self.latency_dict(),
             "requests_per_s": self.requests_per_s,
             "input_tokens_per_s": self.input_tokens_per_s,
             "output_tokens_per_s": self.output_tokens_per_s,
@@ -112,6 +151,7 @@ class ServingSummary:
             "warmup_excluded": self.warmup_excluded,
             "queueing_share_p99_ttft": self.queueing_share_p99_ttft,
             "notes": list(self.notes),
+            **({"classes": {c.name: c.to_dict() for c in self.classes}} if self.classes else {}),
         }
 
     def p99_ci_relative_half_width(self, metric: str) -> float:
@@ -155,6 +195,7 @@ class StepRecords:
 
     columns: dict[str, np.ndarray]
     engine: np.ndarray
+    class_decodes: np.ndarray | None = None  # records x classes: each class's decodes (traffic with classes)
 
     @classmethod
     def collect(cls, engines: list[Engine], start_s: float, end_s: float) -> StepRecords:
@@ -163,7 +204,10 @@ class StepRecords:
         data = np.asarray(rows, dtype=float).reshape(-1, len(RECORD_FIELDS))
         columns = {name: data[:, i] for i, name in enumerate(RECORD_FIELDS)}
         keep = (columns["start_s"] >= start_s) & (columns["start_s"] <= end_s)
-        return cls({k: v[keep] for k, v in columns.items()}, owner[keep].astype(int))
+        by_class = None
+        if engines and engines[0].class_records is not None:
+            by_class = np.asarray([c for e in engines for c in e.class_records], dtype=float)[keep]
+        return cls({k: v[keep] for k, v in columns.items()}, owner[keep].astype(int), by_class)
 
     def compute_bound(self, engines: list[Engine]) -> np.ndarray:
         """Per record: compute-limited operators dominate (evaluated by each engine's cost model)."""
@@ -180,10 +224,12 @@ class StepRecords:
         k = c["steps"]
         return k * c["first_s"] + c["slope_s"] * k * (k - 1) / 2
 
-    def token_gaps(self, points: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def token_gaps(self, points: int = 4, decodes: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(gap, weight, time, record) samples: each record's arithmetic sequence of step durations,
         summarised by up to ``points`` evenly spread values, weighted by the decodes that produced
-        tokens; ``record`` is the index of the record each sample stands for."""
+        tokens (``decodes`` per record: some requests' only, default all); ``record`` is the index
+        of the record each sample stands for."""
         c = self.columns
         k = c["steps"]
         m = np.minimum(k, points)
@@ -194,13 +240,14 @@ class StepRecords:
         share = k[idx] / m[idx]
         step_index = (within + 0.5) * share - 0.5
         gaps = c["first_s"][idx] + c["slope_s"][idx] * step_index
-        weights = share * c["itl_decodes"][idx]
+        weights = share * (c["itl_decodes"] if decodes is None else decodes)[idx]
         return gaps, weights, c["start_s"][idx], idx
 
 
 def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, *, slo: SLO | None,
-              open_loop: bool, steady_state: bool, notes: list[str]) -> ServingSummary:
-    """Summarise a finished simulation over the ``measured`` requests."""
+              open_loop: bool, steady_state: bool, notes: list[str], classes: list | None = None) -> ServingSummary:
+    """Summarise a finished simulation over the ``measured`` requests (and, given the traffic's
+    ``classes``, over each class's)."""
     arrival = np.asarray(table.arrival_s)
     first = np.asarray(table.first_token_s)
     finish = np.asarray(table.finish_s)
@@ -218,9 +265,12 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
     window_start, window_end = float(a.min()), float(e.max())
     records = StepRecords.collect(engines, window_start, window_end)
     gaps, weights, times, _ = records.token_gaps()
-    extra = [(t, g) for engine in engines for t, g in engine.scheduler.gaps_s if window_start <= t <= window_end]
+    extra = [(t, g, r) for engine in engines
+             for (t, g), r in zip(engine.scheduler.gaps_s, engine.scheduler.gap_requests) if window_start <= t <= window_end]
+    extra_g, extra_r = np.zeros(0), np.zeros(0, dtype=int)
     if extra:
-        extra_t, extra_g = np.asarray(extra).T
+        extra_t, extra_g, extra_r = np.asarray(extra).T
+        extra_r = extra_r.astype(int)
         gaps, weights, times = (np.concatenate([gaps, extra_g]), np.concatenate([weights, np.ones(len(extra_g))]),
                                 np.concatenate([times, extra_t]))
     itl = LatencyStats.of(gaps, weights) if weights.sum() > 0 else LatencyStats(*[math.nan] * 4)
@@ -243,14 +293,7 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
         rate = (n - 1) / span if span > 0 else math.nan
     else:
         rate = n / (window_end - window_start) if window_end > window_start else math.nan
-    meets = np.ones(n, dtype=bool)
-    slo_met = None
-    if slo is not None and slo.targets():
-        for metric, target in slo.targets().items():
-            values = {"ttft": ttft, "tpot": tpot, "e2e": e2e}[metric]
-            meets &= ~(values > target)  # NaN TPOT (one output token) meets any TPOT target
-        slo_met = all(stats[m].p99 <= t for m, t in slo.targets().items())
-    attainment = float(meets.mean()) if slo is not None and slo.targets() else None
+    meets, attainment, slo_met = _slo_check({"ttft": ttft, "tpot": tpot, "e2e": e2e}, stats, slo)
     wait = scheduled[measured][order] - a
     p99 = stats["ttft"].p99
     tail = ttft >= p99
@@ -263,6 +306,14 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
     total_steps = steps.sum()
     capacity = np.asarray([e.kv_capacity_tokens for e in engines])[records.engine]
     kv_util = float(np.sum(c["kv_tokens"] / capacity * durations) / durations.sum()) if durations.sum() > 0 else 0.0
+    by_class = ()
+    if classes:
+        klass = np.asarray(table.klass)[measured][order]
+        preempted = np.asarray(table.preemptions)[measured][order]
+        by_class = tuple(
+            _class_summary(cls, k, klass == k, {"ttft": ttft, "tpot": tpot, "e2e": e2e}, rate, preempted,
+                           records, (extra_g, np.asarray(table.klass)[extra_r] == k))
+            for k, cls in enumerate(classes))
     return ServingSummary(
         method="simulation",
         ttft_s=stats["ttft"], tpot_s=stats["tpot"], itl_s=itl, e2e_s=stats["e2e"], p99_ci_s=ci,
@@ -277,7 +328,45 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
         preemptions=int(np.asarray(table.preemptions)[measured].sum()),
         saturated=saturated, saturation_reason=reason,
         num_requests=table.size, num_measured=n, warmup_excluded=table.size - n,
-        queueing_share_p99_ttft=queue_share, notes=tuple(notes),
+        queueing_share_p99_ttft=queue_share, notes=tuple(notes), classes=by_class,
+    )
+
+
+def _slo_check(values: dict[str, np.ndarray], stats: dict[str, LatencyStats],
+               slo: SLO | None) -> tuple[np.ndarray, float | None, bool | None]:
+    """(requests within every target, their share, whether every P99 meets its target); all
+    requests and None without targets."""
+    n = len(values["ttft"])
+    meets = np.ones(n, dtype=bool)
+    if slo is None or not slo.targets():
+        return meets, None, None
+    for metric, target in slo.targets().items():
+        meets &= ~(values[metric] > target)  # NaN TPOT (one output token) meets any TPOT target
+    return meets, float(meets.mean()) if n else None, all(stats[m].p99 <= t for m, t in slo.targets().items())
+
+
+def _class_summary(cls, k: int, pick: np.ndarray, values: dict[str, np.ndarray], rate: float,
+                   preempted: np.ndarray, records: StepRecords, extra: tuple) -> ClassSummary:
+    """A class's figures over its measured requests (``pick``, in arrival order)."""
+    mine = {m: v[pick] for m, v in values.items()}
+    stats = {m: LatencyStats.of(v) for m, v in mine.items()}
+    gaps, weights = np.zeros(0), np.zeros(0)
+    if records.class_decodes is not None:
+        gaps, weights, _, _ = records.token_gaps(decodes=records.class_decodes[:, k])
+    extra_gaps, extra_mine = extra
+    gaps = np.concatenate([gaps, extra_gaps[extra_mine]])
+    weights = np.concatenate([weights, np.ones(int(extra_mine.sum()))])
+    itl = LatencyStats.of(gaps, weights) if weights.sum() > 0 else LatencyStats(*[math.nan] * 4)
+    meets, attainment, slo_met = _slo_check(mine, stats, cls.slo)
+    n = int(pick.sum())
+    share = n / len(pick) if len(pick) else 0.0
+    return ClassSummary(
+        name=cls.name, priority=cls.priority, share=cls.share,
+        ttft_s=stats["ttft"], tpot_s=stats["tpot"], itl_s=itl, e2e_s=stats["e2e"],
+        p99_ci_s={m: _ci(_batch_p99s(v), stats[m].p99) for m, v in mine.items()},
+        requests_per_s=rate * share, goodput_requests_per_s=rate * share * float(meets.mean()) if n else math.nan,
+        slo=cls.slo.targets(), slo_attainment=attainment, slo_met=slo_met, num_measured=n,
+        preemptions=int(preempted[pick].sum()),
     )
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .traffic import Traffic, check_context
+from .traffic import Traffic, check_context, sample_lengths
 
 # Request states.
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -39,6 +39,12 @@ class DrawnRequests:
     ``cached_tokens`` of a prompt are a prefix-cache hit; ``shared_prefix`` says whether those
     prefixes are one prefix every request shares (a system prompt: its blocks are held once), or each
     request's own (a prompt sent before: its blocks are its own).
+
+    ``classes`` is each request's tenant class (an index into ``traffic.classes``) and ``priority``
+    its vLLM priority, when the traffic has classes. Multi-turn sessions give each request its
+    ``session`` and the next turn's request (``follow_up``, -1 for a session's last), sent
+    ``think_s`` (that next request's own entry) after it finishes; a follow-up's arrival time is NaN
+    until then, and its prefix-cache hit is found when it is scheduled (:mod:`.prefix_cache`).
     """
 
     arrival_s: np.ndarray | None
@@ -47,9 +53,88 @@ class DrawnRequests:
     cached_tokens: np.ndarray
     clipped: int
     shared_prefix: bool = True
+    classes: np.ndarray | None = None
+    priority: np.ndarray | None = None
+    session: np.ndarray | None = None
+    follow_up: np.ndarray | None = None
+    think_s: np.ndarray | None = None
+    num_classes: int = 1
 
     def __len__(self) -> int:
         return len(self.input_tokens)
+
+
+@dataclass(frozen=True)
+class _Sessions:
+    """Conversations drawn whole, turn after turn (see :func:`_draw_sessions`)."""
+
+    starts_s: np.ndarray  # per request: its session's start for a first turn, NaN for the others
+    inputs: np.ndarray
+    outputs: np.ndarray
+    classes: np.ndarray
+    session: np.ndarray
+    follow_up: np.ndarray
+    think_s: np.ndarray
+    ended_early: int  # sessions that stopped before their drawn turns, at the context limit
+
+
+def _draw_sessions(traffic: Traffic, n: int, rng: np.random.Generator, limit: int) -> _Sessions:
+    """``n`` requests of whole conversations: each turn's prompt is the previous prompt and answer
+    plus its new message; a session ends when its next turn (prompt and answer) would pass ``limit``."""
+    arrival = traffic.arrival
+    lengths, shares = traffic.class_lengths(), traffic.class_shares
+    cols: dict[str, list] = {k: [] for k in ("start", "input", "output", "class", "session", "think")}
+    ended = 0
+    session, clock = 0, 0.0
+    while len(cols["input"]) < n:
+        clock += float(rng.exponential(1.0 / arrival.rate_per_s))
+        k = int(rng.choice(len(shares), p=shares)) if len(shares) > 1 else 0
+        turns = int(arrival.turns.sample(rng, 1)[0])
+        new, out = sample_lengths(*lengths[k], rng, turns)
+        think = arrival.think_time.sample(rng, turns)
+        prompt = 0
+        for j in range(min(turns, n - len(cols["input"]))):
+            prompt = int(new[j]) if j == 0 else prompt + int(out[j - 1]) + int(new[j])
+            if j and prompt + int(out[j]) > limit:
+                ended += 1
+                break
+            cols["start"].append(clock if j == 0 else math.nan)
+            cols["input"].append(prompt)
+            cols["output"].append(int(out[j]))
+            cols["class"].append(k)
+            cols["session"].append(session)
+            cols["think"].append(0.0 if j == 0 else float(think[j]))
+        session += 1
+    sessions = np.asarray(cols["session"], dtype=np.int64)
+    follow = np.arange(1, len(sessions) + 1, dtype=np.int64)
+    follow[np.append(sessions[1:] != sessions[:-1], True)] = -1
+    return _Sessions(np.asarray(cols["start"]), np.asarray(cols["input"], dtype=np.int64),
+                     np.asarray(cols["output"], dtype=np.int64), np.asarray(cols["class"], dtype=np.int64),
+                     sessions, follow, np.asarray(cols["think"]), ended)
+
+
+def session_history(prompt: np.ndarray, output: np.ndarray, follow_up: np.ndarray, block_size: int) -> np.ndarray:
+    """Per request, the tokens of its prompt that the previous turn of its conversation computed, in
+    whole blocks (the prefix cache's most; the last prompt token is always computed): 0 for first turns."""
+    prompt, output, follow_up = (np.asarray(x, dtype=np.int64) for x in (prompt, output, follow_up))
+    history = np.zeros(len(prompt), dtype=np.int64)
+    before = np.flatnonzero(follow_up >= 0)
+    after = follow_up[before]
+    history[after] = np.minimum((prompt[before] + output[before] - 1) // block_size,
+                                (prompt[after] - 1) // block_size) * block_size
+    return history
+
+
+def _draw_lengths(traffic: Traffic, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Prompt and output lengths of ``n`` generated requests, and their classes (None without)."""
+    if traffic.classes is None:
+        return *sample_lengths(traffic.input_tokens, traffic.output_tokens, rng, n), None
+    classes = rng.choice(len(traffic.classes), size=n, p=traffic.class_shares)
+    inputs, outputs = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for k, (input_dist, output_dist) in enumerate(traffic.class_lengths()):
+        pick = classes == k
+        inputs[pick], outputs[pick] = sample_lengths(input_dist, output_dist, rng, int(pick.sum()))
+    return inputs, outputs, classes
 
 
 def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Generator, *, max_model_len: int,
@@ -66,10 +151,14 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     the traffic is refused (:func:`~servopt.costmodels.serving.traffic.check_context`; ``context_source``
     says where ``max_model_len`` comes from). A shared prefix, or a trace's own ``cached_tokens``, is a
     prefix-cache hit of whole blocks, at most the prompt minus one token (vLLM always computes the last
-    prompt token).
+    prompt token). Sessions end at the context limit instead (:class:`~servopt.costmodels.serving.traffic.SessionArrival`).
     """
     arrival: np.ndarray | None = None
     trace_cached: np.ndarray | None = None
+    classes = sessions = None
+    limit = min(traffic.max_context or max_model_len, max_model_len)
+    if limit < 2:
+        raise InputError(f"the context limit ({limit} tokens) leaves no room for a prompt and an output token")
     if traffic.arrival.kind == "trace":
         trace = traffic.read_trace()
         n = len(trace) if num_requests is None else num_requests
@@ -85,15 +174,16 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
         if num_requests is None:
             raise InputError("num_requests is required for generated traffic")
         n = num_requests
-        if traffic.arrival.kind != "closed_loop":
-            stride = 1.0 / arrival_share
-            every = traffic.arrival.arrival_times_s(rng, math.ceil(n * stride))
-            arrival = every[np.floor(np.arange(n) * stride).astype(np.int64)]
-        inputs = traffic.input_tokens.sample(rng, n)
-        outputs = traffic.output_tokens.sample(rng, n)
-    limit = min(traffic.max_context or max_model_len, max_model_len)
-    if limit < 2:
-        raise InputError(f"the context limit ({limit} tokens) leaves no room for a prompt and an output token")
+        if traffic.arrival.kind == "sessions":
+            sessions = _draw_sessions(traffic, n, rng, limit)
+            arrival, inputs, outputs = sessions.starts_s, sessions.inputs, sessions.outputs
+            classes = sessions.classes if traffic.classes is not None else None
+        else:
+            if traffic.arrival.kind != "closed_loop":
+                stride = 1.0 / arrival_share
+                every = traffic.arrival.arrival_times_s(rng, math.ceil(n * stride))
+                arrival = every[np.floor(np.arange(n) * stride).astype(np.int64)]
+            inputs, outputs, classes = _draw_lengths(traffic, n, rng)
     raw_inputs, raw_outputs = np.asarray(inputs, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
     consented = traffic.max_context is not None and traffic.max_context <= max_model_len
     check_context(raw_inputs, raw_outputs, limit, consented,
@@ -107,7 +197,14 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     elif prefix_caching and traffic.shared_prefix_fraction > 0:
         cached = np.floor(traffic.shared_prefix_fraction * inputs)
     cached = np.minimum(cached // block_size * block_size, (inputs - 1) // block_size * block_size).astype(np.int64)
-    return DrawnRequests(arrival, inputs, outputs, cached, clipped, shared_prefix=trace_cached is None)
+    priority = None
+    if classes is not None:
+        priority = np.asarray([c.priority for c in traffic.classes], dtype=np.int64)[classes]
+    extra = {}
+    if sessions is not None:
+        extra = {"session": sessions.session, "follow_up": sessions.follow_up, "think_s": sessions.think_s}
+    return DrawnRequests(arrival, inputs, outputs, cached, clipped, shared_prefix=trace_cached is None and sessions is None,
+                         classes=classes, priority=priority, num_classes=len(traffic.class_shares), **extra)
 
 
 class RequestTable:
@@ -128,6 +225,13 @@ class RequestTable:
         self.cached: list[int] = drawn.cached_tokens.tolist()
         self.cached_shared: list[bool] = [drawn.shared_prefix] * n
         self.arrival_s: list[float] = drawn.arrival_s.tolist() if drawn.arrival_s is not None else [nan] * n
+        self.num_classes = drawn.num_classes
+        self.klass: list[int] = drawn.classes.tolist() if drawn.classes is not None else [0] * n
+        self.priority: list[int] = drawn.priority.tolist() if drawn.priority is not None else [0] * n
+        self.sessions = drawn.session is not None
+        self.session: list[int] = drawn.session.tolist() if self.sessions else [-1] * n
+        self.follow_up: list[int] = drawn.follow_up.tolist() if self.sessions else [-1] * n
+        self.think_s: list[float] = drawn.think_s.tolist() if self.sessions else [0.0] * n
         self.state = [WAITING] * n
         self.generated = [0] * n
         self.computed = [0] * n
@@ -170,4 +274,8 @@ class RequestTable:
         if any(i >= 0 for i in self.prefill_instance):
             frame["prefill_instance"] = self.prefill_instance
             frame["kv_ready_s"] = self.kv_ready_s
+        if self.num_classes > 1:
+            frame["class"] = self.klass
+        if self.sessions:
+            frame["session"] = self.session
         return frame

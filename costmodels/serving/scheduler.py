@@ -8,10 +8,25 @@ Follows ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``), as summari
    (``max_num_batched_tokens``).
 2. Blocks are allocated for those tokens; when the pool runs out, the newest running request is
    preempted (RECOMPUTE: its blocks are freed and it goes back to the front of the waiting queue).
-3. Only if nothing was preempted, waiting requests are admitted first-come first-served while budget
+3. Only if nothing was preempted, waiting requests are admitted in queue order while budget
    remains and fewer than ``max_num_seqs`` run: a long prompt gets the rest of the budget as a chunk
    (with chunked prefill off it must fit whole), a prefix-cache hit skips its cached tokens, and
    admission stops at the first request whose blocks do not fit.
+
+Scheduling policy (``--scheduling-policy``, vLLM's ``SchedulingPolicy``): under ``fcfs`` the queue is
+first come, first served and the newest running request is the one preempted
+(``self.running.pop()``). Under ``priority`` the waiting queue is ordered by ``(priority,
+arrival_time)``, lower first (:mod:`.request_queue`), and when a running request cannot get its
+blocks, the running request with the largest ``(priority, arrival_time)`` is preempted
+(``max(self.running, key=lambda r: (r.priority, r.arrival_time))``), whether or not it was already
+scheduled in this step: a scheduled victim gives its tokens back to the step's budget
+(``token_budget += num_scheduled_tokens.pop(...)``), frees its blocks, restarts from zero computed
+tokens (recompute) and re-enters the waiting queue at its (priority, arrival) place. A waiting
+request never preempts a running one: admission still stops at the first request that does not fit,
+and nothing is admitted in a step that preempted (vllm/v1/core/sched/scheduler.py, ``schedule``).
+Preemption is resolved here for the step as a whole (victims in that order until the step's blocks
+fit); vLLM resolves it request by request in running order and, when the request being scheduled is
+itself the worst, skips the running requests after it for one step instead of preempting further.
 
 The scheduler also decides when the batch is *fixed*: only decodes run and no waiting request could
 be admitted. Then every step is identical but for context growth, and :meth:`Scheduler.plan_run`
@@ -42,6 +57,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .predictor import StepComposition
+from .prefix_cache import NO_OWNER, PrefixCache
+from .request_queue import waiting_queue
 from .requests import DECODE, DONE, PREFILL, WAITING, RequestTable
 
 
@@ -54,6 +71,7 @@ class EngineLimits:
     chunked_prefill: bool
     num_blocks: int
     prefill_only: bool = False  # a P/D prefill instance: hand a request off after its first token
+    scheduling_policy: str = "fcfs"  # or "priority" (vLLM --scheduling-policy)
 
 
 class BlockCounter:
@@ -81,7 +99,7 @@ class StepPlan:
 
     victims: list[int]
     chunks: list[tuple[int, int]]  # (request, tokens): running prefills, then new admissions
-    admitted: int  # how many waiting requests the chunks admit (taken from the queue's head)
+    admitted: int  # how many waiting requests the chunks admit (the last chunks; the queue's head when planned)
     decodes: int  # running decodes this step (their token gap is the step's duration)
     composition: StepComposition
     num_running: int
@@ -124,7 +142,16 @@ class Scheduler:
     shared_blocks: int = 0
     finish_heap: list = field(default_factory=list)
     gaps_s: list = field(default_factory=list)  # (time, gap) of token gaps across a preemption or hand-off
+    gap_requests: list = field(default_factory=list)  # the request of each entry of gaps_s
+    cache: PrefixCache | None = None  # conversations' cached prefixes (multi-turn sessions with prefix caching)
+    class_decodes: list | None = None  # decoding requests per tenant class (traffic with classes)
     _decode_cache: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        t = self.table
+        self.waiting = waiting_queue(self.limits.scheduling_policy, t.priority, t.arrival_s)
+        if t.num_classes > 1:
+            self.class_decodes = [0] * t.num_classes
 
     # --- state helpers ---------------------------------------------------------------------------
     @property
@@ -267,7 +294,9 @@ class Scheduler:
         free = self.limits.num_blocks - (int(held.sum()) + self.prefill_blocks + self.shared_blocks)
         victims: list[int] = []
         num_decode, decode_context = self.num_decode, self.decode_context
-        order = list(self.running)
+        order = list(self.running)  # oldest admission first: fcfs preempts the newest
+        if self.limits.scheduling_policy == "priority":  # the largest (priority, arrival) first
+            order.sort(key=lambda r: (t.priority[r], t.arrival_s[r], r))
         while need > free and order:
             victim = order.pop()
             victims.append(victim)
@@ -330,7 +359,8 @@ class Scheduler:
         if self.waiting:
             if budget > 0 and seats > 0 and self._head_fits(budget):
                 return None
-            horizon_matters = False
+            # The head waits; under priority scheduling a new arrival may wait ahead of it, and fit.
+            horizon_matters = budget > 0 and seats > 0 and lim.scheduling_policy == "priority"
         else:
             horizon_matters = budget > 0 and seats > 0
         heap, t = self.finish_heap, self.table
@@ -380,14 +410,54 @@ class Scheduler:
                 hi = mid - 1
         return lo
 
+    # --- prefix cache of conversations ----------------------------------------------------------
+    def cached_prefix(self, rid: int) -> int:
+        """Tokens of the request's prompt in the prefix cache when it enters the waiting queue: its
+        drawn hit, or what its conversation still has cached here (checked again when scheduled)."""
+        t = self.table
+        if self.cache is None or t.session[rid] < 0:
+            return t.cached[rid]
+        return self.cache.peek(t.session[rid], t.prompt[rid] + t.generated[rid] - 1)
+
+    def _cache_sync(self) -> None:
+        if self.cache is not None:
+            self.cache.sync(self.limits.num_blocks - self._used_exact())
+
+    def _release(self, rid: int, held_blocks: int, computed_tokens: int, keep: bool) -> None:
+        """The request frees its blocks (the caller synced the cache before its counters dropped);
+        ``keep``: its conversation reuses them (a next turn, or itself after a preemption)."""
+        t = self.table
+        if self.cache is not None:
+            owner = t.session[rid] if keep and t.session[rid] >= 0 else NO_OWNER
+            self.cache.release(owner, held_blocks, computed_tokens)
+
+    def _decode_held(self, rid: int) -> tuple[int, int]:
+        """(blocks, computed tokens) a decoding request holds now (as :meth:`_used_exact` counts them)."""
+        context = self.context(rid)
+        tokens = min(math.ceil(context - 1e-9) + self.query_per_seq - 1, len(self.blocks.table) - 1)
+        return self.blocks.table[tokens] - self._shared_blocks(rid), int(context)
+
+    def _count_decode(self, rid: int, delta: int) -> None:
+        if self.class_decodes is not None:
+            self.class_decodes[self.table.klass[rid]] += delta
+
     # --- applying --------------------------------------------------------------------------------
     def apply_step(self, plan: StepPlan, start_s: float, end_s: float) -> list[int]:
         """Carry a planned step out; returns the requests that finished (or were handed off)."""
         t = self.table
         for victim in plan.victims:
             self._preempt(victim, start_s)
-        for _ in range(plan.admitted):
-            rid = self.waiting.popleft()
+        # The admitted requests by id: under priority scheduling a request that arrived while the step
+        # ran (after it was planned) may now wait ahead of them.
+        for rid, _ in plan.chunks[len(plan.chunks) - plan.admitted:]:
+            self.waiting.remove(rid)
+            if self.cache is not None and t.session[rid] >= 0:
+                # The hit found when it was queued, less what was evicted since.
+                self._cache_sync()
+                hit = self.cache.take(t.session[rid], t.computed[rid])
+                if math.isnan(t.scheduled_s[rid]):
+                    t.cached[rid] = hit
+                t.computed[rid] = hit
             self.running[rid] = None
             self.prefilling.append(rid)
             t.state[rid] = PREFILL
@@ -424,7 +494,11 @@ class Scheduler:
             tick, rid = heapq.heappop(heap)
             if t.state[rid] != DECODE or t.finish_tick[rid] != tick:
                 continue
+            if self.cache is not None:
+                self._cache_sync()
+                self._release(rid, *self._decode_held(rid), keep=t.follow_up[rid] >= 0)
             self.num_decode -= 1
+            self._count_decode(rid, -1)
             self.decode_context -= self.context(rid)
             self.decode_shared_blocks -= self._shared_blocks(rid)
             self._decode_cache = None
@@ -441,10 +515,16 @@ class Scheduler:
             t.first_token_s[rid] = end_s
         else:
             self.gaps_s.append((end_s, end_s - t.last_emit_s[rid]))
+            self.gap_requests.append(rid)
+        leaving = t.generated[rid] >= t.output[rid] or self.limits.prefill_only
+        if leaving and self.cache is not None:
+            self._cache_sync()
+            self._release(rid, self._own_blocks(rid, t.computed[rid]), t.computed[rid],
+                          keep=t.follow_up[rid] >= 0 or t.generated[rid] < t.output[rid])
         self.prefilling.remove(rid)
         self.prefill_blocks -= self._own_blocks(rid, t.computed[rid])
         self.prefill_context -= t.computed[rid]
-        if t.generated[rid] >= t.output[rid] or self.limits.prefill_only:
+        if leaving:
             t.last_emit_s[rid] = end_s
             self._finish(rid, end_s)
             return True
@@ -461,6 +541,7 @@ class Scheduler:
         t.finish_tick[rid] = self.tick + steps
         heapq.heappush(self.finish_heap, (self.tick + steps, rid))
         self.num_decode += 1
+        self._count_decode(rid, 1)
         self.decode_context += t.computed[rid]
         self.decode_shared_blocks += self._shared_blocks(rid)
         self._decode_cache = None
@@ -473,23 +554,30 @@ class Scheduler:
         del self.running[rid]
 
     def _preempt(self, rid: int, now_s: float) -> None:
-        """RECOMPUTE preemption: free the request's blocks and put it back at the queue's head."""
+        """RECOMPUTE preemption: free the request's blocks and put it back in the waiting queue (at
+        its head under fcfs, at its (priority, arrival) place under priority). With a conversation
+        cache its computed blocks stay cached, so that it hits them again unless they are evicted
+        first (as vLLM's prefix cache does)."""
         t = self.table
+        self._cache_sync()
         if t.state[rid] == DECODE:
             steps = self.tick - t.base_tick[rid]
             emitted = t.emitted.get(rid)
             t.generated[rid] += (int(emitted[steps - 1]) if steps else 0) if emitted is not None else steps
+            self._release(rid, *self._decode_held(rid), keep=True)
             self.num_decode -= 1
+            self._count_decode(rid, -1)
             self.decode_context -= self.context(rid)
             self.decode_shared_blocks -= self._shared_blocks(rid)
             self._decode_cache = None
             t.finish_tick[rid] = -1
             t.last_emit_s[rid] = now_s
         else:
+            self._release(rid, self._own_blocks(rid, t.computed[rid]), t.computed[rid], keep=True)
             self.prefilling.remove(rid)
             self.prefill_blocks -= self._own_blocks(rid, t.computed[rid])
             self.prefill_context -= t.computed[rid]
-        t.computed[rid] = t.cached[rid]
+        t.computed[rid] = self.cached_prefix(rid)
         t.state[rid] = WAITING
         t.preemptions[rid] += 1
         del self.running[rid]

@@ -11,7 +11,8 @@ narrowing predicts, up to :data:`MAX_REQUESTS`) until the batch-means 95% interv
 P99 TPOT is within :data:`P99_TOLERANCE` of the estimate. Generated
 traffic excludes a warm-up (the first 10% of requests; with closed-loop clients at least twice the
 concurrency) and a cool-down (the last 5%, at least the concurrency) that see an emptier system than
-the steady state. A trace is replayed as is, every request measured, and so is a finite benchmark
+the steady state; multi-turn sessions keep the turns between the first conversations' build-up and
+the last conversation's start (:func:`_measured_turns`). A trace is replayed as is, every request measured, and so is a finite benchmark
 run of closed-loop clients (``requests_per_client``), whose opening burst and closing drain are part
 of what such a benchmark reports.
 
@@ -70,7 +71,8 @@ from .compiled import CompiledDeployment, compile_deployment
 from .data_parallel import LockstepGroup
 from .engine import Engine, PipelineStages
 from .metrics import ServingSummary, summarize
-from .requests import DrawnRequests, RequestTable, draw_requests
+from .prefix_cache import PrefixCache
+from .requests import DrawnRequests, RequestTable, draw_requests, session_history
 from .router import make_router
 from .scheduler import BlockCounter, Scheduler
 from .slo import SLO
@@ -118,6 +120,8 @@ def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.ra
             for _ in range(d.pp * role.dp):
                 sched = Scheduler(table, role.limits, counter, predictor.query_per_seq, predictor.tokens_per_step,
                                   predictor.window, compiled.speculation if role.name != "prefill" else None, rng)
+                if table.sessions and d.enable_prefix_caching:
+                    sched.cache = PrefixCache(role.limits.num_blocks, counter)
                 lanes.append(Engine(index, sched, predictor, stages))
                 index += 1
             # An MoE model's data-parallel ranks step together (their MoE layers span all of them).
@@ -143,6 +147,8 @@ def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
     keep = np.ones(n, dtype=bool)
     if _measures_everything(traffic):
         return keep
+    if table.sessions:
+        return _measured_turns(table)
     concurrency = traffic.arrival.concurrency if traffic.arrival.kind == "closed_loop" else 0
     warmup = max(int(WARMUP_SHARE * n), 2 * concurrency)
     cooldown = max(int(COOLDOWN_SHARE * n), concurrency)
@@ -152,6 +158,21 @@ def _measured(table: RequestTable, traffic: Traffic) -> np.ndarray:
     keep[:] = False
     keep[order[warmup:n - cooldown]] = True
     return keep
+
+
+def _measured_turns(table: RequestTable) -> np.ndarray:
+    """Turns of multi-turn sessions in the steady state: after the first sessions' span (the
+    conversations in progress build up for as long as one lasts) and the warm-up share, and no later
+    than the last session's start (after it, the conversations only drain)."""
+    arrival, session = np.asarray(table.arrival_s), np.asarray(table.session)
+    first = np.append(True, session[1:] != session[:-1])
+    last = np.append(session[1:] != session[:-1], True)
+    starts = arrival[first]
+    span = float(np.mean(arrival[last] - starts))
+    low = max(float(np.quantile(arrival, WARMUP_SHARE)), float(starts.min()) + span)
+    keep = (arrival >= low) & (arrival <= starts.max())
+    # Too short a run for a steady state: measure every turn (noted in the summary).
+    return keep if keep.sum() >= table.size // 4 else np.ones(table.size, dtype=bool)
 
 
 def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int | None, seed: int,
@@ -171,7 +192,7 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)
     try:
         cluster.run(table.arrival_s if closed is None else None, closed,
-                    max_plans=max(MIN_PLANS, PLANS_PER_REQUEST * table.size))
+                    max_plans=max(MIN_PLANS, PLANS_PER_REQUEST * table.size), follow_ups=table.sessions)
     except WorkLimitReached as stop:
         raise InputError(_work_limit_message(stop, table, drawn)) from None
     measured = _measured(table, traffic)
@@ -182,12 +203,29 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     if not everything and measured.all():
         notes.append("too few requests to exclude a warm-up: every request is measured")
     engines = ranks_of(cluster.engines)
+    if table.sessions:
+        notes.append(_session_note(table, d.block_size, d.enable_prefix_caching))
     summary = summarize(table, engines, measured, slo=slo, open_loop=closed is None,
-                        steady_state=not everything, notes=notes)
+                        steady_state=not everything, notes=notes, classes=traffic.classes)
     steps = sum(r[1] for e in engines for r in e.records)
     decode_steps = sum(r[1] for e in engines for r in e.records if r[7])
     activity = engine_activity(engines, table, measured, summary.itl_s.p99) if with_activity else None
     return SimulationResult(summary, table.frame(), int(steps), int(decode_steps), activity)
+
+
+def _session_note(table: RequestTable, block_size: int, prefix_caching: bool) -> str:
+    """How many turns the conversations had, and how much of their prompts the prefix cache held,
+    against the most it could (every turn's history, in whole blocks)."""
+    sessions = len(set(table.session))
+    prompts = sum(table.prompt)
+    history = int(session_history(table.prompt, table.output, table.follow_up, block_size).sum())
+    if not prefix_caching:
+        cached = "prefix caching is off: every turn recomputes its history"
+    else:
+        cached = (f"the prefix cache held {sum(table.cached) / prompts:.0%} of their prompt tokens (the history "
+                  f"is {history / prompts:.0%}; the rest was evicted or served on another engine)")
+    return (f"{table.size} turns of {sessions} conversations (mean prompt {prompts / table.size:,.0f} tokens with "
+            f"history); {cached}")
 
 
 def _work_limit_message(stop: WorkLimitReached, table: RequestTable, drawn: DrawnRequests) -> str:
@@ -216,12 +254,14 @@ def simulated_share(compiled: CompiledDeployment, traffic: Traffic) -> tuple[Com
     Identical replicas behind a router see statistically identical streams, so a few of them, fed
     their share of the arrivals, give the fleet's latency distribution at a cost that does not grow
     with the fleet (see the module docstring for what this approximates per router). Traces and
-    closed-loop clients that do not split evenly are simulated whole.
+    closed-loop clients that do not split evenly are simulated whole, and so are multi-turn
+    sessions: whether a turn finds its history cached depends on landing on the replica that served
+    the previous turn, which a few replicas would make more likely than the whole fleet does.
     """
     d = compiled.deployment
     kept = min(d.replicas, SIMULATED_REPLICAS[d.router])
     arrival = traffic.arrival
-    if kept == d.replicas or arrival.kind == "trace" or \
+    if kept == d.replicas or arrival.kind in ("trace", "sessions") or \
             (arrival.kind == "closed_loop" and (arrival.requests_per_client is not None
                                                 or arrival.concurrency * kept % d.replicas)):
         return compiled, traffic, 1.0

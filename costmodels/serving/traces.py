@@ -119,20 +119,29 @@ class RequestTrace:
 
 @dataclass(frozen=True)
 class _Columns:
-    """The raw columns of a trace file, whatever its container (CSV or JSONL)."""
+    """The raw columns of a trace file, whatever its container: a CSV table, or JSONL records whose
+    columns are the keys of all of them (so the layout is told by every record, not the first alone)."""
 
     names: list[str]
-    values: dict[str, list] | pd.DataFrame
+    values: pd.DataFrame | list[dict]
     jsonl: bool
 
     def row(self, index: int) -> str:
         """Where record ``index`` sits: a CSV line (after the header) or a JSONL record."""
         return f"record {index + 1}" if self.jsonl else f"line {index + 2}"
 
+    def cells(self, column: str, where: str) -> list:
+        """A JSONL column that servopt reads: every record must have it."""
+        missing = next((i for i, record in enumerate(self.values) if column not in record), None)
+        if missing is not None:
+            raise InputError(f"{where} {self.row(missing)} has no {quote(column)}; every record needs it "
+                             "(other records have it)")
+        return [record[column] for record in self.values]
+
     def numbers(self, column: str, number: Number, where: str) -> np.ndarray:
         if not self.jsonl:
             return numeric_column(self.values[column], number, where, column)
-        cells = self.values[column]
+        cells = self.cells(column, where)
         return np.array([json_number(v, number, f"{where} {self.row(i)}: {column}") for i, v in enumerate(cells)],
                         dtype=float)
 
@@ -160,12 +169,7 @@ def _load(path: Path, where: str) -> _Columns:
         frame = read_csv_table(path, "trace")
         return _Columns(list(frame.columns), frame, jsonl=False)
     records = read_jsonl_records(path, "trace")
-    names = list(dict.fromkeys(key for record in records[:1] for key in record))
-    missing = next(((i, name) for name in names for i, r in enumerate(records) if name not in r), None)
-    if missing:
-        index, name = missing
-        raise InputError(f"{where} record {index + 1} has no {quote(name)}; every record needs the first record's keys")
-    return _Columns(names, {name: [r[name] for r in records] for name in names}, jsonl=True)
+    return _Columns(list(dict.fromkeys(key for record in records for key in record)), records, jsonl=True)
 
 
 def _starts_with_brace(path: Path) -> bool:
@@ -270,7 +274,7 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
         lengths[role] = None if values is None else values.astype(np.int64)
     cached = None
     if fmt is MOONCAKE and "hash_ids" in columns.names and columns.jsonl:
-        cached = _prefix_hits(columns.values["hash_ids"], lengths["input"], where)
+        cached = _prefix_hits(columns.cells("hash_ids", where), lengths["input"], where)
     elif fmt is PLAIN and (column := fmt.pick(columns.names, "cached")) is not None:
         cached = columns.numbers(column, _CACHED, where).astype(np.int64)
     return replay(arrival, lengths["input"], lengths["output"], cached, where, time_scale=time_scale,

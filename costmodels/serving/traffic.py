@@ -2,7 +2,10 @@
 
 Each arrival process and length distribution is one pydantic class that also samples itself with a
 seeded ``numpy.random.Generator``; a ``trace`` arrival replays a file (:mod:`.traces` reads the
-formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL) or inline records.
+formats: plain CSV/JSONL, the Azure LLM inference traces, Mooncake's JSONL) or inline records. A
+``sessions`` arrival sends multi-turn conversations (:class:`SessionArrival`); a ``dataset`` length
+draws from a shipped public set (:mod:`.datasets`); ``classes`` split the arrivals into tenant
+classes with their own priority, lengths and targets (:class:`TrafficClass`).
 
 Bounds keep runs physical and finite: rates of 0.001 to a million requests/s (below one request per
 1,000 s a server is idle between requests, and the simulated clock would lose the precision of a
@@ -23,18 +26,25 @@ Example:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from ..errors import MAX_TOKENS, InputError, Name, Spec, Tokens
+from ..errors import MAX_INT, MAX_TOKENS, InputError, Name, Spec, Tokens
+from .datasets import catalog, dataset
+from .slo import SLO
 from .traces import MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S, TIME_UNITS, TRACE_FORMATS, RequestTrace, read_trace, replay
 
 MIN_RATE_PER_S = 1e-3
 MAX_RATE_PER_S = 1e6
 MAX_CONCURRENCY = 10_000
 MAX_BENCHMARK_REQUESTS = 1_000_000
+MAX_TURNS = 1000
+MAX_CLASSES = 64
+MAX_THINK_S = 86400.0
+# Shares of the classes must add up to one, to this tolerance (YAML decimals such as 0.1 + 0.2).
+SHARE_TOLERANCE = 1e-6
 RatePerS = Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)]
 
 
@@ -181,9 +191,6 @@ class TraceArrival(Spec):
                           **window)
 
 
-Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival, Field(discriminator="kind")]
-
-
 # --- lengths ------------------------------------------------------------------------------------
 class _Length(Spec):
     """A token-count distribution: draws integers from 1 to MAX_TOKENS and knows its first two moments."""
@@ -205,6 +212,11 @@ class _Length(Spec):
         """The smallest count it can draw."""
         raise NotImplementedError
 
+    @property
+    def most_tokens(self) -> int | None:
+        """The largest count it can draw (None: no declared bound, as a lognormal without ``max``)."""
+        raise NotImplementedError
+
 
 class FixedLength(_Length):
     kind: Literal["fixed"]
@@ -223,6 +235,10 @@ class FixedLength(_Length):
 
     @property
     def fewest_tokens(self) -> int:
+        return self.value
+
+    @property
+    def most_tokens(self) -> int:
         return self.value
 
 
@@ -252,6 +268,10 @@ class UniformLength(_Length):
     @property
     def fewest_tokens(self) -> int:
         return self.low
+
+    @property
+    def most_tokens(self) -> int:
+        return self.high
 
 
 class LognormalLength(_Length):
@@ -288,6 +308,10 @@ class LognormalLength(_Length):
     @property
     def fewest_tokens(self) -> int:
         return self.min
+
+    @property
+    def most_tokens(self) -> int | None:
+        return self.max
 
 
 class HistogramLength(_Length):
@@ -327,37 +351,272 @@ class HistogramLength(_Length):
     def fewest_tokens(self) -> int:
         return min(v for v, w in zip(self.values, self.weights) if w > 0)
 
+    @property
+    def most_tokens(self) -> int:
+        return max(v for v, w in zip(self.values, self.weights) if w > 0)
+
+
+class DatasetLength(_Length):
+    """A shipped public set's prompt or output lengths (:mod:`.datasets`: ``sharegpt``,
+    ``azure-conv-2023``, ``azure-code-2023``, ``arxiv-summarization``), drawn with replacement.
+
+    ``column`` is the key it stands under (``input_tokens`` draws prompts, ``output_tokens``
+    outputs) and is filled in from it; when both keys name the same set, :func:`sample_lengths`
+    draws each request's pair together.
+
+    Example:
+        >>> DatasetLength(kind="dataset", name="sharegpt", column="input").most_tokens
+        933
+    """
+
+    kind: Literal["dataset"]
+    name: Name
+    column: Literal["input", "output"]
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in catalog():
+            raise ValueError(f"unknown dataset; known: {', '.join(sorted(catalog()))}")
+        return name
+
+    @property
+    def tokens(self) -> np.ndarray:
+        table = dataset(self.name)
+        return table.input_tokens if self.column == "input" else table.output_tokens
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.tokens[rng.integers(0, len(self.tokens), n)]
+
+    @property
+    def mean_tokens(self) -> float:
+        return float(self.tokens.mean())
+
+    @property
+    def cv2(self) -> float:
+        return float(self.tokens.var() / self.tokens.mean() ** 2)
+
+    @property
+    def fewest_tokens(self) -> int:
+        return int(self.tokens.min())
+
+    @property
+    def most_tokens(self) -> int:
+        return int(self.tokens.max())
+
 
 LengthDistribution = Annotated[
-    FixedLength | UniformLength | LognormalLength | HistogramLength, Field(discriminator="kind")
+    FixedLength | UniformLength | LognormalLength | HistogramLength | DatasetLength, Field(discriminator="kind")
 ]
+# A count of turns: the integer distributions, but not a data set's token lengths.
+CountDistribution = Annotated[FixedLength | UniformLength | LognormalLength | HistogramLength, Field(discriminator="kind")]
+
+
+def _with_columns(data: Any) -> Any:
+    """A mapping's ``input_tokens``/``output_tokens`` presets told which column they draw (YAML
+    leaves it out: the key says it)."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key, column in (("input_tokens", "input"), ("output_tokens", "output")):
+        spec = out.get(key)
+        if isinstance(spec, dict) and spec.get("kind") == "dataset":
+            if spec.get("column", column) != column:
+                raise ValueError(f"{key}.column: a preset under {key} draws its {column} lengths; leave column out")
+            out[key] = {**spec, "column": column}
+    return out
+
+
+def sample_lengths(input_tokens: _Length, output_tokens: _Length, rng: np.random.Generator,
+                   n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` prompt and output lengths; pairs of one data set are drawn together."""
+    if (isinstance(input_tokens, DatasetLength) and isinstance(output_tokens, DatasetLength)
+            and input_tokens.name == output_tokens.name):
+        table = dataset(input_tokens.name)
+        pick = rng.integers(0, len(table.input_tokens), n)
+        return table.input_tokens[pick], table.output_tokens[pick]
+    return input_tokens.sample(rng, n), output_tokens.sample(rng, n)
+
+
+def _single_token(out: _Length | None) -> bool:
+    """Whether a length distribution always draws one token."""
+    return out is not None and out.fewest_tokens == 1 and out.most_tokens == 1
+
+
+# --- multi-turn sessions ---------------------------------------------------------------------------
+class FixedDuration(Spec):
+    kind: Literal["fixed"]
+    value_s: float = Field(ge=0, le=MAX_THINK_S)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, self.value_s)
+
+    @property
+    def mean_s(self) -> float:
+        return self.value_s
+
+
+class ExponentialDuration(Spec):
+    kind: Literal["exponential"]
+    mean_s: float = Field(gt=0, le=MAX_THINK_S)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.minimum(rng.exponential(self.mean_s, n), MAX_THINK_S)
+
+
+class LognormalDuration(Spec):
+    """Lognormal with mean ``mean_s`` and log-space standard deviation ``sigma`` (capped at a day)."""
+
+    kind: Literal["lognormal"]
+    mean_s: float = Field(gt=0, le=MAX_THINK_S)
+    sigma: float = Field(gt=0, le=5)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.minimum(rng.lognormal(np.log(self.mean_s) - self.sigma**2 / 2, self.sigma, n), MAX_THINK_S)
+
+
+DurationDistribution = Annotated[FixedDuration | ExponentialDuration | LognormalDuration, Field(discriminator="kind")]
+
+
+class SessionArrival(Spec):
+    """Multi-turn conversations: sessions start as a Poisson process of ``rate_per_s`` sessions per
+    second; each has ``turns`` turns (a count distribution, at most :data:`MAX_TURNS`); a turn is sent
+    ``think_time`` after the answer to the previous one finished, and its prompt is the whole
+    conversation so far (every earlier prompt and answer) plus its new message, drawn from
+    ``input_tokens`` (its answer from ``output_tokens``). A conversation ends early when its next
+    turn would not fit the context, as a user would start a new chat.
+
+    Prefix-cache hits follow from that structure: a turn reuses the blocks of the previous turn's
+    prompt and answer when they are still cached on the engine that serves it (see
+    :mod:`.prefix_cache`), not a fixed fraction.
+
+    Example:
+        >>> s = SessionArrival.model_validate({"kind": "sessions", "rate_per_s": 2,
+        ...     "turns": {"kind": "uniform", "low": 1, "high": 5},
+        ...     "think_time": {"kind": "exponential", "mean_s": 20}})
+        >>> s.interarrival_cv2, s.turns.mean_tokens
+        (1.0, 3.0)
+    """
+
+    kind: Literal["sessions"]
+    rate_per_s: RatePerS = Field(description="sessions started per second")
+    turns: CountDistribution
+    think_time: DurationDistribution
+
+    @model_validator(mode="after")
+    def _bounded_turns(self) -> SessionArrival:
+        most = self.turns.most_tokens
+        if most is None or most > MAX_TURNS:
+            raise ValueError(f"turns: declare at most {MAX_TURNS} turns per session (a lognormal needs max)")
+        return self
+
+    @property
+    def interarrival_cv2(self) -> float:
+        """Turns of independent sessions superpose into nearly Poisson requests (queueing formulas)."""
+        return 1.0
+
+    def session_starts_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.cumsum(rng.exponential(1.0 / self.rate_per_s, n))
+
+
+Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival | SessionArrival,
+                    Field(discriminator="kind")]
+
+
+# --- tenant classes --------------------------------------------------------------------------------
+class TrafficClass(Spec):
+    """A tenant class: its share of the arrivals, its priority and lengths, and its own targets.
+
+    ``priority`` is what its clients send as the request's ``priority`` (vLLM's OpenAI-compatible
+    field: lower values are served first under ``--scheduling-policy priority``; ignored, and in
+    vLLM refused unless 0, under fcfs). ``input_tokens``/``output_tokens`` left out take the
+    traffic's own. ``slo`` holds for the class's own requests, in addition to the workload's ``slo``
+    over all of them.
+
+    Example:
+        >>> c = TrafficClass.model_validate({"name": "chat", "share": 0.5, "priority": 0,
+        ...     "input_tokens": {"kind": "fixed", "value": 512}, "output_tokens": {"kind": "fixed", "value": 64},
+        ...     "slo": {"p99_ttft_s": 0.5}})
+        >>> c.slo.targets()
+        {'ttft': 0.5}
+    """
+
+    name: Name
+    share: float = Field(gt=0, le=1, description="share of the arrivals (the classes' shares add up to 1)")
+    priority: int = Field(default=0, ge=-MAX_INT, le=MAX_INT, description="vLLM request priority: lower first")
+    input_tokens: LengthDistribution | None = None
+    output_tokens: LengthDistribution | None = None
+    slo: SLO = Field(default_factory=SLO)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _columns(cls, data: Any) -> Any:
+        return _with_columns(data)
 
 
 class Traffic(Spec):
-    """What a deployment must serve."""
+    """What a deployment must serve.
+
+    With ``classes``, each arrival belongs to a class, drawn by the classes' shares (for a Poisson
+    arrival, independent Poisson streams of ``share x rate_per_s``), and takes its class's priority,
+    lengths and targets.
+    """
 
     arrival: Arrival
     input_tokens: LengthDistribution | None = Field(default=None, description="not needed with a trace")
     output_tokens: LengthDistribution | None = Field(default=None, description="not needed with a trace")
+    classes: list[TrafficClass] | None = Field(default=None, min_length=1, max_length=MAX_CLASSES)
     shared_prefix_fraction: float = Field(
         default=0.0, ge=0, lt=1, description="share of each prompt that a prefix cache can reuse"
     )
     max_context: int | None = Field(default=None, ge=2, le=MAX_TOKENS, description="prompt + output are clipped to this")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _columns(cls, data: Any) -> Any:
+        return _with_columns(data)
+
     @model_validator(mode="after")
     def _check_lengths(self) -> Traffic:
-        if self.arrival.kind != "trace" and (self.input_tokens is None or self.output_tokens is None):
+        kind = self.arrival.kind
+        if self.classes is not None:
+            self._check_classes()
+        elif kind != "trace" and (self.input_tokens is None or self.output_tokens is None):
             raise ValueError("input_tokens and output_tokens are required unless arrival.kind is 'trace'")
+        if kind == "sessions" and self.shared_prefix_fraction > 0:
+            raise ValueError("shared_prefix_fraction: with sessions, prefix-cache hits come from each conversation's "
+                             "history; a prefix shared by every session is not modelled with them, leave it out")
         return self
+
+    def _check_classes(self) -> None:
+        if self.arrival.kind == "trace":
+            raise ValueError("classes: a trace replays its own requests; classes need a generated arrival "
+                             "(poisson, gamma, closed_loop or sessions)")
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"classes: the name '{next(n for n in names if names.count(n) > 1)}' is used twice")
+        total = sum(c.share for c in self.classes)
+        if abs(total - 1.0) > SHARE_TOLERANCE:
+            raise ValueError(f"classes: the shares add up to {total:.6g}; make them add up to 1")
+        for i, c in enumerate(self.classes):
+            for key in ("input_tokens", "output_tokens"):
+                if getattr(c, key) is None and getattr(self, key) is None:
+                    raise ValueError(f"classes.{i}.{key}: required (or give {key} at the top level for every class)")
+
+    def class_lengths(self) -> list[tuple[_Length, _Length]]:
+        """(prompt, output) distributions of each class (the traffic's own, as one class, without classes)."""
+        if self.classes is None:
+            return [(self.input_tokens, self.output_tokens)]
+        return [(c.input_tokens or self.input_tokens, c.output_tokens or self.output_tokens) for c in self.classes]
+
+    @property
+    def class_shares(self) -> np.ndarray:
+        return np.asarray([1.0] if self.classes is None else [c.share for c in self.classes])
 
     @property
     def single_output_token(self) -> bool:
         """Whether every request asks for exactly one output token (so no request has a TPOT)."""
-        out = self.output_tokens
-        return out is not None and out.fewest_tokens == 1 and (
-            isinstance(out, FixedLength) or (isinstance(out, UniformLength) and out.high == 1)
-            or (isinstance(out, LognormalLength) and out.max == 1)
-            or (isinstance(out, HistogramLength) and all(v == 1 for v, w in zip(out.values, out.weights) if w > 0)))
+        return all(_single_token(out) for _, out in self.class_lengths())
 
     def read_trace(self) -> RequestTrace:
         """The trace of a ``trace`` arrival; its length columns may be left out when the spec gives

@@ -76,7 +76,9 @@ def plan_for(front: dict, point: dict) -> dict:
     gpu = point["deployment"]["gpu"]
     calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.get("profile_calibrated", True)))
     basis = (front.get("max_model_len") or {}).get(point.get("model", ""), {}).get("basis")
-    return launch_plan(point, gpus_per_node=point["gpus_per_node"], calibrated=calibrated, max_model_len_basis=basis)
+    classes = (front.get("workload") or {}).get("traffic", {}).get("classes")
+    return launch_plan(point, gpus_per_node=point["gpus_per_node"], calibrated=calibrated, max_model_len_basis=basis,
+                       classes=classes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _export_sglang(args: argparse.Namespace, front: dict, point: dict) -> int:
     check_model_id(point["serve_id"], "front.json serve_id")
-    plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"])
+    plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"],
+                       classes=(front.get("workload") or {}).get("traffic", {}).get("classes"))
     print(render_sglang(plan), end="")
     if args.check:
         python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable

@@ -105,6 +105,15 @@ def _ms(value: float | None) -> str:
     return "unbounded" if value is None else f"{value * 1e3:9.1f} ms"
 
 
+def _latency_table(r: dict) -> list[str]:
+    """Mean and percentiles of TTFT, TPOT, ITL and end-to-end latency of a summary (or one class's)."""
+    lines = [f"{'':12}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}"]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "end-to-end")):
+        stats = r[key]
+        lines.append(f"{label:12}" + "".join(f"{_ms(stats[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
+    return lines
+
+
 def _n_minus_1_lines(r: dict) -> list[str]:
     """The one-replica-down block (workloads with redundancy or slo.n_minus_1)."""
     n1 = r["n_minus_1"]
@@ -136,10 +145,7 @@ def render(r: dict) -> str:
     if r["saturated"]:
         lines += ["SATURATED: " + r["saturation_reason"],
                   "The latencies below grow with the length of the run; they are not a steady state.", ""]
-    lines.append(f"{'':12}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "end-to-end")):
-        stats = r[key]
-        lines.append(f"{label:12}" + "".join(f"{_ms(stats[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
+    lines += _latency_table(r)
     ci = r.get("p99_ci_s") or {}
     bounds = [f"{m.upper()} [{lo * 1e3:.1f}, {hi * 1e3:.1f}] ms" for m, (lo, hi) in ci.items()
               if lo is not None and hi is not None]
@@ -166,7 +172,15 @@ def render(r: dict) -> str:
         lines.append(f"preemptions     {r['preemptions']} (KV cache ran out; the newest requests were recomputed)")
     if "n_minus_1" in r:
         lines += _n_minus_1_lines(r)
-    lines += [f"note            {n}" for n in r["notes"]]
+    for name, c in (r.get("classes") or {}).items():
+        lines += ["", f"class {name}: priority {c['priority']}, {c['share'] * 100:.0f}% of arrivals, "
+                      f"{c['requests_per_s']:.3g} req/s" + (f", {c['preemptions']} preemptions" if c["preemptions"] else "")]
+        lines += _latency_table(c)
+        if c["slo"]:
+            targets = ", ".join(f"P99 {m.upper()} <= {v * 1e3:.0f} ms" for m, v in c["slo"].items())
+            lines.append(f"SLO             {targets}: {'met' if c['slo_met'] else 'MISSED'}; goodput "
+                         f"{c['goodput_requests_per_s']:.3g} req/s ({(c['slo_attainment'] or 0) * 100:.1f}% within)")
+    lines += ([""] if r.get("classes") and r["notes"] else []) + [f"note            {n}" for n in r["notes"]]
     lines += ["", f"Profile: {r['profile']}" + ("" if r["profile_calibrated"] else "  [UNCALIBRATED]")]
     return "\n".join(lines)
 
