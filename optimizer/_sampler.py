@@ -10,7 +10,10 @@ the first generation) is drawn at random here, as NSGA-II and TPE would draw it.
 With a ``choose`` function it collects :data:`PROPOSALS` such distinct proposals and lets ``choose``
 pick the one to score (pre-selection, as surrogate-assisted evolutionary algorithms do: the
 optimizer ranks them by the analytic estimate, which costs a few milliseconds where a trial's
-simulation costs a tenth of a second or more).
+simulation costs a tenth of a second or more). The joint proposal holds only the parameters every
+earlier trial had; with a ``complete`` function (:meth:`~servopt.search_spaces.SearchSpace.complete`)
+the others, those of a branch of the space no trial took yet, are drawn so that ``choose`` can rank
+the whole point, and the trial is then given the very values ranked.
 
 Example:
     >>> import optuna
@@ -26,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
@@ -43,10 +47,16 @@ class DistinctSampler(optuna.samplers.BaseSampler):
     TRIES = 24
 
     def __init__(self, sampler: optuna.samplers.BaseSampler, key: Callable[[dict[str, Any]], Any], seed: int | None,
-                 choose: Callable[[optuna.Study, list[dict[str, Any]]], int] | None = None):
+                 choose: Callable[[optuna.Study, list[dict[str, Any]]], int] | None = None,
+                 complete: Callable[[dict[str, Any], np.random.Generator], dict[str, Any]] | None = None):
         self.sampler = sampler
         self._key = key
         self._choose = choose
+        self._complete = complete
+        self._rng = np.random.default_rng(seed)
+        # trial number -> the whole proposal it was chosen as; its knobs outside the joint search
+        # space are handed out when the trial suggests them (sample_independent).
+        self._chosen: dict[int, dict[str, Any]] = {}
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._keys: dict[int, Any] = {}
         self._space = optuna.search_space.IntersectionSearchSpace(include_pruned=True)
@@ -82,6 +92,8 @@ class DistinctSampler(optuna.samplers.BaseSampler):
             proposal = {name: drawn[name] if name in drawn else
                         self._random.sample_independent(study, trial, name, distribution)
                         for name, distribution in search_space.items()}
+            if self._complete is not None:
+                proposal = self._complete(proposal, self._rng)
             key = self._key(proposal)
             if key is None or key not in seen:
                 proposals.append(proposal)
@@ -89,11 +101,17 @@ class DistinctSampler(optuna.samplers.BaseSampler):
                 if len(proposals) == wanted:
                     break
         if len(proposals) > 1:
-            return proposals[self._choose(study, proposals)]
-        return proposals[0] if proposals else proposal
+            proposal = proposals[self._choose(study, proposals)]
+        elif proposals:
+            proposal = proposals[0]
+        self._chosen[trial.number] = proposal
+        return {name: proposal[name] for name in search_space}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
+        chosen = self._chosen.get(trial.number, {})
+        if param_name in chosen and _within(param_distribution, chosen[param_name]):
+            return chosen[param_name]
         return self.sampler.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
@@ -101,8 +119,17 @@ class DistinctSampler(optuna.samplers.BaseSampler):
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: list[float] | None) -> None:
+        self._chosen.pop(trial.number, None)
         self.sampler.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         self.sampler.reseed_rng()
         self._random.reseed_rng()
+        self._rng = np.random.default_rng()
+
+
+def _within(distribution: BaseDistribution, value: Any) -> bool:
+    try:
+        return distribution._contains(distribution.to_internal_repr(value))
+    except (ValueError, TypeError):
+        return False

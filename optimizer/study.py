@@ -84,7 +84,8 @@ def make_sampler(kind: str, seed: int, trials: int | None,
         sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
     if evaluator is None:
         return sampler
-    return DistinctSampler(sampler, evaluator.scored_key, seed, EstimateChooser(evaluator))
+    return DistinctSampler(sampler, evaluator.scored_key, seed, EstimateChooser(evaluator),
+                           complete=evaluator.problem.space.complete)
 
 
 class EstimateChooser:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import optuna
 
 from ..costmodels.errors import InputError
@@ -30,6 +31,10 @@ class Domain:
         raise NotImplementedError
 
     def contains(self, value: Value) -> bool:
+        raise NotImplementedError
+
+    def draw(self, rng: np.random.Generator) -> Value:
+        """One value at random, as Optuna's random sampler would suggest it."""
         raise NotImplementedError
 
     def at_least(self, value: int) -> Value | None:
@@ -58,6 +63,9 @@ class Choices(Domain):
 
     def values(self) -> list[Value]:
         return list(self.options)
+
+    def draw(self, rng: np.random.Generator) -> Value:
+        return self.options[int(rng.integers(len(self.options)))]
 
     def contains(self, value: Value) -> bool:
         return any(_same(value, option) for option in self.options)
@@ -98,6 +106,12 @@ class IntRange(Domain):
         return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high \
             and (value - self.low) % self.step == 0
 
+    def draw(self, rng: np.random.Generator) -> Value:
+        if self.log:  # uniform in log space over [low - 0.5, high + 0.5], rounded, as Optuna draws
+            value = round(math.exp(rng.uniform(math.log(self.low - 0.5), math.log(self.high + 0.5))))
+            return min(max(value, self.low), self.high)
+        return self.low + self.step * int(rng.integers((self.high - self.low) // self.step + 1))
+
     def at_least(self, value: int) -> Value | None:
         above = self.low + max(-(-(value - self.low) // self.step), 0) * self.step
         return above if above <= self.high else None
@@ -126,6 +140,9 @@ class FloatRange(Domain):
     def values(self) -> list[Value]:
         count = round((self.high - self.low) / self.step) + 1
         return [round(self.low + i * self.step, 10) for i in range(count)]
+
+    def draw(self, rng: np.random.Generator) -> Value:
+        return round(self.low + self.step * int(rng.integers(round((self.high - self.low) / self.step) + 1)), 10)
 
     def contains(self, value: Value) -> bool:
         if isinstance(value, bool) or not isinstance(value, int | float) or not self.low <= value <= self.high:

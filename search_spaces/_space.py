@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import optuna
 
 from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
@@ -103,6 +104,20 @@ class SearchSpace:
         return out
 
     # --- sampling ------------------------------------------------------------------------------
+    def complete(self, values: Mapping[str, Value], rng: np.random.Generator) -> dict[str, Value]:
+        """``values`` with every active knob they lack drawn at random (pinned knobs at their value).
+
+        A sampler's joint proposal holds only the knobs every earlier trial had; the knobs of a
+        branch no trial took yet (``tp`` of an aggregated point when every trial so far was
+        disaggregated) come from here, so that the proposal can be estimated and scored whole.
+        """
+        out = dict(values)
+        for knob in self.knobs:
+            if knob.active(out) and knob.name not in out:
+                domain = self._domains[knob.name]
+                out[knob.name] = domain.pinned if domain.pinned is not None else domain.draw(rng)
+        return out
+
     def sample(self, trial: optuna.Trial) -> Candidate:
         """Suggest every active knob through ``trial`` (define-by-run, so conditions hold)."""
         values: dict[str, Value] = {}

@@ -165,3 +165,45 @@ def test_front_keeps_one_of_each_group_of_identical_predictions():
     save_recheck(study, 13, {"feasible": False, "values": [1.0, 1.0]})
     assert final_front(study) == [3, 7]
     assert front_equivalents(study) == {3: [5, 11], 7: []}
+
+
+def test_a_branch_no_trial_took_yet_is_proposed_whole_and_scored_as_ranked():
+    # Trial 0 takes branch b; later proposals come from the parameters every trial had (mode, y),
+    # so branch a's x must be drawn for the chooser to rank an a-point, and the trial must get it.
+    from servopt.optimizer._sampler import DistinctSampler
+
+    ranked = []
+
+    def choose(study, proposals):
+        for i, proposal in enumerate(proposals):
+            if proposal["mode"] == "a" and "x" in proposal:
+                ranked.append(proposal["x"])
+                return i
+        return 0
+
+    def complete(params, rng):
+        out = dict(params)
+        branch_knob = "x" if out["mode"] == "a" else "y"
+        out.setdefault(branch_knob, int(rng.integers(1, 4)))
+        return out
+
+    def objective(trial):
+        mode = trial.suggest_categorical("mode", ["a", "b"])
+        return trial.suggest_int("x" if mode == "a" else "y", 1, 3)
+
+    sampler = DistinctSampler(optuna.samplers.RandomSampler(seed=0), lambda p: tuple(sorted(p.items())), seed=0,
+                              choose=choose, complete=complete)
+    study = optuna.create_study(sampler=sampler)
+    study.enqueue_trial({"mode": "b", "y": 1})
+    study.optimize(objective, n_trials=4)
+    later = study.trials[1:]
+    assert [t.params["mode"] for t in later] == ["a"] * 3
+    assert [t.params["x"] for t in later] == ranked
+
+
+def test_the_default_job_searches_both_serving_modes(tmp_path):
+    job = tiny_job(tmp_path, space={"mode": ["aggregated", "disaggregated"], "speculation": "off"},
+                   budget={"trials": 24})
+    job.run(progress=False)
+    modes = Counter(t.record.deployment.get("disaggregation") is None for t in job.collect()["trials"])
+    assert modes[True] and modes[False], modes

@@ -173,3 +173,19 @@ def test_memory_check_counts_what_each_drafter_holds():
 
     assert pool("ngram") == pool("off")  # n-gram lookup runs on the CPU
     assert pool("eagle3") < pool("off")  # the head's weights and KV share the pool
+
+
+def test_complete_draws_the_missing_knobs_of_the_chosen_branch_within_their_domains():
+    import numpy as np
+
+    space = SearchSpace(example_context(), {"gpu": "h100"})
+    rng = np.random.default_rng(0)
+    for mode in ("aggregated", "disaggregated"):
+        for _ in range(20):
+            values = space.complete({"mode": mode}, rng)
+            candidate = space.fixed(values)  # raises when an active knob is missing
+            assert candidate.values["mode"] == mode and candidate.values["gpu"] == "h100"
+            for name, value in candidate.values.items():
+                assert space._domains[name].contains(value), (name, value)
+    log_range = IntRange(1, 1024, log=True)
+    assert {log_range.draw(rng) for _ in range(200)} <= set(range(1, 1025))
