@@ -10,6 +10,9 @@ estimate (``optimizer/_sampler.py``); how many deployments it estimated to do so
 Spaces:
 - ``default-8b``: the default job (Llama-3.1-8B chat at 20 req/s) over H100/A100/L40S, TP 1-4,
   bf16/fp8, KV dtype, 4 batch sizes, 2 token budgets, 4 headroom values.
+- ``8b-both-modes``: the default job on H100 and L40S, aggregated (TP 1-4) or prefill/decode
+  disaggregated (1-2 instances of each role, TP 1-2 each), bf16/fp8, 4 batch sizes, 3 headroom
+  values: each mode has knobs the other lacks.
 - ``70b-h100-h200``: Llama-3.1-70B, ISL 4000 / OSL 500 at 5 req/s, TTFT 1 s, TPOT 50 ms on H100 and
   H200, TP 1-8, bf16/fp8, KV dtype, 3 batch sizes, 3 headroom values (TP 1 and 2 mostly do not fit).
 - ``70b-h100-bf16``: the same model pinned to bf16 on H100, TP 1-8, with chunked prefill on or off and
@@ -50,6 +53,12 @@ SPACES = {
         "gpu": ["h100", "a100-80gb", "l40s"], "mode": "aggregated", "tp": [1, 2, 4], "quantization": ["bf16", "fp8"],
         "kv_cache_dtype": ["auto", "fp8"], "max_num_seqs": [32, 64, 128, 256], "max_num_batched_tokens": [2048, 8192],
         "enable_chunked_prefill": True, "speculation": "off", "headroom": [0.0, 0.5, 1.0, 2.0]}),
+    "8b-both-modes": (None, {
+        "gpu": ["h100", "l40s"], "mode": ["aggregated", "disaggregated"], "tp": [1, 2, 4],
+        "prefill_instances": [1, 2], "decode_instances": [1, 2], "prefill_tp": [1, 2], "decode_tp": [1, 2],
+        "quantization": ["bf16", "fp8"], "kv_cache_dtype": "auto", "max_num_seqs": [32, 64, 128, 256],
+        "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "speculation": "off",
+        "headroom": [0.0, 0.5, 1.0]}),
     "70b-h100-h200": ({**LLAMA_70B_JOB, "gpus": ["h100", "h200"]}, {
         "mode": "aggregated", "tp": [1, 2, 4, 8], "quantization": ["bf16", "fp8"], "kv_cache_dtype": ["auto", "fp8"],
         "max_num_seqs": [32, 128, 256], "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
