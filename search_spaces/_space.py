@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,22 @@ class SearchSpace:
         return out
 
     # --- sampling ------------------------------------------------------------------------------
+    def _active(self, given: Mapping[str, Value], missing: Callable[[str, Domain], Value]) -> dict[str, Value]:
+        """The active knobs in order (conditions read the values before them): a given value, else a
+        pinned knob's value, else ``missing(name, domain)``."""
+        out: dict[str, Value] = {}
+        for knob in self.knobs:
+            if not knob.active(out):
+                continue
+            domain = self._domains[knob.name]
+            if knob.name in given:
+                out[knob.name] = given[knob.name]
+            elif domain.pinned is not None:
+                out[knob.name] = domain.pinned
+            else:
+                out[knob.name] = missing(knob.name, domain)
+        return out
+
     def complete(self, values: Mapping[str, Value], rng: np.random.Generator) -> dict[str, Value]:
         """``values`` with every active knob they lack drawn at random (pinned knobs at their value).
 
@@ -111,34 +127,19 @@ class SearchSpace:
         branch no trial took yet (``tp`` of an aggregated point when every trial so far was
         disaggregated) come from here, so that the proposal can be estimated and scored whole.
         """
-        out = dict(values)
-        for knob in self.knobs:
-            if knob.active(out) and knob.name not in out:
-                domain = self._domains[knob.name]
-                out[knob.name] = domain.pinned if domain.pinned is not None else domain.draw(rng)
-        return out
+        return {**values, **self._active(values, lambda _name, domain: domain.draw(rng))}
 
     def sample(self, trial: optuna.Trial) -> Candidate:
         """Suggest every active knob through ``trial`` (define-by-run, so conditions hold)."""
-        values: dict[str, Value] = {}
-        for knob in self.knobs:
-            if knob.active(values):
-                values[knob.name] = self._domains[knob.name].suggest(trial, knob.name)
-        return Candidate(values)
+        return Candidate(self._active({}, lambda name, domain: domain.suggest(trial, name)))
 
     def fixed(self, values: Mapping[str, Value]) -> Candidate:
         """A candidate from given values; knobs left out take their pinned value."""
-        out: dict[str, Value] = {}
-        for knob in self.knobs:
-            if not knob.active(out):
-                continue
-            if knob.name in values:
-                out[knob.name] = values[knob.name]
-            elif self._domains[knob.name].pinned is not None:
-                out[knob.name] = self._domains[knob.name].pinned
-            else:
-                raise InputError(f"no value for knob '{knob.name}' ({self._domains[knob.name].describe()})")
-        return Candidate(out)
+
+        def refuse(name: str, domain: Domain) -> Value:
+            raise InputError(f"no value for knob '{name}' ({domain.describe()})")
+
+        return Candidate(self._active(values, refuse))
 
     def enumerate(self) -> Iterator[Candidate]:
         """Every point of the space (conditional knobs only where active); for small spaces."""
