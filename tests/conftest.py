@@ -1,6 +1,11 @@
+import os
 from pathlib import Path
 
 import pytest
+
+# The suite never reaches the network: with huggingface_hub installed, a model the cache lacks
+# would otherwise be downloaded (and, without a network, retried with backoff for minutes).
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 DATA = Path(__file__).parent / "data"
 
