@@ -50,6 +50,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every case reads local files only: a model id must resolve from the shipped catalog, not wait on the Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 VALID, INVALID, EITHER = "valid", "invalid", "either"
 DEEP = 1000
 
@@ -652,10 +654,10 @@ def _trace_mutation(rng, mutation: str, rows: list[tuple[float, int, int]]) -> t
         return [[1.7e12 + t * 1000, i, o] for t, i, o in rows], {}, INVALID, "time_unit"
     if mutation == "far_arrival":
         rows[rng.randrange(len(rows))][0] = 1e300
-        return rows, {}, INVALID, "spans"
+        return rows, {"time_unit": "s"}, INVALID, "spans"
     column = rng.choice([1, 2])
     rows[rng.randrange(len(rows))][column] = 0 if mutation == "zero_tokens" else 10**12
-    return rows, {}, INVALID, ["input", "output"][column - 1]
+    return rows, {"time_unit": "s"}, INVALID, ["input", "output"][column - 1]
 
 
 def case_trace_csv(rng: random.Random) -> Case:
@@ -665,9 +667,11 @@ def case_trace_csv(rng: random.Random) -> Case:
     if rng.random() < 0.3:
         mutation = rng.choice(extra)
         mutated, arrival, expect, needle = _trace_mutation(rng, mutation, rows)
-        if arrival:  # milliseconds said by time_unit (with a column name that says no unit) or by the name
+        if mutation == "times_in_ms_with_unit":  # said by time_unit (a column name saying no unit) or by the name
             header = ["timestamp", *header[1:]] if rng.random() < 0.5 else ["arrival_ms", *header[1:]]
             arrival = arrival if header[0] == "timestamp" else {}
+        else:
+            arrival = {}  # arrival_s says the unit
         files = {"t.csv": _csv(header, [[str(c) for c in r] for r in mutated]), "w.yaml": _trace_workload("t.csv", **arrival)}
     else:
         mutation, text, expect, needle = mutate_table(rng, "trace_csv", header, [[str(c) for c in r] for r in rows])
@@ -713,7 +717,8 @@ def case_trace_jsonl(rng: random.Random) -> Case:
         records = [{"timestamp": t, "input_len": i, "output_len": o} for t, i, o in rows]
         keys = {"timestamp": False, "input_len": True, "output_len": True}
     mutation = rng.choice(JSONL_MUTATIONS + (TRACE_EXTRA[:4] if not mooncake else []))
-    expect, needle, arrival = VALID, None, {}
+    # A plain trace's "timestamp" says no unit: the workload states it (Mooncake's is the format's).
+    expect, needle, arrival = VALID, None, ({} if mooncake else {"time_unit": "s"})
     if mutation in TRACE_EXTRA:
         mutated, arrival, expect, needle = _trace_mutation(rng, mutation, rows)
         records = [{"timestamp": t, "input_len": i, "output_len": o} for t, i, o in mutated]

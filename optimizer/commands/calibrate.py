@@ -14,7 +14,7 @@ from ...costmodels.architectures import resolve_model
 from ...costmodels.outfiles import write_text
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
-from .common import add_hardware_args, load_deployment
+from .common import add_hardware_args, load_deployment, number_in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("tables", nargs="+", metavar="TABLE", help="kernel tables (servopt, aiconfigurator or Vidur layout)")
     fit.add_argument("--gpu", default=None, help="GPU to fit (default: the one GPU the tables measure)")
     fit.add_argument("--framework", default="vllm", help="use this framework's rows where a table has several (default vllm)")
-    fit.add_argument("--holdout-fraction", type=float, default=0.3, help="share of shapes held out for the report (default 0.3)")
+    fit.add_argument("--holdout-fraction", type=number_in(0, 1, low_open=False), default=0.3, help="share of shapes held out for the report (default 0.3)")
     fit.add_argument("--out", default=None, metavar="PROFILE.json", help="where to write the profile (default: <gpu>.profile.json)")
     fit.add_argument("--json", action="store_true", help="print the fit report as JSON")
     add_hardware_args(fit)

@@ -13,8 +13,11 @@ from ...results import explain_empty, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
-from ..workload import Budget, load_workload
-from .common import positive_float, positive_int
+from ..workload import MAX_TIME_S, MAX_TRIALS, Budget, load_workload
+
+# Workers of one machine: more than a large server's cores only wait on each other.
+MAX_JOBS = 1024
+from .common import number_in, whole_number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,9 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--storage", default=None, metavar="URL",
                         help=f"SQLAlchemy URL of a shared study database (default: ${STORAGE_ENV}, else the workload's "
                         "storage, else SQLite in the job folder); its password is never printed or saved")
-    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="worker processes on this machine")
-    parser.add_argument("--trials", type=positive_int, default=None, help="override budget.trials")
-    parser.add_argument("--time", type=positive_float, default=None, metavar="SECONDS", help="override budget.time_s")
+    parser.add_argument("--jobs", type=whole_number(1, MAX_JOBS), default=1, metavar="N",
+                        help="worker processes on this machine")
+    parser.add_argument("--trials", type=whole_number(1, MAX_TRIALS), default=None, help="override budget.trials")
+    parser.add_argument("--time", type=number_in(0, MAX_TIME_S), default=None, metavar="SECONDS",
+                        help="override budget.time_s")
     parser.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

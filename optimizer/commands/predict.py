@@ -5,16 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
 
 
 from ...calibration.registry import load_profile
 from ...costmodels.architectures import resolve_model
 from ...costmodels.hardware import load_catalog
 from ...costmodels.serving import estimate, simulate
-from ...costmodels.serving.traffic import Traffic
 from ..workload import load_workload
-from .common import add_hardware_args, load_deployment, request_count
+from .common import add_hardware_args, load_deployment, request_count, random_seed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,26 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--requests", type=request_count, default=None,
                         help="requests to simulate (default: grow until P99 is stable; a trace: its length; "
                              "a benchmark run: concurrency x requests_per_client)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=random_seed, default=0, help="random seed (default 0)")
     parser.add_argument("--analytic", action="store_true",
                         help="queueing-formula estimate instead of the simulation (what the search screens with)")
     add_hardware_args(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
-
-
-def _resolve_trace(traffic: Traffic, workload_path: Path) -> Traffic:
-    """A relative trace path is relative to the workload file (when the file is there)."""
-    arrival = traffic.arrival
-    if arrival.kind != "trace" or arrival.path is None or Path(arrival.path).is_absolute():
-        return traffic
-    beside = workload_path.parent / arrival.path
-    try:
-        if not beside.exists():
-            return traffic
-    except OSError:  # a name too long for the file system: the trace reader says so
-        return traffic
-    return traffic.model_copy(update={"arrival": arrival.model_copy(update={"path": str(beside)})})
 
 
 def _finite(value):
@@ -64,15 +48,14 @@ def _finite(value):
 
 def compute_prediction(args: argparse.Namespace) -> dict:
     """Everything ``predict`` reports, as a JSON-ready dict (seconds, requests/s, tokens/s)."""
-    workload_path = Path(args.workload)
-    workload = load_workload(workload_path)
+    workload = load_workload(args.workload)
     deployment = load_deployment(args.deployment)
     resolved = resolve_model(workload.model)
     if deployment.quantization is None and resolved.quantization:
         deployment = deployment.model_copy(update={"quantization": resolved.quantization})
     gpu = load_catalog(args.hardware).get(deployment.gpu)
     profile = load_profile(gpu, args.profile)
-    traffic = _resolve_trace(workload.traffic, workload_path)
+    traffic = workload.traffic
     slo = workload.slo if workload.slo.targets() else None
 
 
