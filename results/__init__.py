@@ -13,11 +13,11 @@ from ._export import (
     VLLM_VERSION, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands,
     speculative_config,
 )
-from ._report import explain_empty, render_html, render_markdown, write_results
+from ._report import explain_empty, export_command, render_html, render_markdown, write_results
 from ._tables import pareto_frame, trials_frame, why
 
 __all__ = [
-    "VLLM_VERSION", "check_with_vllm", "explain_empty", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html",
+    "VLLM_VERSION", "check_with_vllm", "explain_empty", "export_command", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html",
     "render_markdown", "render_readme", "render_shell", "serve_commands", "speculative_config", "trials_frame", "why",
     "write_results",
 ]

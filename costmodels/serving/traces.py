@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MAX_TOKENS, InputError, quote
-from ..userfiles import (MAX_DATA_BYTES, Number, data_suffix, json_number, numeric_column, open_binary,
+from ..userfiles import (MAX_DATA_BYTES, Number, data_suffix, json_numbers, numeric_column, open_binary,
                          read_csv_table, read_jsonl_records, shown)
 
 TIME_UNITS = ("s", "ms", "us")
@@ -148,18 +148,17 @@ class _Columns:
 
     def cells(self, column: str, where: str) -> list:
         """A JSONL column that servopt reads: every record must have it."""
-        missing = next((i for i, record in enumerate(self.values) if column not in record), None)
-        if missing is not None:
+        try:
+            return [record[column] for record in self.values]
+        except KeyError:
+            missing = next(i for i, record in enumerate(self.values) if column not in record)
             raise InputError(f"{where} {self.row(missing)} has no {quote(column)}; every record needs it "
-                             "(other records have it)")
-        return [record[column] for record in self.values]
+                             "(other records have it)") from None
 
     def numbers(self, column: str, number: Number, where: str) -> np.ndarray:
         if not self.jsonl:
             return numeric_column(self.values[column], number, where, column)
-        cells = self.cells(column, where)
-        return np.array([json_number(v, number, f"{where} {self.row(i)}: {column}") for i, v in enumerate(cells)],
-                        dtype=float)
+        return json_numbers(self.cells(column, where), number, lambda i: f"{where} {self.row(i)}: {column}")
 
     def datetimes_s(self, column: str, where: str) -> np.ndarray:
         """Datetime cells as seconds since the Unix epoch (naive times are UTC)."""

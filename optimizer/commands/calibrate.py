@@ -11,7 +11,7 @@ from ...calibration.microbench import make_backend, run_microbenchmarks
 from ...calibration.registry import load_profile, write_profile
 from ...calibration.tables import read_kernel_tables, write_table
 from ...costmodels.architectures import resolve_model
-from ...costmodels.outfiles import write_text
+from ...costmodels.outfiles import check_output_file, write_text
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
 from .common import add_hardware_args, load_deployment, number_in
@@ -59,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    for path in (args.out, f"{args.out}.meta.json"):  # before the sweep, not after it
+        check_output_file(path, "--out")
     models = [resolve_model(m).spec for m in args.models]
     backend = make_backend(args.device)
     print(f"calibrate run on {backend.device_name} ({backend.name}){' --quick' if args.quick else ''}", file=sys.stderr)

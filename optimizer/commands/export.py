@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field
 from ...costmodels.deployment import Deployment
 from ...costmodels.errors import MAX_INT, InputError, Spec, one_line, quote, validate_spec
 from ...costmodels.model_sources import check_model_id
-from ...costmodels.outfiles import read_text, write_text
+from ...costmodels.outfiles import output_folder, read_text, write_text
 from ...costmodels.userfiles import parse_json, shown
 from ...results import check_with_vllm, launch_plan, node_scripts, render_readme
 from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
@@ -91,7 +91,8 @@ def read_front(folder: str | Path) -> dict:
     try:
         data = parse_json(read_text(path, "front file"), f"front file '{shown(path)}'")
     except FileNotFoundError:
-        raise InputError(f"{folder} has no front.json; run servopt optimize (or servopt report {folder}) first") from None
+        raise InputError(f"{shown(folder)} has no front.json; run servopt optimize (or "
+                         f"{shlex.join(['servopt', 'report', str(folder)])}) first") from None
     where = f"front file '{shown(path)}' (rewrite it with servopt report {shlex.quote(str(folder))})"
     return validate_spec(_FrontFile, data, where).model_dump()
 
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "yaml":
         print(yaml.safe_dump(plan, sort_keys=False), end="")
     else:
-        out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+        out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", ["plan.json"])
         for name, text in scripts.items():
             write_text(out / name, text, mode=0o755)
         write_text(out / "README.md", render_readme(plan, scripts))

@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 
 from ...costmodels.errors import validate_spec
-from ...results import explain_empty, trials_frame, write_results
+from ...results import explain_empty, export_command, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
@@ -94,6 +94,6 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(result["empty_front"]))
         print(f"report: {paths['report.md']} and {paths['report.html']}")
         if not empty:
-            print(f"export: servopt export {job.out_dir} --pick cheapest")
+            print(f"export: {export_command(job.out_dir)}")
     # An empty front means the workload's targets cannot be met as written: a bad-input outcome.
     return 2 if empty else 0
