@@ -161,8 +161,23 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         f"{counts.get('estimate', 0)} screened by the estimate, {pruned} pruned with nothing predicted: "
         f"{counts.get('precheck', 0)} rejected before estimating, {pruned - counts.get('precheck', 0)} estimated to "
         f"saturate); {feasible} feasible; sampler {w['sampler']}, seed {w['seed']}",
+        *_recheck_lines(data),
         f"- Study '{data['job']['study']}' in {data['job']['storage']}",
     ]
+
+
+def _recheck_lines(data: dict[str, Any]) -> list[str]:
+    """What the front's re-check established (:func:`~servopt.optimizer.study.recheck_statement`)."""
+    r = data.get("recheck")
+    if not r:
+        return []
+    line = (f"- Re-check: {r['rechecked']} of {r['candidates']} candidates (simulated feasible, or within their P99's "
+            f"interval of an SLO: {r['within_interval']}) re-simulated with {r['requests']} requests, {r['failed']} failed")
+    if r["cheapest_passing"] is not None:
+        cost = data["workload"]["objective"]["cost"]
+        line += (f"; every candidate cheaper than {r['cheapest_passing']:.4g} ({COST_LABELS[cost]}) was re-checked and "
+                 "failed, and every candidate not re-checked is dominated by a re-checked point that passed")
+    return [line]
 
 
 def _profile_lines(data: dict[str, Any]) -> list[str]:
