@@ -58,6 +58,9 @@ class GPUSpec(Spec):
     gpus_per_node: int = Field(ge=1, le=1024)
     tdp_w: float | None = Field(default=None, gt=0, le=1e5)
     price_per_gpu_hour: GPUPrice
+    price_per: Literal["gpu", "node"] = Field(
+        default="gpu", description="what the price rents: a GPU on its own, or only its whole node of gpus_per_node "
+        "(an 8-GPU instance; the price is per GPU-hour of it)")
     price_source: str = ""
     price_date: str = ""
     aliases: list[Name] = Field(default_factory=list)

@@ -59,6 +59,14 @@ CONSTRAINT_GROUPS = {
 _TOKENS_PER_VERIFY = 1.0
 
 
+def whole_nodes(workload, gpu) -> bool:
+    """Whether a fleet of ``gpu`` rents whole nodes: as ``pricing.whole_nodes`` says, else as the
+    GPU's price is quoted (``price_per: node``, the price of an 8-GPU instance)."""
+    if workload.pricing.whole_nodes is not None:
+        return workload.pricing.whole_nodes
+    return gpu.price_per == "node"
+
+
 def p99(summary: Summary, metric: str) -> float:
     """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a simulator summary, in seconds."""
     return float(summary[f"{metric}_s"]["p99"])
@@ -248,13 +256,13 @@ class Evaluator:
 
     # --- scoring ---------------------------------------------------------------------------------
     def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, Any]:
-        """GPUs rented (whole nodes under ``pricing.whole_nodes``), the fleet's $/hour, and $ per
+        """GPUs rented (whole nodes where :func:`whole_nodes`), the fleet's $/hour, and $ per
         million output tokens and per million tokens (input + output) at the predicted throughput
         (the offered load before a prediction; None when neither is known, as for closed-loop
         clients)."""
         gpu = self.problem.gpu(deployment.gpu)
         rented = deployment.num_gpus
-        if self.problem.workload.pricing.whole_nodes:
+        if whole_nodes(self.problem.workload, gpu):
             node = self.problem.ctx.node_size(deployment.gpu)
             rented = deployment.num_nodes(node) * node
         per_hour = rented * gpu.price_per_gpu_hour

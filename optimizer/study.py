@@ -387,13 +387,17 @@ def next_rechecks(candidates: Sequence[FrontCandidate], rechecks: dict[int, dict
     how many processes run them.
 
     Example:
-        >>> a, b = FrontCandidate(1, {}, (1.0, 2.0), True), FrontCandidate(2, {}, (2.0, 2.5), True)
-        >>> [c.number for c in next_rechecks([a, b], {}, 100)]
+        >>> a, b = FrontCandidate(1, {}, (1.0, 2.0), True), FrontCandidate(2, {}, (2.0, 1.5), True)
+        >>> c = FrontCandidate(3, {}, (1.5, 2.2), True)  # dominated by a
+        >>> [x.number for x in next_rechecks([a, b, c], {}, 100)]
         [1, 2]
-        >>> [c.number for c in next_rechecks([a, b], {1: {"requests": 100, "feasible": True, "values": [1.0, 2.1]}}, 100)]
+        >>> passed, failed = {"requests": 100, "feasible": True}, {"requests": 100, "feasible": False}
+        >>> [x.number for x in next_rechecks([a, b, c], {1: {**passed, "values": [1.0, 2.1]},
+        ...                                              2: {**passed, "values": [2.0, 1.5]}}, 100)]
         []
-        >>> [c.number for c in next_rechecks([a, b], {1: {"requests": 100, "feasible": False, "values": [1.0, 3.0]}}, 100)]
-        [2]
+        >>> [x.number for x in next_rechecks([a, b, c], {1: {**failed, "values": [1.0, 2.1]},
+        ...                                              2: {**passed, "values": [2.0, 1.5]}}, 100)]
+        [3]
     """
     done = _settled(rechecks, requests)
     passing = _passing_points(candidates, done)
