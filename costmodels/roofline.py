@@ -207,7 +207,7 @@ class StepCostModel:
         self._window = m.sliding_window
         self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
         self._full_layers = m.num_layers - self._sliding_layers
-        self._spans_nodes = tp * self.pp * self.dp > self.gpu.gpus_per_node
+        self._spans_nodes = tp * self.pp * self.dp > self.gpu.nvlink_gpus
         self._version = parse_vllm_version(self.vllm_version)
         self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu)
         self._layout = None if m.moe is None else ExpertLayout(
@@ -367,7 +367,7 @@ class StepCostModel:
         message = tokens * m.hidden_size * self._act_bytes
         time_s = np.zeros_like(message)
         if self.tp > 1:
-            across_nodes = self.tp > self.gpu.gpus_per_node
+            across_nodes = self.tp > self.gpu.nvlink_gpus
             link = self.internode_bytes_per_s if across_nodes else None
             custom_max, symm_max = allreduce_limits(self.tp, self.gpu, self._version, nvlink=not across_nodes)
             custom = message <= custom_max
@@ -398,7 +398,7 @@ class StepCostModel:
         on the inter-node link.
         """
         dispatch, combine = ALL2ALL_COLLECTIVES[self.all2all_backend]
-        link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.gpus_per_node else None
+        link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.nvlink_gpus else None
         row_bytes = self.model.hidden_size * self._act_bytes
         if dispatch == "all_to_all":
             # nccl-tests' all-to-all size: the buffer each GPU sends (a copy per destination GPU).
