@@ -116,6 +116,9 @@ class ModelSpec(BaseModel):
     attention_output_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    qk_norm_across_heads: bool = Field(
+        default=False, description="q/k RMSNorm over all heads at once (MiniMax-M2's qk_norm_type per_layer), "
+                                   "not per head: under TP its variance needs an all-reduce")
     extra_params: int = Field(default=0, ge=0, description="weights outside the decoder (vision tower)")
     rope_cache_values: int = Field(
         default=0, ge=0, description="RoPE cos/sin values vLLM precomputes on the GPU, over its distinct tables"
@@ -218,7 +221,8 @@ class ModelSpec(BaseModel):
         if self.attention_output_bias:
             params += h
         if self.qk_norm:
-            params += 2 * self.head_dim
+            # A weight per value of the normed width: one head's, or every head's (MiniMax-M2).
+            params += self.q_dim + self.kv_dim if self.qk_norm_across_heads else 2 * self.head_dim
         if self.family == "gpt_oss":
             params += self.num_attention_heads  # one learned attention-sink logit per head
         return params
@@ -574,6 +578,7 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         "attention_bias": bool(config.get("attention_bias", False)),
         "mlp_bias": bool(config.get("mlp_bias", False)),
         "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3") or bool(config.get("use_qk_norm")),
+        "qk_norm_across_heads": bool(config.get("use_qk_norm")) and config.get("qk_norm_type") == "per_layer",
     }
     if moonvit is not None:
         fields["extra_params"] = _moonvit_params(moonvit, hidden)
