@@ -1,7 +1,9 @@
-"""report.md and the self-contained report.html of an optimize job, plus the CSV/JSON tables.
+"""report.md and report.html of an optimize job, plus the CSV/JSON tables.
 
-report.html works offline: plotly.js is inlined (no CDN), and the page lays its plots out in as
-many columns as the window holds, so nothing is cut off at 1,280 px or narrower.
+report.html works offline: it loads plotly.js from ``plotly.min.js`` written once beside it (no
+CDN; the library is 4.8 MB, so inlining it made every report 5 MB), and says so in the page when
+that file is missing. The page lays its plots out in as many columns as the window holds, so
+nothing is cut off at 1,280 px or narrower.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..costmodels.outfiles import write_text
 from ._plot import COST_LABELS, front_marks, pareto_figures
 from ._tables import CLASS_METRICS, COST_COLUMNS, class_column, pareto_frame, trials_frame
 
+PLOTLY_JS = "plotly.min.js"  # beside report.html, written once per job folder
 N_MINUS_1_LABEL = "one replica down: P99 TTFT / TPOT / e2e s"
 # The front table of both reports: (header, cell of a pareto_frame row).
 FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
@@ -63,7 +66,10 @@ def front_columns(data: dict[str, Any], front: pd.DataFrame) -> list[tuple[str, 
     classes = [c["name"] for c in data["workload"]["traffic"].get("classes") or []]
     extra = [(f"{tenant}: P99 {metric.upper()} s", lambda r, c=class_column(metric, tenant): _fmt(r.get(c)))
              for tenant in classes for metric in CLASS_METRICS]
-    return [(label, cell) for label, cell in FRONT_COLUMNS if label != N_MINUS_1_LABEL or with_n_minus_1] + extra
+    # One model on the whole front is named in the summary, not in every row.
+    one_model = front["model"].nunique() <= 1
+    return [(label, cell) for label, cell in FRONT_COLUMNS
+            if (label != N_MINUS_1_LABEL or with_n_minus_1) and not (label == "model" and one_model)] + extra
 
 
 def _present(value: Any) -> bool:
@@ -165,11 +171,29 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     ]
 
 
-def _profile_lines(data: dict[str, Any]) -> list[str]:
-    lines = []
+def profile_groups(data: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any], str]], list[str]]:
+    """Each GPU with its own part of its profile's description, and the sources they share, stated
+    once: a shipped profile reads "<GPU name>: <sources>", the same sources for every GPU."""
+    parts = {gpu: info["profile"].split(": ", 1) for gpu, info in data["gpus"].items()}
+    shared = Counter(p[1] for p in parts.values() if len(p) == 2)
+    common = [text for text, count in shared.items() if count > 1]
+    rows = []
     for gpu, info in data["gpus"].items():
+        head = parts[gpu]
+        own = head[0] if len(head) == 2 and head[1] in common else info["profile"]
+        note = f" (sources {common.index(head[1]) + 1})" if len(head) == 2 and head[1] in common and len(common) > 1 else ""
+        rows.append((gpu, info, own + note))
+    return rows, common
+
+
+def _profile_lines(data: dict[str, Any]) -> list[str]:
+    rows, common = profile_groups(data)
+    lines = []
+    for gpu, info, own in rows:
         flag = "calibrated" if info["calibrated"] else "**UNCALIBRATED**: predictions on this GPU rest on datasheet defaults"
-        lines.append(f"- {gpu} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {info['profile']} ({flag})")
+        lines.append(f"- {gpu} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {own} ({flag})")
+    for i, text in enumerate(common, start=1):
+        lines += ["", (f"Sources {i}: " if len(common) > 1 else "Sources of these profiles: ") + text]
     return lines
 
 
@@ -229,7 +253,7 @@ table.front{border-collapse:collapse;font-size:12px;width:100%}
 table.front td,table.front th{border:1px solid #ccc;padding:3px 4px;text-align:right;vertical-align:top}
 table.front th{background:#f3f3f3;position:sticky;top:0}
 table.front td.l,table.front th.l{text-align:left}
-table.front td.model{text-align:left;min-width:9em}
+table.front td.model{text-align:left;white-space:nowrap}
 table.front tr.why td{text-align:left;border-top:none;color:#444;padding-bottom:6px}
 table.front tr.point td{border-bottom:none}
 table.front tr.mark td{background:#fff7d6}
@@ -249,8 +273,8 @@ def _front_table_html(front: pd.DataFrame, objective: dict, columns: list) -> st
     for row, cells, mark in _front_rows(front, objective, columns):
         tds = []
         for (label, _), cell in zip(columns, cells, strict=False):
-            if label == "model":  # break long ids after their slashes only
-                tds.append(f"<td class='model'>{esc(cell).replace('/', '/<wbr>')}</td>")
+            if label == "model":  # two lines at most: the organisation, then the name unbroken
+                tds.append(f"<td class='model'>{'/<br>'.join(esc(part) for part in cell.split('/', 1))}</td>")
             elif label == "profile" and not row["profile_calibrated"]:
                 tds.append(f"<td class='l warn'>{esc(cell)}</td>")
             else:
@@ -282,7 +306,10 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>servopt: {esc(data['job']['study'])}</title>",
         f"<style>{PAGE_STYLE}</style>",
-        f"<script>{get_plotlyjs()}</script></head><body>",
+        f"<script src='{PLOTLY_JS}'></script></head><body>",
+        "<p id='no-plotly' class='warn' hidden>The plots need plotly.min.js beside this file (servopt report DIR "
+        "writes it again).</p><script>if (!window.Plotly) document.getElementById('no-plotly').hidden = false;"
+        "</script>",
         f"<h1>servopt optimize: {esc(data['job']['study'])}</h1><ul>",
         *[f"<li>{esc(line[2:])}</li>" for line in _summary_lines(data, trials)],
         "</ul>",
@@ -298,10 +325,13 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
         lines = explain_empty(data, trials)
         parts.append("<p class='warn'>The front is empty.</p><ul>" + "".join(f"<li>{esc(x.lstrip('- '))}</li>" for x in lines) + "</ul>")
     parts.append("<h2>Calibration profiles</h2><ul>")
-    for gpu, info in data["gpus"].items():
+    rows, common = profile_groups(data)
+    for gpu, info, own in rows:
         flag = "calibrated" if info["calibrated"] else "<span class='warn'>UNCALIBRATED</span>: datasheet defaults"
-        parts.append(f"<li>{esc(gpu)} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {esc(info['profile'])} ({flag})</li>")
+        parts.append(f"<li>{esc(gpu)} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {esc(own)} ({flag})</li>")
     parts.append("</ul>")
+    parts += [f"<p class='sources'>{'Sources %d: ' % i if len(common) > 1 else 'Sources of these profiles: '}"
+              f"{esc(text)}</p>" for i, text in enumerate(common, start=1)]
     reasons = _reason_lines(trials)
     if reasons:
         parts.append("<h2>Most common reasons trials were infeasible</h2><ul>"
@@ -350,7 +380,12 @@ def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:
         "report.html": render_html(data, trials, front),
     }
     # Atomic, and a link planted in the folder is replaced rather than written through.
-    return {name: write_text(out / name, text) for name, text in texts.items()}
+    paths = {name: write_text(out / name, text) for name, text in texts.items()}
+    library = get_plotlyjs()
+    current = out / PLOTLY_JS
+    if not current.is_file() or current.is_symlink() or current.stat().st_size != len(library.encode()):
+        write_text(current, library)
+    return paths
 
 
 def _json_default(value: Any) -> Any:
