@@ -110,13 +110,19 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     for name, count in violations.most_common():
         lines.append(f"- {name}: {count} trials")
     evaluated = trials[trials["fidelity"] != "precheck"]
+    capacity = capacity_lines(data, trials)
+    lines += capacity
     for key, target in slo.items():
         if target is None or key not in SLO_NAMES:
             continue
         metric = SLO_NAMES[key]
         col = f"p99_{metric}_s"
-        if len(evaluated) and evaluated[col].notna().any():
-            best = evaluated.loc[evaluated[col].idxmin()]
+        finite = evaluated[col].replace(math.inf, math.nan) if len(evaluated) else evaluated
+        if len(evaluated) and not finite.notna().any() and evaluated[col].notna().any():
+            lines.append(f"- slo.{key} = {target:g} s: no trial's queue stayed bounded, so no P99 "
+                         f"{metric.upper()} is finite; see the capacity above")
+        elif len(evaluated) and finite.notna().any():
+            best = evaluated.loc[finite.idxmin()]
             lines.append(
                 f"- slo.{key} = {target:g} s: the lowest P99 {metric.upper()} predicted was {best[col]:.3g} s "
                 f"(trial {best['trial']}: {best['gpu']}, {best['num_gpus']} GPUs, {best['quantization']})"
@@ -133,8 +139,67 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
                          + ("; this SLO cannot be met by the candidates searched" if best[col] > target else ""))
     if not len(evaluated):
         lines.append("- no configuration passed the checks before simulation (memory, TP, accuracy, GPU limit)")
-    lines.append("Loosen the SLO keys named above, widen gpus/space, or raise accuracy.max_drop_pct or limits.max_gpus.")
+    if capacity:
+        lines.append("Lower traffic.arrival.rate_per_s to what the GPUs above sustain, or raise limits.max_gpus to the "
+                     "fewest GPUs named, or widen gpus/space.")
+    else:
+        lines.append("Loosen the SLO keys named above, widen gpus/space, or raise accuracy.max_drop_pct or "
+                     "limits.max_gpus.")
     return lines
+
+
+def capacity_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
+    """When most predicted trials saturate: the largest rate each GPU and quantization sustains (a
+    saturated deployment completes requests at its capacity, which the estimate or simulation
+    predicted as ``requests_per_s``), and the fewest of its GPUs that would serve the asked rate
+    (replicas are independent, so a replica's capacity times the replicas the rate needs). Empty
+    otherwise, or for a closed-loop or trace arrival."""
+    w = data["workload"]
+    rate = w["traffic"]["arrival"].get("rate_per_s")
+    if not rate or not len(trials):
+        return []
+    unit = "conversations/s" if w["traffic"]["arrival"]["kind"] == "sessions" else "requests/s"
+    predicted = trials[trials["requests_per_s"].notna() & (trials["requests_per_s"] > 0) & (trials["replicas"] > 0)]
+    saturated = predicted[predicted["saturated"].fillna(False).astype(bool)]
+    if not len(predicted) or len(saturated) * 2 <= len(predicted):
+        return _sizing_lines(data, trials, rate, unit)
+    lines = [f"- capacity: {len(saturated)} of {len(predicted)} predicted trials saturate at {rate:g} {unit} (the queue "
+             f"grows without bound); what each option sustains, as predicted (limits.max_gpus = {w['limits']['max_gpus']}):"]
+    options = []
+    for (gpu, quant), rows in saturated.groupby(["gpu", "quantization"]):
+        best = rows.loc[rows["requests_per_s"].idxmax()]
+        per_replica = rows["requests_per_s"] / rows["replicas"]
+        gpus_per_replica = rows["num_gpus"] / rows["replicas"]
+        fewest = ((rate / per_replica).apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
+        at = fewest.idxmin()
+        options.append((float(best["requests_per_s"]), f"  - {gpu} {quant}: at most {best['requests_per_s']:.3g} {unit} "
+                        f"(trial {best['trial']}, {int(best['num_gpus'])} GPUs); {rate:g} {unit} would need about "
+                        f"{fewest[at]} GPUs ({-(-fewest[at] // int(gpus_per_replica[at]))} replicas like trial "
+                        f"{rows.loc[at, 'trial']}, {per_replica[at]:.3g} {unit} each)"))
+    return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
+
+
+def _sizing_lines(data: dict[str, Any], trials: pd.DataFrame, rate: float, unit: str) -> list[str]:
+    """:func:`capacity_lines` for fleets refused before any prediction because the replicas the rate
+    needs (the capacity formula, seed 7.4) exceed ``limits.max_gpus``."""
+    sized = trials[trials["replicas_needed"].notna() & (trials["replicas_needed"] > 0) & (trials["replicas"] > 0)]
+    too_big = sum("max_gpus" in t.record.violations for t in data["trials"])
+    if not len(sized) or too_big * 2 <= len(trials):
+        return []
+    max_gpus = data["workload"]["limits"]["max_gpus"]
+    lines = [f"- capacity: {too_big} of {len(trials)} trials need more than limits.max_gpus = {max_gpus} GPUs "
+             f"for {rate:g} {unit}; by the capacity estimate (concurrency / occupancy per replica):"]
+    options = []
+    for (gpu, quant), rows in sized.groupby(["gpu", "quantization"]):
+        per_replica = rate / rows["replicas_needed"]
+        gpus_per_replica = rows["num_gpus"] / rows["replicas"]
+        within = per_replica * (max_gpus // gpus_per_replica)
+        fewest = (rows["replicas_needed"].apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
+        at = fewest.idxmin()
+        options.append((float(within.max()), f"  - {gpu} {quant}: at most {within.max():.3g} {unit} on "
+                        f"{max_gpus} GPUs; {rate:g} {unit} would need about {fewest[at]} GPUs "
+                        f"({per_replica[at]:.3g} {unit} per replica of {int(gpus_per_replica[at])} GPUs)"))
+    return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
 
 
 def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
