@@ -216,7 +216,7 @@ def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, s
             fig.update_xaxes(range=ranges[0])
             fig.update_yaxes(range=ranges[1])
             fig.update_layout(updatemenus=[{
-                "type": "buttons", "direction": "left", "x": 0.62, "xanchor": "center", "y": 1.0, "yanchor": "bottom",
+                "type": "buttons", "direction": "left", "x": 0.45, "xanchor": "center", "y": 1.0, "yanchor": "bottom",
                 "showactive": True, "font": {"size": 11}, "buttons": [
                     {"label": "feasible region", "method": "relayout",
                      "args": [{"xaxis.range": ranges[0], "yaxis.range": ranges[1]}]},
