@@ -207,6 +207,9 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
     if d["kv_cache_dtype"] == "auto" and kv_auto != "auto":
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
                      f"{kv_auto} KV cache (as predicted)")
+    weights = point.get("weights") or {}
+    if weights.get("config_source"):
+        notes.append(f"{model}: model config from {weights['config_source']}")
     if max_model_len_basis:
         notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
     if d.get("scheduling_policy") == "priority":
