@@ -976,6 +976,45 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
         "skips the Hub); `servopt models` lists the catalog")
 
 
+@dataclass(frozen=True)
+class ConfigFiles:
+    """The files vLLM would read for a model, as far as servopt has them: ``config.json`` (and
+    ModelOpt's ``hf_quant_config.json``), and whether their quantization metadata is the
+    checkpoint's own (False for a catalogued checkpoint whose format is its card's: its base's
+    config stands in for the architecture only)."""
+
+    config: dict
+    hf_quant_config: dict | None
+    quantization_from_config: bool
+
+
+def _stored_config(hf_id: str) -> tuple[dict, dict | None]:
+    stored = json.loads(resources.files(__package__).joinpath(f"data/models/{hf_id.replace('/', '--')}.json").read_text())
+    meta = stored.pop("_servopt")
+    return stored, meta.get("hf_quant_config")
+
+
+def config_files(name_or_path: str) -> ConfigFiles | None:
+    """The config files behind :func:`resolve_model`'s answer for ``name_or_path`` (None when it
+    came from the Hub without a cached copy), so that vLLM's own code can read them
+    (``servopt export --check``)."""
+    text = model_sources.check_model_id(str(name_or_path).strip(), "model")
+    path = Path(text)
+    if text.endswith(".json") or path.is_dir():
+        fetched = model_sources.read_local(path)
+        return ConfigFiles(fetched.config, fetched.hf_quant_config, True)
+    if "/" in text and (cached := model_sources.from_cache(text)) is not None:
+        return ConfigFiles(cached.config, cached.hf_quant_config, True)
+    if _key(text) in _preset_index():
+        return ConfigFiles(*_stored_config(_preset_index()[_key(text)]), True)
+    if (derivative := derivatives().get(_key(text))) is not None:
+        return ConfigFiles(*_stored_config(derivative.config_of), True)
+    if (entry := catalog_entry(text)) is not None:
+        base = next((found for b in entry.bases if (found := config_files(b)) is not None), None)
+        return None if base is None else ConfigFiles(base.config, None, False)
+    return None
+
+
 def get_model(name_or_path: str) -> ModelSpec:
     """The architecture for a catalog alias, Hugging Face id or local config path."""
     return resolve_model(name_or_path).spec

@@ -205,7 +205,8 @@ def _field_path(item: dict) -> str:
 
 def format_validation_error(err: Exception, source: str = "", shown: int = 5,
                             spec: type[BaseModel] | None = None) -> str:
-    """Turn a pydantic ValidationError into one line: each problem (the first ``shown``) names its field path.
+    """Turn a pydantic ValidationError into one line naming ``source`` once, then each problem (the
+    first ``shown``) with its field path.
 
     With ``spec`` (the model validated), an unknown key gets the closest keys it accepts there.
     """
@@ -214,10 +215,11 @@ def format_validation_error(err: Exception, source: str = "", shown: int = 5,
     if errors is None:
         return one_line(f"{prefix}{err}")
     items = errors()
-    parts = [f"{prefix}{_field_path(item)}: {_message(item, spec)}" for item in items[:shown]]
+    # The file is named once, however many of its fields are wrong.
+    parts = [f"{_field_path(item)}: {_message(item, spec)}" for item in items[:shown]]
     if len(items) > shown:
         parts.append(f"and {len(items) - shown} more problems")
-    return one_line("; ".join(parts))
+    return one_line(prefix + "; ".join(parts))
 
 
 def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:

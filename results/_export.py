@@ -365,9 +365,10 @@ VLLM_PYTHON_ENV = "SERVOPT_VLLM_PYTHON"
 _CHECKER = Path(__file__).with_name("_vllm_check.py")
 
 
-def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
+def serve_commands(scripts: dict[str, str], configs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ``vllm serve`` commands of the scripts, as the shell will split them (environment
-    assignments and redirections dropped), for :func:`check_with_vllm`."""
+    assignments and redirections dropped), for :func:`check_with_vllm`; each carries the config
+    files of the model it serves when ``configs`` (model id -> ``ConfigFiles``) has them."""
     commands = []
     for name, text in scripts.items():
         for number, line in enumerate(text.splitlines(), start=1):
@@ -380,7 +381,12 @@ def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
                 if word in ("&", ">", "2>&1") or word.startswith(("vllm-", ">")) and word.endswith(".log"):
                     break
                 argv.append(word)
-            commands.append({"label": f"{name} line {number}", "argv": argv})
+            command: dict[str, Any] = {"label": f"{name} line {number}", "argv": argv}
+            files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
+            if files is not None:
+                command.update(config=files.config, hf_quant_config=files.hf_quant_config,
+                               quantization_from_config=files.quantization_from_config)
+            commands.append(command)
     return commands
 
 
@@ -398,18 +404,24 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     return None
 
 
-def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600) -> tuple[str, list[str]]:
+def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600,
+                    configs: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """Parse every ``vllm serve`` command of the scripts with vLLM's own ``vllm serve`` parser, in
-    the Python ``find_vllm_python`` finds; returns (vLLM version, problems). Raises InputError when
-    no Python with vLLM is found."""
+    the Python ``find_vllm_python`` finds, and check the ``--max-model-len`` and ``--quantization``
+    of each command whose model's config files ``configs`` holds against vLLM's reading of them
+    (``_vllm_check.py``); returns (vLLM version, problems). Raises InputError when no Python with
+    vLLM is found."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
-        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts)),
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        # With HF_HUB_OFFLINE set, vLLM's EngineArgs look the model up in the local cache and fail
+        # (get_model_path, vllm/transformers_utils/repo_utils.py@v0.33.0); parsing needs no Hub.
+        env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts, configs)),
+                              capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
     except subprocess.TimeoutExpired:
         raise InputError(f"--check: vLLM's parser did not answer within {timeout_s:.0f} s ({interpreter})") from None
     try:

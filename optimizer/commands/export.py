@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
@@ -104,11 +105,17 @@ def run(args: argparse.Namespace) -> int:
             print(read_text(out / "README.md", "export README"), end="")
         print(f"# written to {out}: {', '.join(sorted(scripts))}, README.md, plan.json")
     if args.check:
-        version, problems = check_with_vllm(scripts, args.vllm_python)
+        served = {instance["model"] for instance in plan["instances"]}
+        configs = {model: files for model in served if (files := config_files(model)) is not None}
+        version, problems = check_with_vllm(scripts, args.vllm_python, configs=configs)
         if problems:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
         count = sum(text.count("vllm serve") for text in scripts.values())
-        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s)")
+        quant = sorted(m for m, f in configs.items() if f.quantization_from_config)
+        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s); --max-model-len "
+              f"checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), --quantization "
+              f"against the method vLLM picks for {len(quant)}"
+              + ("" if len(quant) == len(served) else " (the others' formats come from their cards)"))
     return 0
 
 
