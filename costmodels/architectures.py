@@ -8,11 +8,14 @@ each model's Hugging Face ``config.json`` under ``data/models/`` (written by
 ``scripts/build_model_catalog.py``, with the source of each file) and reads them with the same
 :func:`spec_from_hf_config` a user's file goes through.
 
-:func:`resolve_model` turns any name into a spec, in this order: a local path; the Hugging Face
-cache; the shipped catalog (canonical ids, aliases, catalogued pre-quantized checkpoints); the Hub
-through ``huggingface_hub`` when it is installed and online; a derivative of a catalogued model by
-its name (``-Instruct``, ``-AWQ``, ...), with the quantization the name implies. Anything else is
-one clear error.
+:func:`resolve_model` turns a name into a spec and says which config it used, in this order: a
+local path; the Hugging Face cache (with its revision); the shipped catalog (canonical ids, short
+aliases, ids the catalog states share a catalogued config: ``data/derivatives.yaml``, catalogued
+pre-quantized checkpoints); the Hub through ``huggingface_hub`` when it is installed and online.
+A name is never read as a config: Qwen2.5-7B-Instruct is not Qwen2.5-7B (32,768 positions, not
+131,072), so an id none of these describe is one clear error naming how to provide its config.
+:attr:`ModelSpec.max_context` is the longest ``--max-model-len`` vLLM accepts for the config
+(:func:`vllm_max_model_len`); :func:`longer_context_fix` names what serves more.
 
 Parameter counts include every weight the checkpoint loads (norms, biases, QK-norms, MLA's low-rank
 projections, routers, a multimodal checkpoint's vision tower) and come within 1% of the published
@@ -26,6 +29,10 @@ Example:
     ('meta-llama/Llama-3.1-8B', 'gptq', 'compressed-tensors')
     >>> round(resolved.spec.num_params / 1e9, 2), resolved.spec.kv_cache_dtype("auto")
     (8.03, 'auto')
+    >>> resolved.origin[:65]
+    'derived from meta-llama/Llama-3.1-8B by name: the checkpoint cata'
+    >>> resolve_model("Qwen/Qwen2.5-7B-Instruct").spec.max_context
+    32768
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from collections.abc import Iterable
 from typing import Annotated, Any, TypeVar
@@ -183,7 +184,8 @@ def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
         return f"must be a finite number (got {quote(given)})"
     if kind == "union_tag_invalid":
         ctx = item.get("ctx", {})
-        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}"
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}{did_you_mean(str(ctx.get('tag')), options)}"
     if kind == "string_pattern_mismatch":
         return f"must not hold control characters such as line breaks, tabs or NUL (got {quote(given)})"
     if kind in _EXPECTED:
@@ -191,6 +193,9 @@ def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
         return f"expected {_EXPECTED[kind]}, not {what} (got {quote(given)})"
     msg = item.get("msg", "invalid value")
     msg = msg.removeprefix("Value error, ")
+    if kind in ("literal_error", "enum") and isinstance(given, str):
+        options = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+        return f"{msg} (got {quote(given)}){did_you_mean(given, options)}"
     if kind in ("literal_error", "union_tag_invalid", "enum") or kind.startswith(("greater", "less", "too_")):
         return f"{msg} (got {quote(given)})"
     return msg

@@ -41,7 +41,7 @@ from typing import Literal
 
 import yaml
 
-from .errors import InputError, unknown_name_error
+from .errors import InputError, did_you_mean, unknown_name_error
 from .hardware import GPUSpec
 
 WeightScheme = Literal["bf16", "fp16", "fp32", "fp8", "int8", "awq", "gptq", "w8a16", "nvfp4", "mxfp4"]
@@ -186,7 +186,9 @@ class AccuracyTable:
     def with_overrides(self, overrides: dict[str, float]) -> AccuracyTable:
         unknown = set(overrides) - set(SCHEMES) - {"kv_fp8"}
         if unknown:
-            raise InputError(f"accuracy overrides: unknown scheme(s) {sorted(unknown)}; known: {sorted(SCHEMES)}, kv_fp8")
+            first = sorted(unknown)[0]
+            raise InputError(f"accuracy overrides: unknown scheme '{first}'{did_you_mean(first, [*SCHEMES, 'kv_fp8'])}; "
+                             f"known: {', '.join(sorted(SCHEMES))}, kv_fp8")
         return AccuracyTable(self.entries, self.kv_fp8_drop_pct, self.kv_source, {**self.overrides, **overrides})
 
     def lookup(self, scheme: str, model_params: float) -> AccuracyEntry | None:

@@ -328,7 +328,7 @@ def test_resolve_model(requested: str, hf_id: str, quantization: str | None) -> 
 # catalog describes: refused offline (exit 2 at the CLI), never served as the name suggests.
 REFUSED = [
     ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B"),  # 32,768 positions; Qwen3-8B has 40,960
-    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B"),  # 262,144 positions; the base 40,960
+    ("Qwen/Qwen3-30B-A3B-Base", "Qwen/Qwen3-30B-A3B"),  # 32,768 positions; Qwen3-30B-A3B has 40,960
     ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct"),  # 131,072 positions; its Instruct 32,768
     ("meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B"),  # fbgemm FP8, not catalogued
     ("acme/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B-Instruct"),
@@ -344,6 +344,14 @@ def test_a_derivative_by_name_is_refused_unless_the_catalog_states_its_config(re
     message = str(err.value)
     assert f"suggests a derivative of {looks_like}," in message and "\n" not in message
     assert f"huggingface-cli download {requested} config.json" in message and "config.json" in message
+
+
+def test_the_issue_checkpoint_is_block_fp8_with_its_own_context():
+    """Qwen3-30B-A3B-Instruct-2507-FP8: block FP8 (quant_method fp8, 128x128), 262,144 positions."""
+    resolved = resolve_model("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8")
+    fmt = resolved.spec.checkpoint
+    assert (fmt.method, fmt.granularity, fmt.block_size) == ("fp8", "block", (128, 128))
+    assert resolved.spec.max_context == 262144 and resolved.spec.name == "Qwen/Qwen3-30B-A3B-Instruct-2507"
 
 
 def test_instruct_context_is_its_own_not_its_base():
