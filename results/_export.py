@@ -367,8 +367,8 @@ _CHECKER = Path(__file__).with_name("_vllm_check.py")
 
 def serve_commands(scripts: dict[str, str], configs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ``vllm serve`` commands of the scripts, as the shell will split them (environment
-    assignments and redirections dropped), for :func:`check_with_vllm`; each carries the config
-    files of the model it serves when ``configs`` (model id -> ``ConfigFiles``) has them."""
+    assignments and redirections dropped), for :func:`check_with_vllm`, with the config files of
+    the models they serve (:func:`with_configs`)."""
     commands = []
     for name, text in scripts.items():
         for number, line in enumerate(text.splitlines(), start=1):
@@ -381,13 +381,22 @@ def serve_commands(scripts: dict[str, str], configs: dict[str, Any] | None = Non
                 if word in ("&", ">", "2>&1") or word.startswith(("vllm-", ">")) and word.endswith(".log"):
                     break
                 argv.append(word)
-            command: dict[str, Any] = {"label": f"{name} line {number}", "argv": argv}
-            files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
-            if files is not None:
-                command.update(config=files.config, hf_quant_config=files.hf_quant_config,
-                               quantization_from_config=files.quantization_from_config)
-            commands.append(command)
-    return commands
+            commands.append({"label": f"{name} line {number}", "argv": argv})
+    return with_configs(commands, configs)
+
+
+def with_configs(commands: list[dict[str, Any]], configs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each command with the config files of the model it serves when ``configs`` (model id ->
+    ``ConfigFiles``) has them, so the checker reads them as vLLM does."""
+    out = []
+    for command in commands:
+        argv = command["argv"]
+        files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
+        if files is not None:
+            command = {**command, "config": files.config, "hf_quant_config": files.hf_quant_config,
+                       "quantization_from_config": files.quantization_from_config}
+        out.append(command)
+    return out
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
@@ -411,17 +420,21 @@ def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_
     of each command whose model's config files ``configs`` holds against vLLM's reading of them
     (``_vllm_check.py``); returns (vLLM version, problems). Raises InputError when no Python with
     vLLM is found."""
+    return check_commands_with_vllm(serve_commands(scripts, configs), python, timeout_s)
+
+
+def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None = None,
+                             timeout_s: float = 600) -> tuple[str, list[str]]:
+    """:func:`check_with_vllm` for commands already split into words (``{"label", "argv"}``, and
+    ``config`` with ``hf_quant_config`` and ``quantization_from_config`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
-        # With HF_HUB_OFFLINE set, vLLM's EngineArgs look the model up in the local cache and fail
-        # (get_model_path, vllm/transformers_utils/repo_utils.py@v0.33.0); parsing needs no Hub.
-        env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
-        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts, configs)),
-                              capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
+        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(commands),
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise InputError(f"--check: vLLM's parser did not answer within {timeout_s:.0f} s ({interpreter})") from None
     try:
