@@ -11,7 +11,7 @@ Example:
 
 from ._export import (
     VLLM_VERSION, check_commands_with_vllm, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands,
-    speculative_config,
+    speculative_config, with_configs,
 )
 from ._export_kubernetes import KubernetesOptions, check_manifests, kubernetes_manifests, render_kubernetes
 from ._report import explain_empty, render_html, render_markdown, write_results
@@ -20,6 +20,6 @@ from ._tables import pareto_frame, trials_frame, why
 __all__ = [
     "KubernetesOptions", "check_manifests", "kubernetes_manifests", "render_kubernetes",
     "VLLM_VERSION", "check_commands_with_vllm", "check_with_vllm", "explain_empty", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html",
-    "render_markdown", "render_readme", "render_shell", "serve_commands", "speculative_config", "trials_frame", "why",
+    "render_markdown", "render_readme", "render_shell", "serve_commands", "speculative_config", "trials_frame", "why", "with_configs",
     "write_results",
 ]
