@@ -1151,7 +1151,7 @@ def case_bench_extremes(rng: random.Random) -> Case:
 # only where the command is quick (plan; predict's estimate).
 CLI_FLAGS = [
     ("predict", "--seed", True, 0, 2**32 - 1, False, ["w.yaml", "--deployment", "d.yaml", "--analytic", "--json"]),
-    ("predict", "--requests", True, 1, 10**6, False, ["w.yaml", "--deployment", "d.yaml", "--json"]),
+    ("predict", "--requests", True, 1, 200_000, False, ["w.yaml", "--deployment", "d.yaml", "--json"]),
     ("diagnose", "--bench-seed", True, 0, 2**32 - 1, False, ["r.json", "--deployment", "d.yaml", "--json"]),
     ("plan", "--concurrency", True, 1, 2**20, False, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
     ("plan", "--tp", True, 1, 512, False, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
