@@ -1116,7 +1116,10 @@ def case_scrape(rng: random.Random) -> Case:
                 _read_kv(kv) if expect == VALID else None)
 
 
-BENCH_EXTREMES = ["huge_int", "huge_int_entry", "empty_lists", "short_lists"]
+BENCH_EXTREMES = ["huge_int", "huge_int_entry", "empty_lists", "short_lists", "table_huge_cell"]
+BENCH_TABLE = ROOT / "calibration" / "measured" / "e2e" / "vllm_bench_public.csv"
+BENCH_TABLE_NUMBERS = ["num_gpus", "tp", "num_prompts", "request_rate", "completed", "duration_s", "mean_ttft_ms",
+                       "p99_itl_ms", "output_throughput"]
 
 
 def case_bench_extremes(rng: random.Random) -> Case:
@@ -1125,6 +1128,12 @@ def case_bench_extremes(rng: random.Random) -> Case:
     data = _bench(rng)
     mutation = rng.choice(BENCH_EXTREMES)
     huge = "1" + "0" * rng.randrange(309, 400)
+    if mutation == "table_huge_cell":  # the same numbers as a table of results (validate --e2e)
+        header, rows = _read_rows(BENCH_TABLE, 3)
+        column = rng.choice(BENCH_TABLE_NUMBERS)
+        rows[rng.randrange(len(rows))][header.index(column)] = rng.choice([huge, "-" + huge, "1e400"])
+        return Case(0, "bench_extremes", mutation, {"table.csv": _csv(header, rows)},
+                    ["validate", "--e2e", "table.csv", "--json"], INVALID, column)
     if mutation == "huge_int":
         key = rng.choice(["completed", "num_prompts", "total_input_tokens", "total_output_tokens", "duration",
                           "median_ttft_ms", "request_rate"])

@@ -7,6 +7,7 @@ makes the classes anew from a seed).
 from __future__ import annotations
 
 import bz2
+import csv
 import gzip
 import json
 import lzma
@@ -223,6 +224,16 @@ def test_bench_results_beyond_floats_or_cut_short_are_refused(tmp_path, changes,
     with pytest.raises(InputError, match="r.json") as refused:
         read_bench_result(_bench(tmp_path, **changes))
     assert problem in str(refused.value)
+
+
+def test_a_table_of_bench_results_with_a_number_beyond_floats_is_refused(capsys, tmp_path):
+    with open(ROOT / "calibration" / "measured" / "e2e" / "vllm_bench_public.csv", newline="") as stream:
+        header, cells = list(csv.reader(stream))[:2]
+    cells[header.index("completed")] = "9" * 330
+    with open(tmp_path / "runs.csv", "w", newline="") as stream:
+        csv.writer(stream).writerows([header, cells])
+    err = one_line_exit_2(capsys, "validate", "--e2e", tmp_path / "runs.csv")
+    assert "line 2, column 'completed'" in err and "not a finite number" in err
 
 
 # --- command-line numbers and argparse ------------------------------------------------------------------
