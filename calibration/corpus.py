@@ -42,7 +42,7 @@ from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
-from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
+from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version, resolve_engine
 from .bench_clients import SessionCache, routed_hits, vllm_bench_send_times
 from .silicon import REQUESTS_PER_CLIENT, silicon_run
 from .tables import gpu_name_for
@@ -161,7 +161,8 @@ def silicon_runs(path: Path, table: pd.DataFrame | None = None,
 
 # --- vllm bench serve rows ----------------------------------------------------------------------
 _FLAG_INT = {"max_num_seqs": r"--max-num-seqs[ =](\d+)", "max_num_batched_tokens": r"--max-num-batched-tokens[ =](\d+)",
-             "max_model_len": r"--max-model-len[ =](\d+)", "data_parallel": r"(?:--data-parallel-size|-dp)[ =](\d+)"}
+             "max_model_len": r"--max-model-len[ =](\d+)", "data_parallel": r"(?:--data-parallel-size|-dp)[ =](\d+)",
+             "num_scheduler_steps": r"--num-scheduler-steps[ =](\d+)"}
 
 
 def _flags(text: str) -> dict:
@@ -185,8 +186,12 @@ def _flags(text: str) -> dict:
         out["kv_cache_dtype"] = "fp8"
     if "--enable-expert-parallel" in text:
         out["expert_parallel"] = True
-    if "--enable-chunked-prefill" in text:
+    if "--no-enable-chunked-prefill" in text or "--enable-chunked-prefill=False" in text or "chunked prefill off" in text:
+        out["chunked_prefill"] = False
+    elif "--enable-chunked-prefill" in text:
         out["chunked_prefill"] = True
+    if "--enforce-eager" in text:
+        out["enforce_eager"] = True
     return out
 
 
@@ -305,6 +310,20 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
     data_parallel = flags.get("data_parallel") or (2 if "DP2" in _text(row.get("variant")) else 1)
     gpu_spec = get_gpu(gpu)
     tokens, seqs = default_batch_limits(gpu_spec, version)
+    # The run's release decides the flags its server left out (chunked prefill, prefix caching, the
+    # V0 budget), as vllm serve of that version did.
+    spec = resolved.spec
+    steps = flags.get("num_scheduler_steps", 1)
+    try:
+        engine = resolve_engine(
+            version, pp=pp, max_model_len=flags.get("max_model_len") or spec.max_context, mla=spec.mla is not None,
+            sliding_window=bool(spec.sliding_window and spec.num_sliding_layers),
+            chunked_prefill=flags.get("chunked_prefill"), prefix_caching=flags.get("prefix_caching"),
+            num_scheduler_steps=steps, enforce_eager=flags.get("enforce_eager", False),
+            max_num_seqs=flags.get("max_num_seqs", seqs))
+    except InputError as err:
+        return MeasuredRun(**base, skip=str(err))
+    tokens = engine.max_num_batched_tokens or tokens
     across = "no InfiniBand" in _text(row["gpu"]) or "no-ib" in ref
     deployment = Deployment(
         gpu=gpu, tp=tp, pp=pp, data_parallel_size=data_parallel, enable_expert_parallel=flags.get("expert_parallel", False),
@@ -312,7 +331,8 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
         quantization=resolved.quantization,
         max_num_seqs=flags.get("max_num_seqs", seqs), max_num_batched_tokens=flags.get("max_num_batched_tokens", tokens),
         max_model_len=flags.get("max_model_len"),
-        enable_prefix_caching=flags.get("prefix_caching", version >= (0, 8, 0)),
+        enable_prefix_caching=engine.prefix_caching, enable_chunked_prefill=engine.chunked_prefill,
+        enforce_eager=flags.get("enforce_eager", False), num_scheduler_steps=steps,
         kv_cache_dtype=flags.get("kv_cache_dtype", "auto"),
         internode_gbps=TCP_24GBIT_GBPS if across else INFINIBAND_HDR_GBPS, kv_cache_memory_gib=flags.get("kv_cache_memory_gib"),
         **({"gpu_memory_utilization": flags["gpu_memory_utilization"]} if "gpu_memory_utilization" in flags else {}),
