@@ -51,6 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_E2E = ROOT.parent / "shared" / "data" / "measured" / "e2e"
 REPO_E2E = ROOT / "calibration" / "measured" / "e2e"
 BENCH_TABLES = ("vllm_bench_p99_dev.csv", "vllm_bench_a100_dennislee22.csv", "vllm_bench_public.csv")
+# A bench table's optional ``prefix_cache`` column: 'cold' (the server had not seen the prompts; runs
+# of one session still share its cache, :data:`SESSIONS`) or 'warm' (every prompt was served before).
+PREFIX_CACHE_STATES = ("cold", "warm")
 METRICS = ("ttft", "tpot", "itl")
 STATS = ("mean", "median", "p99")
 # Inter-node links of the sources' clusters (GB/s per GPU): Azure ND96asr_v4 has one 200 Gb/s HDR
@@ -339,9 +342,13 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
     )
     rate = _number(row.get("request_rate"))
     rate = math.inf if not math.isfinite(rate) else rate
+    prefix_cache = _text(row.get("prefix_cache")).strip().lower() or "cold"
+    if prefix_cache not in PREFIX_CACHE_STATES:
+        raise InputError(f"{table} row {index}: prefix_cache '{prefix_cache[:20]}' is not one of "
+                         f"{', '.join(PREFIX_CACHE_STATES)} (leave it empty for cold)")
     extra = {"inputs": inputs, "outputs": outputs, "rate": rate, "dataset": dataset, "source_repo": source,
              "session": None, "version": version, "max_concurrency": _number(row.get("max_concurrency")),
-             "json_path": json_path}
+             "json_path": json_path, "prefix_cache": prefix_cache}
     rules = SESSIONS.get(source)
     if rules is not None:
         test = re.search(r"Test (\d+)", notes)
@@ -374,6 +381,9 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
     keys = list(range(len(inputs)))
     cached = None
     if cache is not None and run.deployment.enable_prefix_caching:
+        if extra.get("prefix_cache") == "warm":
+            # The table says the server had served these prompts before the run.
+            cache.record(keys, inputs, outputs)
         # The tool's initial test prompt (request 0) runs alone just before the run.
         cache.warm(keys[0], inputs[0], outputs[0])
         ranks = run.deployment.replicas * run.deployment.data_parallel_size
