@@ -43,7 +43,7 @@ from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version, resolve_engine
-from .bench_clients import SessionCache, routed_hits, vllm_bench_send_times
+from .bench_clients import SessionCache, VllmBenchServe, routed_hits
 from .silicon import REQUESTS_PER_CLIENT, silicon_run
 from .tables import gpu_name_for
 
@@ -374,10 +374,8 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
     extra = run.extra
     inputs, outputs = extra["inputs"], extra["outputs"]
     concurrency = extra["max_concurrency"]
-    if math.isfinite(concurrency) and concurrency < len(inputs):
-        return run.__class__(**{**run.__dict__, "deployment": None,
-                                "skip": "a concurrency cap below the number of prompts (not simulated here)"})
-    send = vllm_bench_send_times(len(inputs), extra["rate"], seed=0, vllm_version=run.vllm_version)
+    client = VllmBenchServe(request_rate=extra["rate"], max_concurrency=int(concurrency) if math.isfinite(concurrency)
+                            else None, seed=0, vllm_version=run.vllm_version)
     keys = list(range(len(inputs)))
     cached = None
     if cache is not None and run.deployment.enable_prefix_caching:
@@ -389,9 +387,7 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
         ranks = run.deployment.replicas * run.deployment.data_parallel_size
         cached = routed_hits(cache.hits(keys, inputs), ranks, run.run_id).tolist()
         cache.record(keys, inputs, outputs)
-    records = {"arrival_s": send, "input_tokens": inputs, "output_tokens": outputs, "cached_tokens": cached}
-    traffic = Traffic.model_validate({"arrival": {"kind": "trace", "records": records}})
-    return run.__class__(**{**run.__dict__, "traffic": traffic})
+    return run.__class__(**{**run.__dict__, "traffic": client.traffic(inputs, outputs, cached)})
 
 
 BENCH_COLUMNS = ("model", "gpu", "vllm_version", "tp")

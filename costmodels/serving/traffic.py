@@ -171,6 +171,10 @@ class TraceArrival(Spec):
     time_scale: float = Field(default=1.0, ge=1e-3, le=1e3, description="multiply arrival times (0.5 = twice the rate)")
     start_s: float = Field(default=0.0, ge=0, le=MAX_TRACE_SPAN_S, description="replay from this many seconds in")
     duration_s: float | None = Field(default=None, gt=0, le=MAX_TRACE_SPAN_S, description="replay this long")
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=MAX_CONCURRENCY,
+        description="at most this many requests in flight: a request goes at its time or when one finishes, "
+                    "whichever is later (vllm bench serve --max-concurrency)")
 
     @model_validator(mode="after")
     def _one_source(self) -> TraceArrival:
