@@ -27,6 +27,26 @@ settings into the traffic it sent, following each tool's source:
   on an idle server: :class:`~servopt.costmodels.serving.traffic.ClosedLoopArrival` with
   ``requests_per_client``.
 
+**Why closed-loop clients stay in step (issue 18).** With identical requests the simulation's
+clients settle into a fixed point: each client's cycle is the same number of engine steps (its
+wait, one prefill step, ``OSL - 1`` decode steps), so the step offsets between clients that the
+opening burst creates (one step each: the burst is prefilled one prompt per step) are kept round
+after round. A client that finishes one step after another arrives while the other's prefill step
+runs (a request can only join the next step: vLLM's EngineCore drains its input queue between
+steps, and the client's round trip is longer than zero), and waits for it: the steady state is
+(1, 2, 2, 2) prefills for four clients. Measured on the simulator (Llama-3.1-70B fp8, H100 TP8,
+ISL 8192, OSL 1024, 4 clients, aiconfigurator's generator budget): lone prefill 271 ms, opening
+round 316/634/954/1093 ms, every later round 282/545/545/545 ms, mean 1.87x the lone prefill.
+Nothing in the clients' sources spreads them (aiperf drains its warm-up and releases all credits
+at once; its concurrency-burst interval is 0), and nothing in vLLM's V1 scheduler does (a finished
+request frees its slot at the end of its step; waiting requests are scheduled FCFS into the next
+step's budget). The development rows do not show a spread either: Qwen3-32B on H100 (the same
+aiconfigurator protocol) measures 741 ms mean TTFT at ISL 4096, TP2, 8 clients, against 541 ms
+simulated in step and about 340 ms if the clients were spread (opening round plus one prefill per
+request); at ISL 1024 the simulation is 35% high instead. So the lockstep is kept as the mechanism
+gives it; closed-loop runs with per-request TTFTs (none are in the development data: the
+per-request traces are open-loop ``vllm bench serve`` runs) are what would settle it.
+
 **Prompts a server has seen.** vLLM's prefix cache keeps freed blocks (hashed by their tokens) until
 new allocations evict them, oldest first. Benchmark sessions often send the same prompts again:
 ``vllm bench serve`` with the same seed samples the same ShareGPT conversations, and its random

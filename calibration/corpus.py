@@ -509,16 +509,22 @@ def load_corpus(shared_e2e: Path = SHARED_E2E, repo_e2e: Path = REPO_E2E) -> lis
     return runs
 
 
-def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
-    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``."""
-    from ..costmodels.serving import simulate
+def compiled_run(run: MeasuredRun, profile: PerformanceProfile):
+    """The run's deployment compiled for its model (the checkpoint's quantization where the run names none)."""
+    from ..costmodels.serving.compiled import compile_deployment
 
     resolved = resolve_model(run.model)
     deployment = run.deployment
     if deployment.quantization is None and resolved.quantization:
         deployment = deployment.model_copy(update={"quantization": resolved.quantization})
-    gpu = get_gpu(deployment.gpu)
-    summary = simulate(resolved.spec, deployment, run.traffic, gpu, profile, seed=seed).summary
+    return compile_deployment(resolved.spec, deployment, get_gpu(deployment.gpu), profile)
+
+
+def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
+    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``."""
+    from ..costmodels.serving.simulator import simulate_compiled
+
+    summary = simulate_compiled(compiled_run(run, profile), run.traffic, seed=seed).summary
     out = {"saturated": float(summary.saturated)}
     for metric in METRICS:
         stats = getattr(summary, f"{metric}_s")

@@ -27,13 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costmodels.architectures import resolve_model
-from ..costmodels.hardware import get_gpu
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.roofline import Batch
-from ..costmodels.serving.compiled import compile_deployment
 from ..costmodels.serving.simulator import simulate_compiled
-from .corpus import MeasuredRun
+from .corpus import MeasuredRun, compiled_run
 
 PARTS = ("client", "queueing", "kernels", "collectives", "host")
 # Operators of the roofline's breakdown (StepTime.operators_s) that are communication between GPUs
@@ -53,12 +50,7 @@ def _shares(breakdown: dict[str, float]) -> dict[str, float]:
 
 def explain_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
     """``ttft_<part>_ms`` and ``tpot_<part>_ms`` of a run's predicted means (module docstring)."""
-    resolved = resolve_model(run.model)
-    deployment = run.deployment
-    if deployment.quantization is None and resolved.quantization:
-        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
-    gpu = get_gpu(deployment.gpu)
-    compiled = compile_deployment(resolved.spec, deployment, gpu, profile)
+    compiled = compiled_run(run, profile)
     requests = simulate_compiled(compiled, run.traffic, seed=seed).requests
     role = compiled.roles[0]
     cost = role.cost
