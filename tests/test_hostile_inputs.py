@@ -36,7 +36,7 @@ from servopt.costmodels.userfiles import parse_json, parse_yaml, read_csv_table,
 from servopt.optimizer._lifeline import exit_with_parent
 from servopt.optimizer._storage import has_hidden_password, journal_url, masked_url, open_storage
 from servopt.optimizer.cli import main
-from servopt.optimizer.study import claim_deployment
+from servopt.optimizer.study import AlreadyScored, claim_deployment
 from servopt.optimizer.workload import load_workload
 from servopt.results import export_command
 
@@ -372,11 +372,15 @@ def test_a_torn_last_line_is_cut_and_every_finished_trial_kept(tmp_path):
     assert len(_finished(journal)) == 8
 
 
-def test_a_worker_claims_a_deployment_a_lower_trial_already_drew(tmp_path):
-    study = optuna.create_study(storage=open_storage(journal_url(tmp_path / "s.journal")))
+def test_a_deployment_two_trials_drew_is_scored_by_the_lower_one_only(tmp_path):
+    study = optuna.create_study(storage=open_storage(journal_url(tmp_path / "s.journal")),
+                                directions=["minimize", "minimize"])
     first, second = study.ask(), study.ask()
-    assert claim_deployment(first, "h100/tp2") is None
-    assert claim_deployment(second, "h100/tp2") == first.number  # the higher-numbered one does not score it
+    assert claim_deployment(first, "h100/tp2") is None  # the first to draw it scores it
+    with pytest.raises(AlreadyScored):  # while it runs, the higher-numbered one waits (here: not at all)
+        claim_deployment(second, "h100/tp2", wait_s=0.0)
+    study.tell(first, [1.0, 2.0])
+    assert claim_deployment(second, "h100/tp2").number == first.number  # then takes its outcome
     assert claim_deployment(study.ask(), "h100/tp4") is None
 
 
