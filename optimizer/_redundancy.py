@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..costmodels.serving import SLO
 from ..costmodels.serving.compiled import CompiledDeployment
-from ..results._record import Summary, summary_p99
+from ..results import Summary, summary_p99
 
 if TYPE_CHECKING:
     from ._evaluate import Evaluator

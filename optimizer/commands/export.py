@@ -13,8 +13,9 @@ import yaml
 from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
-from ...results import check_with_vllm, launch_plan, node_scripts, render_readme
-from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
+from ...results import (
+    check_with_sglang, check_with_vllm, launch_plan, node_scripts, render_readme, render_sglang, sglang_plan,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

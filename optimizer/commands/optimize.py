@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the workload file's name)")
     parser.add_argument("--storage", default=None, metavar="URL",
                         help=f"SQLAlchemy URL of a shared study database (default: ${STORAGE_ENV}, else the workload's "
-                        "storage, else SQLite in the job folder); its password is never printed or saved")
+                        "storage, else a journal file in the job folder); its password is never printed or saved")
     parser.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="worker processes on this machine")
     parser.add_argument("--trials", type=positive_int, default=None, help="override budget.trials")
     parser.add_argument("--time", type=positive_float, default=None, metavar="SECONDS", help="override budget.time_s")
