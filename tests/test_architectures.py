@@ -517,3 +517,34 @@ def test_invalid_moe_and_mla_sections_are_input_errors() -> None:
     deepseek = {**get_model_config("deepseek-ai--DeepSeek-V3"), "kv_lora_rank": 0}
     with pytest.raises(InputError, match="mla.kv_lora_rank"):
         spec_from_hf_config(deepseek, "x")
+
+
+# --- MoE families added for the MiniMax-M2.5 and Kimi-K2.5 rows -----------------------------------
+
+def test_minimax_m2_reads_its_config_fields() -> None:
+    spec = resolve_model("MiniMaxAI/MiniMax-M2.5").spec
+    assert (spec.family, spec.num_layers, spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads) == (
+        "minimax_m2", 62, 3072, 48, 8)
+    assert (spec.moe.num_experts, spec.moe.experts_per_token, spec.moe.expert_intermediate_size) == (256, 8, 1536)
+    assert spec.moe.num_shared_experts == 0 and spec.moe.router_bias and spec.moe.num_dense_layers == 0
+    assert spec.qk_norm and spec.num_mtp_layers == 0  # vLLM's main model skips the MTP modules
+    assert spec.checkpoint.scheme == "fp8"
+
+
+def test_minimax_m2_nvfp4_checkpoint_is_modelopt_nvfp4() -> None:
+    resolved = resolve_model("nvidia/MiniMax-M2.5-NVFP4")
+    assert resolved.quantization == "nvfp4" and resolved.spec.checkpoint.method == "modelopt_fp4"
+    assert resolved.spec.checkpoint.kv_cache_dtype == "fp8"
+
+
+def test_kimi_k25_reads_its_text_config_and_counts_moonvit() -> None:
+    spec = resolve_model("moonshotai/Kimi-K2.5").spec
+    assert spec.family == "deepseek_v3" and spec.mla is not None
+    assert (spec.num_layers, spec.moe.num_experts, spec.moe.num_shared_experts, spec.moe.num_dense_layers) == (61, 384, 1, 1)
+    assert 0.3e9 < spec.extra_params < 0.6e9  # MoonViT (the card: 400M)
+    assert spec.checkpoint.scheme == "gptq" and spec.checkpoint.group_size == 32  # INT4 QAT experts
+
+
+def test_kimi_k25_wrapper_without_text_config_is_refused() -> None:
+    with pytest.raises(InputError, match="kimi_k25"):
+        spec_from_hf_config({"model_type": "kimi_k25"}, "x")
