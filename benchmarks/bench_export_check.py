@@ -2,7 +2,10 @@
 
 Runs ``servopt optimize`` (a reduced trial budget, same search) for the default job and each file in
 examples/, then for every point of each front ``servopt export --check`` (the launch scripts, parsed
-by vLLM's own ``vllm serve`` parser) and ``servopt export --format kubernetes --check`` (every
+by vLLM's own ``vllm serve`` parser; each command's ``--max-model-len`` against vLLM's own reading of
+the model's config, ``_get_and_verify_max_len``, and its ``--quantization`` against the method vLLM
+picks for the checkpoint's config, ``ModelConfig._verify_quantization``, where the config carries the
+checkpoint's metadata: a checkpoint whose format is its card's is counted apart) and ``servopt export --format kubernetes --check`` (every
 manifest validated offline against the Kubernetes schemas and the LeaderWorkerSet CRD schema, every
 container's command parsed by vLLM's parser), and prints one line per point and the counts. Then the
 payloads of tests/test_export.py, planted in a local checkpoint folder's name: a small job on that
@@ -21,6 +24,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,8 +33,9 @@ from pathlib import Path
 
 import yaml
 
+from servopt.costmodels.architectures import config_files
 from servopt.optimizer.cli import main as servopt
-from servopt.results import check_commands_with_vllm
+from servopt.results import check_commands_with_vllm, with_configs
 from servopt.results._export_kubernetes import (
     KUBERNETES_VERSION, LWS_EXAMPLE_ENV, check_manifests, container_words, serve_argvs,
 )
@@ -57,6 +62,7 @@ def main() -> None:
     jobs = [("default", None)] + [(p.stem, p) for p in sorted((ROOT / "examples").glob("*.yaml"))]
     failures = checked = k8s_failures = manifests = 0
     commands: list[dict] = []  # every container's vllm serve command, parsed by vLLM once at the end
+    lengths = quantizations = card_formats = 0
     for name, path in jobs:
         start = time.perf_counter()
         folder = out / name
@@ -74,6 +80,12 @@ def main() -> None:
             weights = point.get("weights") or {}
             checked += 1
             failures += code != 0
+            counts = re.search(r"config of (\d+)/(\d+) model\(s\), --quantization against the method vLLM picks for (\d+)",
+                               verdict[-1] if verdict else "")
+            if counts:
+                lengths += int(counts[1])
+                quantizations += int(counts[3])
+                card_formats += int(counts[2]) - int(counts[3])
             print(f"{name:<22} trial {point['trial']:>4} {point['deployment']['quantization']:<6} "
                   f"{weights.get('serve_id', point['serve_id']):<58} "
                   f"{'ok' if code == 0 else 'REJECTED'}: {verdict[-1] if verdict else text.strip()[-200:]}")
@@ -82,12 +94,18 @@ def main() -> None:
             docs = list(yaml.safe_load_all((folder / f"k8s-{point['trial']}" / "kubernetes.yaml").read_text()))
             problems = check_manifests(docs) if code == 0 else [text.strip()[-300:]]
             k8s_failures += bool(problems)
-            commands += [{**c, "label": f"{name} trial {point['trial']}: {c['label']}"} for c in serve_argvs(docs)]
+            argvs = serve_argvs(docs)
+            configs = {c["argv"][2]: files for c in argvs if (files := config_files(c["argv"][2])) is not None}
+            commands += [{**c, "label": f"{name} trial {point['trial']}: {c['label']}"}
+                         for c in with_configs(argvs, configs)]
             manifests += len(docs)
             print(f"{'':<22} kubernetes: {len(docs)} objects, {'valid' if not problems else problems}")
         print(f"{name}: {len(points)} front points in {time.perf_counter() - start:.0f} s")
     leaked = {k for k in os.environ if k.startswith("SERVOPT_")} - env_before
-    print(f"{checked} exports checked, {failures} failed; environment variables set: {sorted(leaked) or 'none'}")
+    print(f"{checked} exports checked, {failures} failed; --max-model-len checked against vLLM's reading of the "
+          f"model config for {lengths}, --quantization against vLLM's pick for {quantizations} ({card_formats} "
+          f"served checkpoints have card formats, parser and registry only); environment variables set: "
+          f"{sorted(leaked) or 'none'}")
     version, rejected = check_commands_with_vllm(commands)
     print(f"{checked} Kubernetes exports: {manifests} objects, {k8s_failures} exports with an object invalid against "
           f"the Kubernetes {KUBERNETES_VERSION} schemas; {len(commands)} container commands, {len(rejected)} rejected "

@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
-from .errors import InputError, Name, Spec, label, quote, unknown_name_error, validate_spec
+from .errors import InputError, Name, Spec, did_you_mean, label, quote, unknown_name_error, validate_spec
 from .userfiles import read_yaml_mapping, shown
 
 GIB = 1024**3
@@ -189,7 +189,7 @@ def load_catalog(path: str | Path | None = None) -> GPUCatalog:
     raw = read_yaml_mapping(path, "hardware file")
     unknown = [str(key) for key in raw if key != "gpus"]
     if "gpus" not in raw or unknown:
-        extra = f" (unknown key {unknown[0][:60]!r})" if unknown else ""
+        extra = f" (unknown key {unknown[0][:60]!r}{did_you_mean(unknown[0], ['gpus'])})" if unknown else ""
         raise InputError(f"hardware file '{shown(path)}' must have one top-level 'gpus:' mapping{extra}")
     return catalog.with_overrides(raw["gpus"], f"hardware file '{shown(path)}'")
 

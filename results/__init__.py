@@ -11,7 +11,7 @@ Example:
 
 from ._export import (
     VLLM_VERSION, check_commands_with_vllm, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme,
-    render_shell, serve_commands, speculative_config,
+    render_shell, serve_commands, speculative_config, with_configs,
 )
 from ._export_kubernetes import (
     KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_manifests, kubernetes_manifests, render_kubernetes,
@@ -28,5 +28,5 @@ __all__ = [
     "KubernetesOptions", "launch_plan", "node_scripts", "pareto_frame", "Recheck", "render_html", "render_kubernetes",
     "render_kubernetes_readme", "render_markdown", "render_readme", "render_sglang", "render_shell", "safe_name",
     "serve_argvs", "serve_commands", "sglang_plan", "speculative_config", "Summary", "summary_p99", "TrialRecord",
-    "TrialResult", "trials_frame", "why", "write_results",
+    "TrialResult", "trials_frame", "why", "with_configs", "write_results",
 ]

@@ -236,6 +236,16 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     ]
 
 
+def _config_lines(front: pd.DataFrame) -> list[str]:
+    """Each checkpoint the front serves, with its weights' format and the config its architecture was read from."""
+    seen: dict[str, str] = {}
+    for row in front.to_dict(orient="records"):
+        if row["model"] not in seen:
+            fmt = f"{row['weights_format']}; " if row.get("weights_format") else ""
+            seen[row["model"]] = f"- {row['model']}: {fmt}config: {row.get('config_source') or 'not recorded'}"
+    return list(seen.values()) or ["- (no front point)"]
+
+
 def profile_groups(data: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any], str]], list[str]]:
     """Each GPU with its own part of its profile's description, and the sources they share, stated
     once: a shipped profile reads "<GPU name>: <sources>", the same sources for every GPU."""
@@ -299,6 +309,7 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
         lines += ["", f"Export one: `servopt export {data['job']['out_dir']} --pick cheapest` (or `fastest`, or a # above)."]
     else:
         lines += ["**The front is empty.**", "", *explain_empty(data, trials)]
+    lines += ["", "## Model configurations", "", *_config_lines(front)]
     lines += ["", "## Calibration profiles", "", *_profile_lines(data)]
     reasons = _reason_lines(trials)
     if reasons:
@@ -389,6 +400,8 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
     else:
         lines = explain_empty(data, trials)
         parts.append("<p class='warn'>The front is empty.</p><ul>" + "".join(f"<li>{esc(x.lstrip('- '))}</li>" for x in lines) + "</ul>")
+    parts.append("<h2>Model configurations</h2><ul>" + "".join(f"<li>{esc(x[2:])}</li>" for x in _config_lines(front))
+                 + "</ul>")
     parts.append("<h2>Calibration profiles</h2><ul>")
     rows, common = profile_groups(data)
     for gpu, info, own in rows:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import yaml
 
+from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
 from ...results import (
     KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_commands_with_vllm, check_manifests, check_with_sglang,
     check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes, render_kubernetes_readme,
-    render_readme, render_sglang, safe_name, serve_argvs, sglang_plan,
+    render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
 )
 
 
@@ -123,11 +124,13 @@ def run(args: argparse.Namespace) -> int:
             print(read_text(out / "README.md", "export README"), end="")
         print(f"# written to {out}: {', '.join(sorted(scripts))}, README.md, plan.json")
     if args.check:
-        version, problems = check_with_vllm(scripts, args.vllm_python)
+        configs = served_configs(plan)
+        version, problems = check_with_vllm(scripts, args.vllm_python, configs=configs)
         if problems:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
         count = sum(text.count("vllm serve") for text in scripts.values())
-        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s)")
+        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s); "
+              f"{configs_checked(plan, configs)}")
     return 0
 
 
@@ -146,6 +149,21 @@ def kubernetes_options(args: argparse.Namespace, front: dict, trial: int) -> Kub
         model_cache_pvc=args.model_cache_pvc).check()
 
 
+def served_configs(plan: dict) -> dict:
+    """Model id -> the config files vLLM would read for it (``config_files``), for each model the plan serves."""
+    served = {instance["model"] for instance in plan["instances"]}
+    return {model: files for model in served if (files := config_files(model)) is not None}
+
+
+def configs_checked(plan: dict, configs: dict) -> str:
+    """What ``--check`` compared with vLLM's own reading of the served models' configs."""
+    served = {instance["model"] for instance in plan["instances"]}
+    quant = [m for m, files in configs.items() if files.quantization_from_config]
+    return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
+            f"--quantization against the method vLLM picks for {len(quant)}"
+            + ("" if len(quant) == len(served) else " (the others' formats come from their cards)"))
+
+
 def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan: dict) -> int:
     options = kubernetes_options(args, front, plan["trial"])
     vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
@@ -160,12 +178,13 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan:
         problems = check_manifests(docs)
         if problems:
             raise InputError("the manifests break the Kubernetes schemas: " + "; ".join(problems))
-        commands = serve_argvs(docs)
+        configs = served_configs(plan)
+        commands = with_configs(serve_argvs(docs), configs)
         version, problems = check_commands_with_vllm(commands, args.vllm_python)
         if problems:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
         print(f"# --check: {len(docs)} objects valid against the Kubernetes {KUBERNETES_VERSION} schemas; vLLM {version}'s "
-              f"`vllm serve` parser accepts all {len(commands)} container command(s)")
+              f"`vllm serve` parser accepts all {len(commands)} container command(s); {configs_checked(plan, configs)}")
     return 0
 
 
