@@ -56,12 +56,13 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from ..architectures import ModelSpec
 from ..deployment import Deployment
@@ -80,6 +81,9 @@ from .router import make_router
 from .scheduler import BlockCounter, Scheduler
 from .slo import SLO
 from .traffic import Traffic
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INITIAL_REQUESTS = 2000
 MAX_REQUESTS = 32000
