@@ -40,7 +40,8 @@ class _Version(argparse.Action):
     packages' metadata costs start-up time)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(message=f"{parser.prog} {servopt_version()}\n")
+        print(f"{parser.prog} {servopt_version()}")  # on stdout, as argparse's own version action prints
+        parser.exit()
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
