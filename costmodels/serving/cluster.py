@@ -96,10 +96,16 @@ class Pool:
 
 @dataclass
 class ClosedLoop:
-    """``concurrency`` clients, each sending its next request ``think_time_s`` after the last finished."""
+    """``concurrency`` clients, each sending its next request ``think_time_s`` after the last finished.
+
+    With ``schedule_s`` the requests also have send times (an open-loop schedule behind a cap of
+    ``concurrency`` in flight, as ``vllm bench serve --max-concurrency`` sends them): request ``i``
+    goes at its scheduled time or when a slot frees, whichever is later.
+    """
 
     concurrency: int
     think_time_s: float
+    schedule_s: list[float] | None = None
 
 
 class Cluster:
@@ -144,11 +150,12 @@ class Cluster:
         n = table.size
         latency, per_token = self.request_overhead_s, self.tokenize_s_per_token
         front, decode = self.front, self.decode
+        schedule = closed_loop.schedule_s if closed_loop is not None else None
         if closed_loop is not None:
             first = min(closed_loop.concurrency, n)
-            events = [(0.0, rid, ARRIVAL) for rid in range(first)]
             for rid in range(first):
-                table.arrival_s[rid] = 0.0
+                table.arrival_s[rid] = schedule[rid] if schedule is not None else 0.0
+            events = [(table.arrival_s[rid], rid, ARRIVAL) for rid in range(first)]
             next_rid = first
         else:
             events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
@@ -218,6 +225,8 @@ class Cluster:
                     heapq.heappush(events, (ready, rid, HANDOFF))
                 elif closed_loop is not None and next_rid < n:
                     start = end + closed_loop.think_time_s
+                    if schedule is not None:
+                        start = max(start, schedule[next_rid])
                     table.arrival_s[next_rid] = start
                     heapq.heappush(events, (start, next_rid, ARRIVAL))
                     next_rid += 1

@@ -158,7 +158,7 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     the traffic is refused (:func:`~servopt.costmodels.serving.traffic.check_context`; ``context_source``
     says where ``max_model_len`` comes from). A shared prefix, or a trace's own ``cached_tokens``, is a
     prefix-cache hit of whole blocks, at most the prompt minus one token (vLLM always computes the last
-    prompt token). Sessions end at the context limit instead (:class:`~servopt.costmodels.serving.traffic.SessionArrival`).
+    prompt token); so is a prompt the server saw before (``traffic.prompt_cache``). Sessions end at the context limit instead (:class:`~servopt.costmodels.serving.traffic.SessionArrival`).
     """
     # Imported here: the scheduler reads this module's request states without the traffic models.
     from .traffic import check_context
@@ -201,7 +201,16 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     outputs = np.minimum(raw_outputs, limit - inputs)
     clipped = int(np.count_nonzero((inputs < raw_inputs) | (outputs < raw_outputs)))
     cached = np.zeros_like(inputs)
-    if prefix_caching and trace_cached is not None:
+    seen = traffic.prompt_cache
+    if seen is not None and seen.kind == "repeated" and sessions is None:
+        # A finite prompt set: request i resends prompt i mod N, with its length.
+        first = np.arange(n) % seen.distinct_prompts
+        inputs, outputs = inputs[first], outputs[first]
+    if prefix_caching and seen is not None:
+        again = np.ones(n, dtype=bool) if seen.kind == "warm" or seen.seen_before else \
+            np.arange(n) >= seen.distinct_prompts
+        cached = np.where(again, inputs, 0)
+    elif prefix_caching and trace_cached is not None:
         cached = np.minimum(np.asarray(trace_cached, dtype=np.int64), inputs)
     elif prefix_caching and traffic.shared_prefix_fraction > 0:
         cached = np.floor(traffic.shared_prefix_fraction * inputs)
@@ -212,7 +221,8 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     extra = {}
     if sessions is not None:
         extra = {"session": sessions.session, "follow_up": sessions.follow_up, "think_s": sessions.think_s}
-    return DrawnRequests(arrival, inputs, outputs, cached, clipped, shared_prefix=trace_cached is None and sessions is None,
+    return DrawnRequests(arrival, inputs, outputs, cached, clipped,
+                         shared_prefix=trace_cached is None and sessions is None and seen is None,
                          classes=classes, priority=priority, num_classes=len(traffic.class_shares), **extra)
 
 

@@ -204,6 +204,8 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     closed = None
     if traffic.arrival.kind == "closed_loop":
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)
+    elif traffic.arrival.kind == "trace" and traffic.arrival.max_concurrency is not None:
+        closed = ClosedLoop(traffic.arrival.max_concurrency, 0.0, schedule_s=list(table.arrival_s))
     try:
         cluster.run(table.arrival_s if closed is None else None, closed,
                     max_plans=max(MIN_PLANS, PLANS_PER_REQUEST * table.size), follow_ups=table.sessions)
