@@ -27,11 +27,13 @@ import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .errors import InputError, one_line
 from .userfiles import checked_descriptor, shown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def ensure_folder(folder: str | Path) -> Path:
@@ -142,9 +144,12 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every text cell that a spreadsheet would run as a formula prefixed with ``'``
     (OWASP's rule); numbers, negative ones included, stay numbers.
 
+    >>> import pandas as pd
     >>> spreadsheet_safe(pd.DataFrame({"gpu": ["=HYPERLINK(1)", "h100"], "usd": [-1.5, 2.0]})).to_dict("list")
     {'gpu': ["'=HYPERLINK(1)", 'h100'], 'usd': [-1.5, 2.0]}
     """
+    import pandas as pd  # here: most commands write no table, and pandas costs start-up time
+
     def cell(value: object) -> object:
         return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 

@@ -42,13 +42,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..errors import MAX_TOKENS, InputError, quote
 from ..userfiles import (MAX_DATA_BYTES, Number, data_suffix, json_numbers, numeric_column, open_binary,
                          read_csv_table, read_jsonl_records, shown)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIME_UNITS = ("s", "ms", "us")
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -165,6 +168,8 @@ class _Columns:
 
     def datetimes_s(self, column: str, where: str) -> np.ndarray:
         """Datetime cells as seconds since the Unix epoch (naive times are UTC)."""
+        import pandas as pd  # on first use: pandas costs half a second of start-up
+
         if self.jsonl:
             raise InputError(f"{where}: Azure traces are CSV files; this one is JSON Lines")
         cells = self.values[column].astype("string").str.strip()
@@ -220,6 +225,8 @@ def _time_unit(raw: np.ndarray, requested: str | None, named: str | None, where:
     the times are Unix epochs of another unit; the column's or format's unit (``named``) unless, besides,
     their typical gap is no trace's in it; with neither, the one unit their typical gap fits, and an
     InputError asking for ``time_unit`` when none or several do."""
+    import pandas as pd  # on first use: pandas costs half a second of start-up
+
     stated = requested or named
     first = float(raw.min())
     for other, scale in SECONDS_PER_UNIT.items():

@@ -6,10 +6,15 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ...costmodels.deployment import Deployment
-from ...costmodels.errors import quote, validate_spec
-from ...costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS
-from ...costmodels.userfiles import read_yaml_mapping, shown
+from typing import TYPE_CHECKING
+
+from ...costmodels.errors import quote
+
+if TYPE_CHECKING:
+    from ...costmodels.deployment import Deployment
+
+# The modules behind these helpers are imported where they are used, so that a command's --help
+# and its argument checks start without them.
 
 
 def _given(text: str) -> str:
@@ -50,7 +55,13 @@ def number_in(low: float, high: float, low_open: bool = True) -> Callable[[str],
 
 # numpy's random generators take seeds from 0 to 2**32 - 1 (as the workload's seed does).
 random_seed = whole_number(0, 2**32 - 1)
-request_count = whole_number(1, MAX_BENCHMARK_REQUESTS)
+
+
+def request_count(text: str) -> int:
+    """Requests to simulate: a whole number up to what one run simulates."""
+    from ...costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS
+
+    return whole_number(1, MAX_BENCHMARK_REQUESTS)(text)
 
 
 def add_hardware_args(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +75,10 @@ def add_hardware_args(parser: argparse.ArgumentParser) -> None:
 def load_deployment(path: str | Path) -> Deployment:
     """Read and validate a deployment YAML file (the fields themselves, or under a top-level
     ``deployment:`` key); errors name the field."""
+    from ...costmodels.deployment import Deployment
+    from ...costmodels.errors import validate_spec
+    from ...costmodels.userfiles import read_yaml_mapping, shown
+
     raw = read_yaml_mapping(path, "deployment file")
     if set(raw) == {"deployment"} and isinstance(raw["deployment"], dict):
         raw = raw["deployment"]

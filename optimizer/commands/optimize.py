@@ -14,6 +14,7 @@ from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
 from ..workload import MAX_TIME_S, MAX_TRIALS, Accuracy, Budget, load_workload
+from . import COMMANDS
 from .common import number_in, whole_number
 
 # Workers of one machine: more than a large server's cores only wait on each other.
@@ -23,7 +24,7 @@ MAX_JOBS = 1024
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "optimize",
-        help="search deployments for a workload: Pareto front of cost vs P99 latency",
+        help=COMMANDS["optimize"][1],
         description="Search deployments with Optuna (cost vs P99 latency under SLO, accuracy and memory "
         "constraints), re-check the front with a longer simulation, and write trials.csv, pareto.csv, "
         "front.json, report.md and report.html. Rerunning the same job resumes it. Unless the workload says "
