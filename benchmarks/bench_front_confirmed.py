@@ -32,6 +32,8 @@ import resource
 import tempfile
 import time
 
+import optuna
+
 from servopt.costmodels.deployment import Deployment
 from servopt.optimizer.job import Job
 from servopt.optimizer.study import RECORD_ATTR, evaluated_trials, stored_rechecks
@@ -100,8 +102,8 @@ def run_job(name: str, trials: int | None) -> bool:
               f"at {workload.fidelity.final_requests} requests; {spent:.1f} CPU s, {wall:.1f} s wall")
         if search_cheapest is not None:
             check = rechecks.get(search_cheapest)
-            verdict = "not re-checked" if check is None else ("passed" if check["feasible"] else
-                                                              f"FAILED ({check['reason']})")
+            verdict = "not re-checked (a re-checked point as cheap and faster passed)" if check is None else (
+                "passed" if check["feasible"] else f"FAILED ({check['reason']})")
             print(f"  search's cheapest feasible: trial {search_cheapest} at {values[search_cheapest][0]:.4g}: "
                   f"its re-check {verdict}")
         if not front:
@@ -140,6 +142,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None, help="override each job's trial budget")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models from servopt's catalog
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     results = {name: run_job(name, args.trials) for name in args.jobs}
     print(f"\n{sum(results.values())} of {len(results)} jobs: the reported cheapest is the cheapest confirmed")
     if not all(results.values()):
