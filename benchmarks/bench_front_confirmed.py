@@ -14,7 +14,8 @@ Jobs:
   (lognormal, sigma 0.3), outputs ~300 (lognormal, sigma 0.3), P99 TTFT 1 s / TPOT 60 ms, H100,
   H200 and A100 (default search space and budget).
 - ``8b-tight-tpot``: Llama-3.1-8B-Instruct at 30 req/s, 2,000-token prompts, 250-token outputs,
-  P99 TTFT 0.5 s / TPOT 25 ms on H100 and A100: many fleets sit just at the TPOT target.
+  P99 TTFT 0.5 s / TPOT 25 ms on L40S and H200 (both priced per GPU, so fleets of every size
+  compete): many fleets sit just at the TPOT target.
 - ``qwen-32b-bursty``: Qwen2.5-32B-Instruct, gamma arrivals (CV 2) at 6 req/s, ShareGPT-like
   lengths, P99 TTFT 2 s / TPOT 50 ms on H100 and L40S: bursts make short runs look better than
   long ones.
@@ -53,7 +54,7 @@ JOBS = {
         "traffic": {"arrival": {"kind": "poisson", "rate_per_s": 30},
                     "input_tokens": {"kind": "fixed", "value": 2000}, "output_tokens": {"kind": "fixed", "value": 250}},
         "slo": {"p99_ttft_s": 0.5, "p99_tpot_s": 0.025},
-        "gpus": ["h100", "a100-80gb"],
+        "gpus": ["l40s", "h200"],
     },
     "qwen-32b-bursty": {
         "model": "Qwen/Qwen2.5-32B-Instruct",
