@@ -30,11 +30,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import stat
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -348,7 +350,7 @@ def _repair(fd: int, path: str) -> str:
         os.ftruncate(fd, keep)
         notes.append(f"its last line was cut short ({size - keep:,} bytes: a full disk, or a process killed while "
                      "writing) and is cut off")
-    fixed = _untear(fd)
+    fixed = _untear(fd, path)
     if fixed:
         notes.append(f"{fixed} line(s) an older servopt left torn mid-file lost their torn part")
     if not notes:
@@ -367,15 +369,16 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _untear(fd: int) -> int:
+def _untear(fd: int, path: str) -> int:
     """Replace each line that is a torn record followed by a whole one with the whole one; returns how
-    many there were (the file is rewritten in place, under the caller's lock)."""
+    many there were. A whole record is one line that begins with its operation code, once: only other
+    lines are parsed. The repaired journal replaces the old one whole (a temporary file renamed over
+    it, under the caller's lock), so that a kill in the middle leaves one or the other."""
     os.lseek(fd, 0, os.SEEK_SET)
-    data = _read_all(fd, os.fstat(fd).st_size)
-    lines = data.split(b"\n")
+    lines = _read_all(fd, os.fstat(fd).st_size).split(b"\n")
     fixed = 0
     for i, line in enumerate(lines):
-        if not line or _is_record(line):
+        if not line or line.startswith(_RECORD_START) and line.count(_RECORD_START) == 1 or _is_record(line):
             continue
         cut = line.rfind(_RECORD_START)
         while cut > 0 and not _is_record(line[cut:]):
@@ -384,12 +387,19 @@ def _untear(fd: int) -> int:
             lines[i] = line[cut:]
             fixed += 1
     if fixed:
-        text = b"\n".join(lines)
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        view = memoryview(text)
-        while view:
-            view = view[os.write(fd, view):]
+        folder = os.path.dirname(path) or "."
+        temp_fd, temp = tempfile.mkstemp(dir=folder, prefix=".study.journal.", suffix=".tmp")
+        try:
+            with os.fdopen(temp_fd, "wb") as temp_file:
+                temp_file.write(b"\n".join(lines))
+                temp_file.flush()
+                os.fsync(temp_file.fileno())
+            os.chmod(temp, 0o644)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
     return fixed
 
 

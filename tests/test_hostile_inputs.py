@@ -370,6 +370,12 @@ def test_a_torn_last_line_is_cut_and_every_finished_trial_kept(tmp_path):
     again = optuna.load_study(study_name="s", storage=storage)
     again.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     assert len(_finished(journal)) == 8
+    # An older servopt appended after a torn line: the torn part goes, the whole record after it stays.
+    lines = journal.read_bytes().split(b"\n")
+    lines[5] = lines[9][:23] + lines[5]
+    journal.write_bytes(b"\n".join(lines))
+    assert "torn mid-file" in open_storage(journal_url(journal)).repaired
+    assert len(_finished(journal)) == 8
 
 
 def test_a_deployment_two_trials_drew_is_scored_by_the_lower_one_only(tmp_path):
