@@ -708,6 +708,7 @@ class ScalarStepTime:
         self._async = c._async
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
+        self._lines: dict[tuple[int, int, int], tuple] = {}
         self._grow(len(cost._table_s) - 1)
 
     def _grow(self, top: int) -> None:
@@ -768,23 +769,37 @@ class ScalarStepTime:
         line (it shrinks as the contexts grow, so a long run is timed slightly long).
         """
         q = num_seqs * query_per_seq
-        intercept = self._fixed(max(q, padded_tokens), q)
-        cc, cm, cq, ov, ov_seq = self._dec
-        ov = ov + ov_seq * num_seqs
+        key = (num_seqs, query_per_seq, padded_tokens)
+        terms = self._lines.get(key)
+        if terms is None:
+            terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens)
+        intercept = terms[0]
         slopes = [0.0, 0.0]
         limits = [math.inf, math.inf]
-        for layers, windowed in self._kinds:
-            ctx = context_windowed if windowed else context
-            compute_slope = cc * query_per_seq
-            # Memory-bound until the context where per-pair compute overtakes KV reads (if ever).
-            kink = cq * q / (compute_slope - cm) if compute_slope > cm else math.inf
-            if ctx < kink:
-                slopes[windowed] = layers * cm
-                intercept += layers * (cq * q + ov)
+        for windowed, kink, memory_slope, memory_intercept, compute_slope, compute_intercept in terms[1]:
+            if (context_windowed if windowed else context) < kink:
+                slopes[windowed] = memory_slope
+                intercept += memory_intercept
                 limits[windowed] = kink
             else:
-                slopes[windowed] = layers * compute_slope
-                intercept += layers * ov
+                slopes[windowed] = compute_slope
+                intercept += compute_intercept
         gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
         intercept += self._with_overhead(gpu_now, q, True) - gpu_now
         return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])
+
+    def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int) -> tuple:
+        """What a decode line of ``num_seqs`` sequences needs of each layer kind, in both regimes
+        (memory-bound below the kink, compute-bound above): the same for every context, so the event
+        loop computes it once per batch size."""
+        q = num_seqs * query_per_seq
+        fixed = self._fixed(max(q, padded_tokens), q)
+        cc, cm, cq, ov, ov_seq = self._dec
+        ov = ov + ov_seq * num_seqs
+        kinds = []
+        for layers, windowed in self._kinds:
+            compute_slope = cc * query_per_seq
+            # Memory-bound until the context where per-pair compute overtakes KV reads (if ever).
+            kink = cq * q / (compute_slope - cm) if compute_slope > cm else math.inf
+            kinds.append((windowed, kink, layers * cm, layers * (cq * q + ov), layers * compute_slope, layers * ov))
+        return fixed, tuple(kinds)

@@ -19,14 +19,19 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ..errors import InputError
-from .traffic import Traffic, check_context, sample_lengths
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .traffic import Traffic
 
 # Request states.
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -81,6 +86,7 @@ class _Sessions:
 def _draw_sessions(traffic: Traffic, n: int, rng: np.random.Generator, limit: int) -> _Sessions:
     """``n`` requests of whole conversations: each turn's prompt is the previous prompt and answer
     plus its new message; a session ends when its next turn (prompt and answer) would pass ``limit``."""
+    from .traffic import sample_lengths  # see draw_requests
     arrival = traffic.arrival
     lengths, shares = traffic.class_lengths(), traffic.class_shares
     cols: dict[str, list] = {k: [] for k in ("start", "input", "output", "class", "session", "think")}
@@ -127,6 +133,7 @@ def session_history(prompt: np.ndarray, output: np.ndarray, follow_up: np.ndarra
 
 def _draw_lengths(traffic: Traffic, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Prompt and output lengths of ``n`` generated requests, and their classes (None without)."""
+    from .traffic import sample_lengths  # see draw_requests
     if traffic.classes is None:
         return *sample_lengths(traffic.input_tokens, traffic.output_tokens, rng, n), None
     classes = rng.choice(len(traffic.classes), size=n, p=traffic.class_shares)
@@ -153,6 +160,8 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     prefix-cache hit of whole blocks, at most the prompt minus one token (vLLM always computes the last
     prompt token); so is a prompt the server saw before (``traffic.prompt_cache``). Sessions end at the context limit instead (:class:`~servopt.costmodels.serving.traffic.SessionArrival`).
     """
+    # Imported here: the scheduler reads this module's request states without the traffic models.
+    from .traffic import check_context
     arrival: np.ndarray | None = None
     trace_cached: np.ndarray | None = None
     classes = sessions = None
@@ -270,6 +279,8 @@ class RequestTable:
 
     def frame(self) -> pd.DataFrame:
         """One row per request (times in seconds)."""
+        import pandas as pd  # on first use: pandas costs half a second of start-up
+
         frame = pd.DataFrame({
             "arrival_s": self.arrival_s,
             "scheduled_s": self.scheduled_s,

@@ -20,11 +20,12 @@ from ...results._export_kubernetes import (
     safe_name, serve_argvs,
 )
 from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "export", help="write vLLM launch scripts (one per node, plus the router) for a point of a job's front",
+        "export", help=COMMANDS["export"][1],
         description="Write vLLM launch scripts for a point of the front into a folder: node-N.sh per node, "
         "router.sh when several instances sit behind the vLLM Router, README.md with the order to start them, "
         "and plan.json. A single-node, single-instance deployment's script is also printed.")

@@ -12,12 +12,13 @@ from ...calibration.registry import read_profile
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
 from ...costmodels.outfiles import write_text
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="score servopt's predictions against measured kernel, memory or end-to-end tables",
+        help=COMMANDS["validate"][1],
         description="Predict every row of the measured tables given and print the median and p90 absolute "
         "percentage error per slice (GPU, framework, model or op, precision). Rows that cannot be predicted "
         "are counted and listed with the reason.",
