@@ -33,7 +33,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.roofline import Batch, StepCostModel
 from ..costmodels.serving.compiled import CompiledDeployment
-from ..results._record import TrialRecord
+from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
 from ._engine import ServingEngine, Summary

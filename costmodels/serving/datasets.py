@@ -50,10 +50,6 @@ def catalog() -> dict[str, dict]:
     return yaml.safe_load((DATA / "datasets.yaml").read_text())
 
 
-def dataset_names() -> list[str]:
-    return sorted(catalog())
-
-
 @lru_cache(maxsize=None)
 def dataset(name: str) -> LengthTable:
     """The shipped table ``name`` (InputError naming the known ones otherwise)."""

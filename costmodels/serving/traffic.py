@@ -519,9 +519,6 @@ class SessionArrival(Spec):
         """Turns of independent sessions superpose into nearly Poisson requests (queueing formulas)."""
         return 1.0
 
-    def session_starts_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.cumsum(rng.exponential(1.0 / self.rate_per_s, n))
-
 
 Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival | SessionArrival,
                     Field(discriminator="kind")]
