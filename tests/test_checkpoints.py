@@ -228,3 +228,36 @@ def test_existing_local_paths_are_accepted(tmp_path):
     folder = tmp_path / "weird name (v2)"
     folder.mkdir()
     assert check_model_id(str(folder), "model") == str(folder)
+
+
+def test_an_unreachable_hub_fails_at_once_with_one_line(tmp_path, monkeypatch):
+    """With huggingface_hub installed and no network, the Hub is probed once instead of retried."""
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # loopback, nothing listens: refused at once
+    with pytest.raises(InputError) as err:
+        resolve_model("acme/never-downloaded")
+    message = str(err.value)
+    assert "the Hugging Face Hub cannot be reached (127.0.0.1:9:" in message and "HF_HUB_OFFLINE=1" in message
+    assert "\n" not in message
+
+
+def test_a_hub_that_does_not_answer_is_given_up_after_the_probe_timeout(monkeypatch):
+    import threading
+
+    from servopt.costmodels import model_sources
+
+    release = threading.Event()
+
+    def hang(*args, **kwargs):  # name resolution that never answers, until the test ends
+        release.wait(30)
+        raise OSError("gave up")
+
+    monkeypatch.setattr(model_sources.socket, "create_connection", hang)
+    try:
+        assert "did not answer within 0.2 s" in model_sources.hub_unreachable(timeout_s=0.2)
+    finally:
+        release.set()
