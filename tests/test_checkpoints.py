@@ -209,7 +209,7 @@ def test_the_cli_exits_2_for_an_unknown_model(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("model_id", ["ibm-granite/granite-3.3-8b-instruct", "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
-                                      "Qwen/Qwen2.5-3B", "meta-llama/Llama-3.2-3B-Instruct", "moonshotai/Kimi-Dev-72B",
+                                      "Qwen/Qwen2.5-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "moonshotai/Kimi-Dev-72B",
                                       "Qwen/Qwen2.5-VL-7B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
                                       "microsoft/Phi-4-mini-instruct", "openai/gpt-oss-20b"])
 def test_issue_models_resolve_offline(model_id, tmp_path, monkeypatch):
