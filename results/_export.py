@@ -209,7 +209,7 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
                      f"{kv_auto} KV cache (as predicted)")
     weights = point.get("weights") or {}
     if weights.get("config_source"):
-        notes.append(f"{model}: model config from {weights['config_source']}")
+        notes.append(f"{model}: model config: {weights['config_source']}")
     if max_model_len_basis:
         notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
     if d.get("scheduling_policy") == "priority":
