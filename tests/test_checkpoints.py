@@ -261,3 +261,14 @@ def test_a_hub_that_does_not_answer_is_given_up_after_the_probe_timeout(monkeypa
         assert "did not answer within 0.2 s" in model_sources.hub_unreachable(timeout_s=0.2)
     finally:
         release.set()
+
+
+def test_a_card_format_stands_for_metadata_that_reads_back_as_itself():
+    """The quantization metadata a card's format implies (what export --check hands vLLM) is read
+    back by the same reader as the same scheme, method, layout and KV cache."""
+    for entry in checkpoint_catalog():
+        fmt = entry.format
+        quant, hf_quant = fmt.metadata()
+        back = checkpoint_format(quant, hf_quant, model_type="gpt_oss" if fmt.method == "gpt_oss_mxfp4" else None)
+        keys = ("scheme", "method", "weight_bits", "granularity", "group_size", "block_size", "kv_cache_dtype")
+        assert {k: getattr(back, k) for k in keys} == {k: getattr(fmt, k) for k in keys}, entry.id
