@@ -131,6 +131,7 @@ def planted(out: Path) -> tuple[int, int]:
               "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
               "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
     injections = exported = 0
+    out.mkdir(parents=True, exist_ok=True)
     stubs = _stub_path(out)
     for i, payload in enumerate(PAYLOADS):
         marker = out / f"pwned-{i}"
@@ -154,8 +155,9 @@ def planted(out: Path) -> tuple[int, int]:
             exported += code == 0
             docs = list(yaml.safe_load_all((job / f"k8s-{point['trial']}" / "kubernetes.yaml").read_text()))
             for doc in docs:
-                lwt = doc["spec"].get("leaderWorkerTemplate", {})
-                templates = ([doc["spec"]["template"]] if doc["kind"] == "Deployment" else
+                spec = doc.get("spec") or {}  # objects without a spec (ConfigMaps) run nothing
+                lwt = spec.get("leaderWorkerTemplate", {})
+                templates = ([spec["template"]] if doc["kind"] == "Deployment" else
                              [lwt["leaderTemplate"], lwt["workerTemplate"]] if lwt else [])
                 for template in templates:
                     words = container_words(template["spec"]["containers"][0], LWS_EXAMPLE_ENV)
