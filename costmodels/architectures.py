@@ -1054,10 +1054,6 @@ class ConfigFiles:
     hf_quant_config: dict | None
     quantization_from: str | None
 
-    @property
-    def quantization_from_config(self) -> bool:
-        return self.quantization_from == "config"
-
 
 def _stored_config(hf_id: str) -> tuple[dict, dict | None]:
     stored = json.loads(resources.files(__package__).joinpath(f"data/models/{hf_id.replace('/', '--')}.json").read_text())
