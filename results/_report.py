@@ -268,7 +268,7 @@ def _config_lines(front: pd.DataFrame) -> list[str]:
     for row in front.to_dict(orient="records"):
         if row["model"] not in seen:
             fmt = f"{row['weights_format']}; " if row.get("weights_format") else ""
-            seen[row["model"]] = f"- {row['model']}: {fmt}config: {row.get('config_source') or 'not recorded'}"
+            seen[row["model"]] = f"- {row['model']}: {fmt}model config: {row.get('config_source') or 'not recorded'}"
     return list(seen.values()) or ["- (no front point)"]
 
 

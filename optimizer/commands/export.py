@@ -239,10 +239,10 @@ def served_configs(plan: dict) -> dict:
 def configs_checked(plan: dict, configs: dict) -> str:
     """What ``--check`` compared with vLLM's own reading of the served models' configs."""
     served = {instance["model"] for instance in plan["instances"]}
-    quant = [m for m, files in configs.items() if files.quantization_from_config]
+    by = {kind: [m for m, files in configs.items() if files.quantization_from == kind] for kind in ("config", "card")}
     return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
-            f"--quantization against the method vLLM picks for {len(quant)}"
-            + ("" if len(quant) == len(served) else " (the others' formats come from their cards)"))
+            f"--quantization against the method vLLM picks for {len(by['config'])} checkpoint(s) by their own "
+            f"metadata and {len(by['card'])} by the metadata their cards state")
 
 
 def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan: dict) -> int:
