@@ -917,12 +917,13 @@ def case_compressed(rng: random.Random) -> Case:
                 _requests_check(TRACE_ROWS) if expect == VALID else None)
 
 
-YAML11_MUTATIONS = ["octal", "octal", "base60", "huge_int", "hex", "plus_sign"]
+YAML11_MUTATIONS = ["octal", "octal", "base60", "huge_int", "hex", "plus_sign", "binary", "grouped", "bool11"]
 
 
 def case_yaml11(rng: random.Random) -> Case:
-    """A whole number of a YAML file spelled as YAML 1.1 and 1.2 read differently (refused naming the
-    field), too large for any float (refused), or in a spelling both read alike (read)."""
+    """A whole number (or a true/false) of a YAML file spelled as YAML 1.1 and 1.2 read differently
+    (octal, base 60, binary, digits grouped by '_', yes/no/on/off: refused naming the field), too large
+    for any float (refused), or in a spelling both read alike (read)."""
     base, primary, files, argv = rng.choice([
         (W_OPEN, "w.yaml", {"d.yaml": _yaml(D_PLAIN)}, [*PREDICT, "--analytic"]),
         (W_CLOSED, "w.yaml", {"d.yaml": _yaml(D_PLAIN)}, PREDICT),
@@ -941,6 +942,15 @@ def case_yaml11(rng: random.Random) -> Case:
         spelling, expect = "1" + "0" * rng.randrange(309, 420), INVALID
     elif mutation == "hex":
         spelling, expect = hex(value), VALID
+    elif mutation == "binary":  # a number in YAML 1.1, text in 1.2
+        spelling, expect = bin(value), INVALID
+    elif mutation == "grouped":  # 1_024: a number in YAML 1.1, text in 1.2
+        spelling, expect = f"{value:_}" if value >= 1000 else "_".join(str(value)), INVALID
+    elif mutation == "bool11":  # a true/false field spelled as YAML 1.1 only reads it (text in 1.2)
+        flags = [p for p in _paths(data) if type(_get(data, p)) is bool]
+        if flags:
+            path = rng.choice(flags)
+        spelling, expect = rng.choice(["yes", "no", "on", "off", "On", "OFF", "Yes"]), INVALID
     else:
         spelling, expect = f"+{value}", VALID
     _set(data, path, "__SPELLING__")

@@ -101,6 +101,10 @@ def test_compressed_files_are_what_their_names_say_and_bounded(tmp_path, monkeyp
     ("think_s: 2:05", "think_s: 2:05 is base 60 in YAML 1.1 (125)"),
     ("timeout_s: 1:02:03.5", "base 60"),
     ("seed: 1" + "0" * 330, "seed: 1000"),
+    ("trials: 0b110", "trials: 0b110 is binary 6 in YAML 1.1"),
+    ("requests: 1_000", "requests: 1_000 is 1000 in YAML 1.1"),
+    ("space: {speculation: off}", "space.speculation: off is false in YAML 1.1"),
+    ("flags: [Yes]", "flags.0: Yes is true in YAML 1.1"),
 ])
 def test_yaml_spellings_read_differently_by_1_1_and_1_2_are_refused_naming_the_field(text, problem):
     with pytest.raises(InputError, match="w.yaml line 1") as refused:
@@ -109,8 +113,8 @@ def test_yaml_spellings_read_differently_by_1_1_and_1_2_are_refused_naming_the_f
 
 
 def test_yaml_spellings_both_versions_read_alike_are_read():
-    assert parse_yaml("a: 0x1F\nb: +12\nc: 07\nd: '0100'\ne: 1e3", "w.yaml") == \
-        {"a": 31, "b": 12, "c": 7, "d": "0100", "e": 1000.0}
+    assert parse_yaml("a: 0x1F\nb: +12\nc: 07\nd: '0100'\ne: 1e3\nf: 'off'\ng: True\nh: n", "w.yaml") == \
+        {"a": 31, "b": 12, "c": 7, "d": "0100", "e": 1000.0, "f": "off", "g": True, "h": "n"}
 
 
 def test_json_integers_beyond_every_float_are_refused_naming_the_key():
