@@ -961,7 +961,8 @@ def case_yaml11(rng: random.Random) -> Case:
 
 
 UNIT_MUTATIONS = ["few_ms", "mooncake_no_hash", "ambiguous_s", "fast_seconds", "stated_ms", "stated_s",
-                  "case_columns", "rival_columns", "epoch_s_said_ms", "beside_missing", "beside"]
+                  "case_columns", "rival_columns", "epoch_s_said_ms", "beside_missing", "beside", "micro_unstated",
+                  "stated_us"]
 
 
 def _arrivals(rng: random.Random, n: int, gap: tuple[float, float], integer: bool) -> list[float]:
@@ -990,9 +991,12 @@ def case_units(rng: random.Random) -> Case:
         times = _arrivals(rng, n, (0.2, 20), False)
     elif mutation == "fast_seconds":  # 20-100 requests/s: as milliseconds 20-100 us apart, no trace's gap
         times, expect, needle = _arrivals(rng, n, (0.01, 0.05), False), VALID, None
-    elif mutation in ("stated_ms", "stated_s"):
+    elif mutation == "micro_unstated":  # microseconds 10-100 ms apart: as ms 10-100 s, no less a trace's gap
+        times = _arrivals(rng, n, (10_000, 100_000), True)
+    elif mutation in ("stated_ms", "stated_s", "stated_us"):
         unit = mutation[-2:].lstrip("_")
-        times = _arrivals(rng, n, (1, 60) if unit == "ms" else (0.2, 20), unit == "ms")
+        gap = {"ms": (1, 60), "s": (0.2, 20), "us": (10_000, 100_000)}[unit]
+        times = _arrivals(rng, n, gap, unit != "s")
         arrival, expect, needle = {"time_unit": unit}, VALID, None
     elif mutation in ("case_columns", "rival_columns"):
         times = _arrivals(rng, n, (0.01, 0.05), False)

@@ -131,7 +131,7 @@ def _trace(tmp_path: Path, name: str, header: str, rows: list[str]) -> Path:
 
 def test_a_trace_unit_nothing_states_is_asked_for_however_few_the_rows(tmp_path):
     few_ms = _trace(tmp_path, "few.csv", "timestamp,input_tokens,output_tokens", [f"{i * 900},200,20" for i in range(5)])
-    with pytest.raises(InputError, match="time_unit: ms"):
+    with pytest.raises(InputError, match=r"0.9 s \(milliseconds.*0.0009 s \(microseconds.*time_unit"):
         read_trace(few_ms)
     assert read_trace(few_ms, time_unit="ms").arrival_s[-1] == pytest.approx(3.6)
     # Mooncake's columns and its millisecond gaps of 1-60, without the hash_ids that name the format.
@@ -140,6 +140,11 @@ def test_a_trace_unit_nothing_states_is_asked_for_however_few_the_rows(tmp_path)
                                 for i in range(40)))
     with pytest.raises(InputError, match="more than one fits.*seconds.*milliseconds.*time_unit"):
         read_trace(mooncake)
+    # Microseconds 40 ms apart fit milliseconds (40 s apart) too: both named, neither suggested alone.
+    micro = _trace(tmp_path, "us.csv", "time,input_tokens,output_tokens", [f"{i * 40_000},200,20" for i in range(30)])
+    with pytest.raises(InputError, match=r"more than one fits.*40 s \(milliseconds.*0.04 s \(microseconds"):
+        read_trace(micro)
+    assert read_trace(micro, time_unit="us").arrival_s[-1] == pytest.approx(29 * 0.04)
     # 40 requests/s: as milliseconds 25 us apart, no trace's gap; only seconds fit.
     fast = _trace(tmp_path, "fast.csv", "timestamp,input_tokens,output_tokens", [f"{i / 40},200,20" for i in range(30)])
     assert read_trace(fast).arrival_s[-1] == pytest.approx(29 / 40)
