@@ -344,6 +344,17 @@ def test_csv_cells_a_spreadsheet_would_run_are_text(tmp_path):
     assert write_csv(tmp_path / "t.csv", frame.assign(gpu=["=x"] * 6)).read_text().splitlines()[1].startswith("'=x")
 
 
+def test_export_options_another_format_would_ignore_are_refused(capsys, tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for argv, problem in ((["--format", "json", "--out", tmp_path / "x"], "--format json prints what it exports"),
+                          (["--format", "sglang", "--out", tmp_path / "x"], "--format sglang prints"),
+                          (["--namespace", "prod"], "--namespace is an option of --format kubernetes"),
+                          (["--format", "yaml", "--image", "mine:1"], "--image is an option of --format kubernetes")):
+        assert problem in one_line_exit_2(capsys, "export", job, *argv)
+    assert not (tmp_path / "x").exists()
+
+
 def test_printed_export_hints_are_shell_quoted(tmp_path):
     hint = export_command(tmp_path / "o;touch x;#")
     subprocess.run(["bash", "-c", hint.replace("servopt", "true", 1)], cwd=tmp_path, check=True)
@@ -409,7 +420,10 @@ def test_a_full_disk_is_one_line_and_every_finished_trial_is_kept(capsys, tmp_pa
     try:
         workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 12},
                                                         "fidelity": {"search_requests": 60, "final_requests": 60}})
-        err = one_line_exit_2(capsys, "optimize", workload, "--out", disk / "job", "--no-progress")
+        # In a process of its own, as a user runs it: Optuna's log lines would show on its stderr.
+        full = run_cli_process(["optimize", str(workload), "--out", str(disk / "job"), "--no-progress"], tmp_path)
+        err = full.stderr
+        assert full.returncode == 2 and err.count("\n") == 1, err
         assert "study.journal' could not be written: No space left on device" in err
         journal = disk / "job" / "study.journal"
         assert journal.read_bytes().endswith(b"\n")

@@ -65,7 +65,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k8s.add_argument("--shm-size", default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
     k8s.add_argument("--model-cache-pvc", default=None, metavar="CLAIM",
                      help="PersistentVolumeClaim to keep downloaded weights in (default: an emptyDir per pod)")
-    parser.set_defaults(handler=run)
+    # The --format kubernetes options, to refuse them with another format (they would be ignored).
+    parser.set_defaults(handler=run, kubernetes_options=[(a.option_strings[0], a.dest, a.default) for a in k8s._group_actions])
+
+
+# Formats that print what they export (on stdout): they write no --out folder.
+PRINTED_FORMATS = ("json", "yaml", "sglang")
+
+
+def _check_format_options(args: argparse.Namespace) -> None:
+    """Refuse options the chosen --format does not use, rather than ignore them."""
+    if args.out is not None and args.format in PRINTED_FORMATS:
+        raise InputError(f"--out: --format {args.format} prints what it exports and writes no folder; redirect it "
+                         f"(servopt export ... --format {args.format} > FILE), or drop --out")
+    if args.format != "kubernetes":
+        given = [flag for flag, dest, default in args.kubernetes_options if getattr(args, dest) != default]
+        if given:
+            raise InputError(f"{given[0]} is an option of --format kubernetes, not of --format {args.format}; add "
+                             f"--format kubernetes, or drop {given[0]}")
 
 
 # Files that say an --out folder holds an earlier export (it may be written again).
@@ -180,6 +197,7 @@ def _front_file_problems(folder: str | Path, point: dict) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_format_options(args)
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
     if args.format == "sglang":
