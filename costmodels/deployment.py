@@ -8,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -60,28 +59,6 @@ class SpeculativeConfig(Spec):
         if self.method == "draft_model" and not self.draft_model:
             raise ValueError("method 'draft_model' needs draft_model (a preset alias or Hugging Face id)")
         return self
-
-
-@dataclass(frozen=True)
-class Placement:
-    """One vLLM instance's place: its replica, role, first node, first GPU there, and GPU count."""
-
-    replica: int
-    role: str
-    node: int
-    first_gpu: int
-    gpus: int
-    gpus_per_node: int
-
-    @property
-    def nodes(self) -> list[int]:
-        """Every node it occupies (pipeline stages beyond the first node take whole nodes)."""
-        return list(range(self.node, self.node + -(-self.gpus // self.gpus_per_node)))
-
-    @property
-    def devices(self) -> list[int]:
-        """Its GPUs on the first node (CUDA_VISIBLE_DEVICES there)."""
-        return list(range(self.first_gpu, self.first_gpu + min(self.gpus, self.gpus_per_node)))
 
 
 class DisaggregationConfig(Spec):
@@ -195,44 +172,3 @@ class Deployment(Spec):
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_replica * self.replicas
-
-    def instance_roles(self) -> list[tuple[str, int]]:
-        """(role, GPUs) of each vLLM instance, replica by replica, prefill instances before decode ones;
-        the role is 'serve' for an aggregated instance."""
-        d = self.disaggregation
-        if d is None:
-            per_replica = [("serve", self.tp * self.pp * self.data_parallel_size)]
-        else:
-            per_replica = ([("prefill", d.prefill_tp * self.pp)] * d.prefill_instances
-                           + [("decode", d.decode_tp * self.pp)] * d.decode_instances)
-        return per_replica * self.replicas
-
-    def placement(self, gpus_per_node: int) -> list[Placement]:
-        """Where each instance runs: whole onto the next node with room for it; one that needs a node
-        or more takes whole nodes of its own (its pipeline stages span the next ones). ``servopt
-        export`` starts them there and whole-node pricing rents those nodes.
-
-        >>> [(p.node, p.first_gpu) for p in Deployment(gpu="h100", tp=2, replicas=3).placement(4)]
-        [(0, 0), (0, 2), (1, 0)]
-        """
-        out, node, used = [], 0, 0  # the open node and the GPUs taken on it
-        replicas_roles = self.instance_roles()
-        per_replica = len(replicas_roles) // self.replicas
-        for index, (role, gpus) in enumerate(replicas_roles):
-            if used and used + min(gpus, gpus_per_node) > gpus_per_node:
-                node, used = node + 1, 0
-            out.append(Placement(index // per_replica, role, node, used, gpus, gpus_per_node))
-            if gpus >= gpus_per_node:
-                node, used = node + -(-gpus // gpus_per_node), 0
-            else:
-                used += gpus
-        return out
-
-    def num_nodes(self, gpus_per_node: int) -> int:
-        """Nodes the fleet occupies as :meth:`placement` places it.
-
-        >>> Deployment(gpu="h100", tp=2, replicas=3).num_nodes(4)
-        2
-        """
-        last = self.placement(gpus_per_node)[-1]
-        return last.nodes[-1] + 1

@@ -32,7 +32,7 @@ from ..costmodels.capacity import ReplicaCapacity, replica_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.roofline import Batch, StepCostModel
-from ..costmodels.serving.compiled import CompiledDeployment
+from ..costmodels.serving.compiled import DECODE, PREFILL, CompiledDeployment, num_nodes
 from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
@@ -77,10 +77,10 @@ class TrialOutcome:
         """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``): the
         deployment as run, its cost and, when predicted, its P99 latencies. The other knobs are the
         trial's parameters already."""
-        r, d = self.record, self.record.deployment
-        out: dict[str, Any] = {"model": r.serve_id, "gpu": d["gpu"], "quantization": d["quantization"]}
-        if not d.get("disaggregation"):
-            out["tp"] = d["tp"]
+        r, d = self.record, self.record.deployment.spec
+        out: dict[str, Any] = {"model": r.serve_id, "gpu": d.gpu, "quantization": d.quantization}
+        if not d.disaggregation:
+            out["tp"] = d.tp
         out.update({"replicas": r.replicas, "gpus_used": r.num_gpus, "gpus_rented": r.gpus_rented})
         out.update({key[len("cost_"):]: value for key, value in r.costs().items() if value is not None})
         for metric in ("ttft", "tpot", "itl", "e2e"):
@@ -150,11 +150,14 @@ class Evaluator:
 
     def remember(self, record: dict[str, Any]) -> None:
         """Seed the caches with a stored trial's summaries, so a resumed job never repeats them."""
+        if record.get("estimate") is None and record.get("simulation") is None:
+            return
+        spec = TrialRecord.model_validate(record).deployment.spec
         if record.get("estimate") is not None:
-            self._summaries[self._key("estimate", record["model"], record["deployment"])] = record["estimate"]
+            self._summaries[self._key("estimate", record["model"], spec)] = record["estimate"]
         if record.get("simulation") is not None:
             requests_seed = (record["simulated_requests"], self.problem.workload.seed)
-            key = self._key("simulate", record["model"], record["deployment"], requests_seed)
+            key = self._key("simulate", record["model"], spec, requests_seed)
             self._summaries[key] = record["simulation"]
 
     def summaries(self, kind: str) -> int:
@@ -181,7 +184,7 @@ class Evaluator:
         needed, capacities = 0.0, []
         for role in compiled.roles:
             limits = role.limits
-            if role.name == "prefill":
+            if role.name == PREFILL:
                 cap = _prefill_capacity(role.cost, stats.mean_input_tokens, limits.max_num_batched_tokens)
             else:
                 output = stats.mean_output_tokens
@@ -190,7 +193,7 @@ class Evaluator:
                     max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
                     num_speculative_tokens=drafts, tokens_per_decode_step=_TOKENS_PER_VERIFY,
                 )
-                if role.name == "decode":
+                if role.name == DECODE:
                     # A decode instance holds a request only while it generates.
                     decode_s = role.cost.decode_step_time_s(max(int(cap.concurrency), 1),
                                                             math.ceil(stats.mean_input_tokens + output / 2), drafts)
@@ -228,7 +231,7 @@ class Evaluator:
         rented = deployment.num_gpus
         if self.problem.workload.pricing.whole_nodes:
             node = self.problem.ctx.node_size(deployment.gpu)
-            rented = deployment.num_nodes(node) * node
+            rented = num_nodes(deployment, node) * node
         per_hour = rented * gpu.price_per_gpu_hour
         input_per_s, output_per_s = self.problem.stats.tokens_per_s()
         if summary is not None and summary.get("output_tokens_per_s"):
@@ -350,21 +353,18 @@ class Evaluator:
         space, w = self.problem.space, self.problem.workload
         seen = self.preview(candidate)
         candidate, model, compiled = seen.candidate, seen.model, seen.compiled
-        choice = self.problem.ctx.models[model]
-        option = choice.option(str(candidate["quantization"]))
         record: dict[str, Any] = {
             "knobs": dict(candidate.values), "model": model,
             # Knobs the repair moved: drawn value -> scored value.
             "repaired": {k: [seen.drawn.get(k), v] for k, v in candidate.values.items() if seen.drawn.get(k) != v},
             # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
-            "serve_id": option.serve_id if option else choice.serve_id,
-            "weights": option.describe() if option else None,
+            "serve_id": compiled.weights.serve_id,
             "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
         }
         violations = dict(seen.violations)
         if seen.capacity is not None:
             record["capacity"] = seen.capacity
-        record["deployment"] = compiled.deployment.model_dump(mode="json")
+        record["deployment"] = compiled.record()
         summary = None
         amounts = {name: 0.0 for name in self.constraint_names}
         amounts.update({name: v.amount for name, v in violations.items()})
@@ -377,8 +377,7 @@ class Evaluator:
                 amounts["simulator"] = 1.0
                 reasons.append(violations["simulator"].reason)
         if not violations:
-            record["deployment"] = space.validated(compiled.deployment).model_dump(mode="json")
-            record["roles"] = compiled.describe_roles()
+            record["deployment"] = compiled.record().model_copy(update={"spec": space.validated(compiled.deployment)})
             record["estimate"] = summary
             record["fidelity"] = "estimate"
             estimated = self._prediction_violations(summary)

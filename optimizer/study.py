@@ -40,6 +40,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from ..results import TrialRecord
 from . import _redundancy
 from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
 from ._problem import Problem
@@ -356,11 +357,9 @@ def search_equivalents(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTri
 
 def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | None = None) -> dict[str, Any]:
     """Simulate a trial's deployment again with ``final_requests`` and a fresh seed."""
-    from ..costmodels.deployment import Deployment
-
     evaluator = evaluator or Evaluator(problem)
     w = problem.workload
-    deployment = Deployment.model_validate(record["deployment"])
+    deployment = TrialRecord.model_validate(record).deployment.spec
     compiled = problem.ctx.compile(record["model"], deployment)
     summary = evaluator.simulate(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
     violations = evaluator._prediction_violations(summary)

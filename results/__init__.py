@@ -1,11 +1,13 @@
 """Results of an optimize job: tables, the Pareto report, and vLLM launch commands.
 
-Everything here reads the plain data an optimize job collects (``Job.collect()``) or the files it
-wrote, never the optimizer itself.
+Everything here reads the typed records an optimize job collects (``Job.collect()``: trial records
+whose deployment is a compiled :class:`~servopt.costmodels.serving.compiled.DeploymentRecord`) or
+the files it wrote (front.json: :class:`FrontPoint`), never the optimizer itself.
 
 Example:
+    >>> from servopt.costmodels.deployment import SpeculativeConfig
     >>> from servopt.results import speculative_config
-    >>> speculative_config({"method": "ngram", "num_speculative_tokens": 3})
+    >>> speculative_config(SpeculativeConfig(method="ngram", num_speculative_tokens=3))
     {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
 """
 
@@ -14,12 +16,12 @@ from ._export import (
     speculative_config,
 )
 from ._export_sglang import check_with_sglang, render_sglang, sglang_plan
-from ._record import Recheck, Summary, TrialRecord, TrialResult, summary_p99
+from ._record import FrontPoint, Recheck, Summary, TrialRecord, TrialResult, summary_p99
 from ._report import explain_empty, render_html, render_markdown, write_results
 from ._tables import pareto_frame, trials_frame, why
 
 __all__ = [
-    "VLLM_VERSION", "Recheck", "Summary", "TrialRecord", "TrialResult", "check_with_sglang", "check_with_vllm",
+    "VLLM_VERSION", "FrontPoint", "Recheck", "Summary", "TrialRecord", "TrialResult", "check_with_sglang", "check_with_vllm",
     "explain_empty", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html", "render_markdown",
     "render_readme", "render_sglang", "render_shell", "serve_commands", "sglang_plan", "speculative_config",
     "summary_p99", "trials_frame", "why", "write_results",

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from ..costmodels.quantization import support_problem
-from ..costmodels.serving import CompiledDeployment
+from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, CompiledDeployment
 from ._candidate import Candidate
 from ._context import SpaceContext
 from ._domains import Choices, Domain, Value
@@ -94,7 +94,7 @@ class SmallestFittingTP(Repair):
     attention heads, fits a node and holds the weights, activations and one longest request."""
 
     name = "memory"
-    KNOB_ROLES: ClassVar[dict[str, str]] = {"tp": "replica", "prefill_tp": "prefill", "decode_tp": "decode"}
+    KNOB_ROLES: ClassVar[dict[str, str]] = {"tp": REPLICA, "prefill_tp": PREFILL, "decode_tp": DECODE}
 
     def apply(self, values: dict[str, Value], space: SearchSpace) -> dict[str, Value]:
         ctx = space.ctx
@@ -107,8 +107,8 @@ class SmallestFittingTP(Repair):
                 trial = {**values, knob: tp}
                 if heads % tp or tp > node:
                     continue
-                compiled = space.compile(Candidate(trial))
-                role = next((r for r in compiled.roles if r.name == self.KNOB_ROLES[knob]), None)
+                roles = {r.name: r for r in space.compile(Candidate(trial)).roles}
+                role = roles.get(self.KNOB_ROLES[knob])
                 if role is not None and role.plan.fits:
                     values = trial
                     break

@@ -14,7 +14,7 @@ from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
 from ...results import (
-    check_with_sglang, check_with_vllm, launch_plan, node_scripts, render_readme, render_sglang, sglang_plan,
+    FrontPoint, check_with_sglang, check_with_vllm, launch_plan, node_scripts, render_readme, render_sglang, sglang_plan,
 )
 
 
@@ -51,35 +51,54 @@ def read_front(folder: str | Path) -> dict:
         raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
 
 
-def pick_point(front: dict, pick: str) -> dict:
-    points = front["points"]
+def front_points(front: dict) -> list[FrontPoint]:
+    """The front's points, typed (front.json of older jobs too); the ids they serve are checked
+    again (front.json is a file anyone could have edited)."""
+    points = []
+    for raw in front["points"]:
+        point = FrontPoint.model_validate(raw)
+        check_model_id(point.serve_id, "front.json serve_id")
+        weights = point.deployment.weights
+        if weights is not None:
+            check_model_id(weights.serve_id, "front.json deployment.weights.serve_id")
+        if point.deployment.gpus_per_node is None:  # front.json of a job whose points kept it beside
+            gpus_per_node = (front.get("gpus") or {}).get(point.deployment.spec.gpu, {}).get("gpus_per_node")
+            point = point.model_copy(update={"deployment": point.deployment.model_copy(
+                update={"gpus_per_node": gpus_per_node})})
+        points.append(point)
+    return points
+
+
+def pick_point(front: dict, pick: str) -> FrontPoint:
+    points = front_points(front)
     if not points:
         raise InputError("the front is empty: nothing to export (see report.md for why)")
     objective = front["workload"]["objective"]
+    cost, latency = f"cost_{objective['cost']}", f"p99_{objective['latency']}_s"
     if pick == "cheapest":
-        return min(points, key=lambda p: (p["metrics"][f"cost_{objective['cost']}"], p["metrics"][f"p99_{objective['latency']}_s"]))
+        return min(points, key=lambda p: (p.metrics[cost], p.metrics[latency]))
     if pick == "fastest":
-        return min(points, key=lambda p: (p["metrics"][f"p99_{objective['latency']}_s"], p["metrics"][f"cost_{objective['cost']}"]))
+        return min(points, key=lambda p: (p.metrics[latency], p.metrics[cost]))
     if not pick.isdigit():
         raise InputError(f"--pick: expected cheapest, fastest or a trial number, got '{pick}'")
     for point in points:
-        if point["trial"] == int(pick):
+        if point.trial == int(pick):
             return point
-    raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p['trial']) for p in points)}")
+    raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p.trial) for p in points)}")
 
 
-def plan_for(front: dict, point: dict) -> dict:
-    """The launch plan of a front point; the ids it serves are checked again (front.json is a file
-    anyone could have edited)."""
-    check_model_id(point["serve_id"], "front.json serve_id")
-    if point.get("weights"):
-        check_model_id(point["weights"]["serve_id"], "front.json weights.serve_id")
-    gpu = point["deployment"]["gpu"]
-    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.get("profile_calibrated", True)))
-    basis = (front.get("max_model_len") or {}).get(point.get("model", ""), {}).get("basis")
-    classes = (front.get("workload") or {}).get("traffic", {}).get("classes")
-    return launch_plan(point, gpus_per_node=point["gpus_per_node"], calibrated=calibrated, max_model_len_basis=basis,
-                       classes=classes)
+def plan_for(front: dict, point: FrontPoint) -> dict:
+    """The launch plan of a front point."""
+    gpu = point.deployment.spec.gpu
+    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.profile_calibrated))
+    basis = (front.get("max_model_len") or {}).get(point.model, {}).get("basis")
+    return launch_plan(point.deployment, trial=point.trial, calibrated=calibrated, max_model_len_basis=basis,
+                       classes=_classes(front), metrics=point.metrics, class_metrics=point.class_metrics)
+
+
+def _classes(front: dict) -> list[dict] | None:
+    """The workload's tenant classes, as front.json keeps the workload."""
+    return (front.get("workload") or {}).get("traffic", {}).get("classes")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,10 +132,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_sglang(args: argparse.Namespace, front: dict, point: dict) -> int:
-    check_model_id(point["serve_id"], "front.json serve_id")
-    plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"],
-                       classes=(front.get("workload") or {}).get("traffic", {}).get("classes"))
+def _export_sglang(args: argparse.Namespace, front: dict, point: FrontPoint) -> int:
+    plan = sglang_plan(point.deployment, trial=point.trial, classes=_classes(front), metrics=point.metrics)
     print(render_sglang(plan), end="")
     if args.check:
         python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable

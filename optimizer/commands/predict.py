@@ -11,7 +11,7 @@ from pathlib import Path
 from ...calibration.registry import load_profile
 from ...costmodels.architectures import resolve_model
 from ...costmodels.hardware import load_catalog
-from ...costmodels.serving import estimate, simulate
+from ...costmodels.serving import CompiledDeployment, compile_deployment, estimate_compiled, simulate_compiled
 from ...costmodels.serving.traffic import Traffic
 from ..workload import load_workload
 from .common import add_hardware_args, load_deployment, request_count
@@ -66,27 +66,26 @@ def compute_prediction(args: argparse.Namespace) -> dict:
     """Everything ``predict`` reports, as a JSON-ready dict (seconds, requests/s, tokens/s)."""
     workload_path = Path(args.workload)
     workload = load_workload(workload_path)
-    deployment = load_deployment(args.deployment)
     resolved = resolve_model(workload.model)
-    if deployment.quantization is None and resolved.quantization:
-        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
-    gpu = load_catalog(args.hardware).get(deployment.gpu)
+    given = load_deployment(args.deployment)
+    gpu = load_catalog(args.hardware).get(given.gpu)
     profile = load_profile(gpu, args.profile)
     traffic = _resolve_trace(workload.traffic, workload_path)
     slo = workload.slo if workload.slo.targets() else None
+    compiled = compile_deployment(resolved.spec, given, gpu, profile)
+    deployment = compiled.deployment  # with the scheme served (the checkpoint's own when the file names none)
 
-
-    def predict(d: Deployment):
+    def predict(c: CompiledDeployment):
         if args.analytic:
-            return estimate(resolved.spec, d, traffic, gpu, profile, slo=slo).summary
-        return simulate(resolved.spec, d, traffic, gpu, profile, num_requests=args.requests, seed=args.seed, slo=slo).summary
+            return estimate_compiled(c, traffic, slo=slo).summary
+        return simulate_compiled(c, traffic, num_requests=args.requests, seed=args.seed, slo=slo).summary
 
-    summary = predict(deployment)
+    summary = predict(compiled)
     extra = {}
     if workload.redundancy > 0 or workload.slo.n_minus_1:
         # One replica down: the same traffic on one replica fewer (none left for a single replica).
         fewer = deployment.replicas - 1
-        extra["n_minus_1"] = predict(deployment.model_copy(update={"replicas": fewer})).to_dict() if fewer else None
+        extra["n_minus_1"] = predict(compiled.with_replicas(fewer)).to_dict() if fewer else None
     result = {
         "model": resolved.spec.name,
         "gpu": gpu.name,
