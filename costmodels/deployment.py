@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .errors import MAX_TOKENS, Name, Spec
+from .errors import MAX_MEMORY_GIB, MAX_TOKENS, Name, Spec
 from .quantization import WeightScheme
 from .vllm_defaults import (
     ALL2ALL_COLLECTIVES,
@@ -22,6 +22,7 @@ from .vllm_defaults import (
     GPU_MEMORY_UTILIZATION,
     SCHEDULING_POLICIES,
     SCHEDULING_POLICY,
+    batch_limits_problem,
     gpu_memory_utilization,
     parse_vllm_version,
 )
@@ -114,7 +115,7 @@ class Deployment(Spec):
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS)
     kv_cache_memory_gib: float | None = Field(
-        default=None, gt=0, le=8192,
+        default=None, gt=0, le=MAX_MEMORY_GIB,
         description="KV cache per GPU (vLLM's --kv-cache-memory); default: what gpu_memory_utilization leaves")
     block_size: int = Field(default=BLOCK_SIZE, ge=1, le=1024)
     speculative: SpeculativeConfig | None = None
@@ -144,12 +145,11 @@ class Deployment(Spec):
 
     @model_validator(mode="after")
     def _check_limits(self) -> Deployment:
-        if (self.max_num_seqs and self.max_num_batched_tokens
-                and self.max_num_batched_tokens < self.max_num_seqs):
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                f"({self.max_num_seqs}), as vLLM requires"
-            )
+        # The rest of vLLM's rule (drafts, max_model_len) needs the model: CompiledDeployment.batch_problem.
+        problem = (self.max_num_seqs and self.max_num_batched_tokens
+                   and batch_limits_problem(self.max_num_seqs, self.max_num_batched_tokens))
+        if problem:
+            raise ValueError(problem[1])
         if self.engines > MAX_ENGINES:
             raise ValueError(f"{self.engines} engines (replicas x instances or data-parallel ranks x pp) is more "
                              f"than the {MAX_ENGINES} servopt simulates")

@@ -35,6 +35,8 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 
 # Largest token count any length field accepts: ten million tokens is beyond every model's context.
 MAX_TOKENS = 10_000_000
+# GPU memory, and the KV cache of one GPU: at most 8 TiB.
+MAX_MEMORY_GIB = 8 * 1024
 # Integers above 2**53 cannot round-trip through a float, and no count servopt reads comes near it.
 MAX_INT = 2**53
 # How much of a user's value or key an error message quotes.

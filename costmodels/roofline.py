@@ -39,16 +39,19 @@ from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .moe import ExpertLayout, moe_kernel
 from .profile import PerformanceProfile, smooth_max
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
+from .quantization import MODEL_DTYPE_BYTES, check_supported, math_dtype, runs_weight_only
 from .vllm_defaults import (
     ALL2ALL_COLLECTIVES,
+    ALLREDUCE_IMPLEMENTATIONS,
     MAX_CUDAGRAPH_TOKENS,
-    allreduce_limits,
+    allreduce_implementation,
     async_scheduling,
     default_all2all_backend,
+    default_batch_limits,
     engine_generation,
     parse_vllm_version,
 )
+from .weights import own_scheme
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
@@ -190,7 +193,7 @@ class StepCostModel:
     _table_compute_s: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.quantization = self.quantization or MODEL_DTYPE_SCHEME[self.model.dtype]
+        self.quantization = self.quantization or own_scheme(self.model)
         check_supported(self.quantization, self.gpu)
         weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp)  # validates tp/pp/dp
         m, tp = self.model, self.tp
@@ -226,7 +229,8 @@ class StepCostModel:
         self._precompute_attention()
         self._table_s = np.zeros(1)
         self._table_compute_s = np.zeros(1)
-        self._grow_table(8192)
+        # Tabulated up to the largest step vLLM runs by default on this GPU (grown on demand).
+        self._grow_table(default_batch_limits(self.gpu, self._version)[0])
 
     # --- model structure ------------------------------------------------------------------------
     def _layer_linears(self) -> list[_Linear]:
@@ -369,15 +373,10 @@ class StepCostModel:
         if self.tp > 1:
             across_nodes = self.tp > self.gpu.gpus_per_node
             link = self.internode_bytes_per_s if across_nodes else None
-            custom_max, symm_max = allreduce_limits(self.tp, self.gpu, self._version, nvlink=not across_nodes)
-            custom = message <= custom_max
-            kinds = {
-                "custom_graph": custom & (tokens <= MAX_CUDAGRAPH_TOKENS),
-                "custom_eager": custom & (tokens > MAX_CUDAGRAPH_TOKENS),
-                "symm_mem": ~custom & (message <= symm_max),
-                "nccl": message > max(custom_max, symm_max),
-            }
-            for kind, mask in kinds.items():
+            kinds = allreduce_implementation(message, self.tp, self.gpu, self._version,
+                                             captured=tokens <= MAX_CUDAGRAPH_TOKENS, nvlink=not across_nodes)
+            for kind in ALLREDUCE_IMPLEMENTATIONS:
+                mask = kinds == kind
                 if mask.any():
                     time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
             time_s = 2 * m.num_layers * time_s

@@ -24,6 +24,17 @@ from .architectures import ModelSpec
 from .quantization import MODEL_DTYPE_SCHEME, get_scheme
 
 
+def own_scheme(spec: ModelSpec) -> str:
+    """The scheme a model is served in when nothing else is asked: the format its checkpoint ships
+    in, else its dtype's (the one default every cost model uses).
+
+    >>> from servopt.costmodels.architectures import get_model
+    >>> own_scheme(get_model("llama-3.1-8b"))
+    'bf16'
+    """
+    return spec.native_quantization or MODEL_DTYPE_SCHEME[spec.dtype]
+
+
 @dataclass(frozen=True)
 class WeightsOption:
     """One way to serve a model's weights in a scheme: what ``vllm serve`` loads and how.
@@ -47,8 +58,7 @@ class WeightsOption:
         """The model served in ``scheme`` (default: the checkpoint's own format, else its dtype):
         through the checkpoint's own method when it ships in that scheme, else quantized by vLLM at
         start-up (or, for its 16-bit dtype, no ``--quantization`` at all)."""
-        own = spec.native_quantization or MODEL_DTYPE_SCHEME[spec.dtype]
-        scheme = scheme or own
+        scheme = scheme or own_scheme(spec)
         fmt = spec.checkpoint
         if fmt is not None and fmt.scheme == scheme:
             method, source = fmt.method, "the checkpoint itself"

@@ -48,14 +48,18 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..costmodels.errors import InputError
 from ..costmodels.deployment import SpeculativeConfig
+from ..costmodels.errors import InputError
+from ..costmodels.quantization import MODEL_DTYPE_SCHEME
 from ..costmodels.serving.compiled import (
     DECODE, PREFILL, REPLICA, DeploymentRecord, Placement, RoleRecord, WeightsRecord,
 )
+from ..costmodels.vllm_defaults import CURRENT_VLLM, parse_vllm_version
 
-VLLM_VERSION = "0.33"
-DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+# The vLLM release the scripts are written for: the one servopt's defaults describe.
+VLLM_VERSION = "{}.{}".format(*parse_vllm_version(CURRENT_VLLM)[:2])
+# vLLM's --dtype for weights served in a model dtype's own scheme (bf16 -> bfloat16, ...).
+DTYPES = {scheme: dtype for dtype, scheme in MODEL_DTYPE_SCHEME.items()}
 BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
 ROUTER_PORT = 8192

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from ..costmodels.quantization import support_problem
+from ..costmodels.vllm_defaults import min_batched_tokens
 from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, CompiledDeployment
 from ._candidate import Candidate
 from ._context import SpaceContext
@@ -65,9 +66,8 @@ class TokenBudget(Repair):
 
     def apply(self, values: dict[str, Value], space: SearchSpace) -> dict[str, Value]:
         drafts = int(values.get("num_speculative_tokens", 0)) if values.get("speculation", SPECULATION_OFF) != SPECULATION_OFF else 0
-        need = int(values["max_num_seqs"]) * (1 + drafts)
-        if not values["enable_chunked_prefill"]:
-            need = max(need, space.ctx.max_model_len[str(values.get("model", next(iter(space.ctx.models))))])
+        context = space.ctx.max_model_len[str(values.get("model", next(iter(space.ctx.models))))]
+        need = min_batched_tokens(int(values["max_num_seqs"]), drafts, bool(values["enable_chunked_prefill"]), context)
         if int(values["max_num_batched_tokens"]) >= need:
             return values
         raised = space.domain("max_num_batched_tokens").at_least(need)

@@ -55,7 +55,7 @@ from ..memory import MemoryPlan, kv_bytes_per_token, plan_memory
 from ..profile import PerformanceProfile
 from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
-from ..vllm_defaults import default_batch_limits, parse_vllm_version, tokenize_s_per_token
+from ..vllm_defaults import batch_limits_problem, default_batch_limits, parse_vllm_version, tokenize_s_per_token
 from ..weights import WeightsOption
 from .predictor import StepTimePredictor
 from .scheduler import EngineLimits
@@ -249,18 +249,13 @@ class CompiledDeployment:
     def batch_problem(self) -> tuple[float, str] | None:
         """vLLM's scheduler rules: the token budget covers every sequence (and its drafts), and a
         whole prompt when prefill is not chunked. (amount, reason) of the first broken one."""
-        drafts = self.drafts
         for role in self.roles:
-            seqs, tokens = role.limits.max_num_seqs, role.limits.max_num_batched_tokens
-            need = seqs * (1 + drafts)
-            where = "" if role.name == REPLICA else f"{role.name}: "
-            if tokens < need:
-                what = f"max_num_seqs ({seqs})" + (f" x (1 + {drafts} drafts)" if drafts else "")
-                return need / tokens - 1, f"{where}max_num_batched_tokens ({tokens}) < {what}, as vLLM requires"
-            if not role.limits.chunked_prefill and tokens < self.max_model_len:
-                return (self.max_model_len / tokens - 1,
-                        f"{where}without chunked prefill max_num_batched_tokens ({tokens}) must cover max_model_len "
-                        f"({self.max_model_len}), as vLLM requires")
+            limits = role.limits
+            problem = batch_limits_problem(limits.max_num_seqs, limits.max_num_batched_tokens, self.drafts,
+                                           limits.chunked_prefill, self.max_model_len)
+            if problem is not None:
+                where = "" if role.name == REPLICA else f"{role.name}: "
+                return problem[0], where + problem[1]
         return None
 
     def memory_problem(self) -> tuple[float, str] | None:
