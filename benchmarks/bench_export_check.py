@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from servopt.optimizer.cli import main as servopt
+from servopt.results import FrontPoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,11 +57,11 @@ def main() -> None:
             code, text = run(["export", str(folder), "--pick", str(point["trial"]), "--check",
                               "--out", str(folder / f"export-{point['trial']}")])
             verdict = [line for line in text.splitlines() if "--check" in line or "error" in line]
-            weights = point.get("weights") or {}
+            record = FrontPoint.model_validate(point).deployment
             checked += 1
             failures += code != 0
-            print(f"{name:<22} trial {point['trial']:>4} {point['deployment']['quantization']:<6} "
-                  f"{weights.get('serve_id', point['serve_id']):<58} "
+            print(f"{name:<22} trial {point['trial']:>4} {record.quantization:<6} "
+                  f"{record.weights.serve_id if record.weights else point['serve_id']:<58} "
                   f"{'ok' if code == 0 else 'REJECTED'}: {verdict[-1] if verdict else text.strip()[-200:]}")
         print(f"{name}: {len(points)} front points in {time.perf_counter() - start:.0f} s")
     leaked = {k for k in os.environ if k.startswith("SERVOPT_")} - env_before
