@@ -1,10 +1,10 @@
 """Predicted against measured MoE serving runs: tensor, data and expert parallelism.
 
-Run: ``python benchmarks/bench_moe_accuracy.py [--shared DIR]`` (about a minute on two cores).
+Run: ``python benchmarks/bench_moe_accuracy.py [--shared DIR]`` (a few minutes on two cores).
 
 The MoE runs of the development corpus (``calibration/corpus.py``: every public ``vllm bench serve``
-table of ../shared/data/measured/e2e and calibration/measured/e2e, provenance in their PROVENANCE.md
-files) are simulated as they ran, by the same reader as every other run: the deployment the row
+table of ../shared/data/measured/e2e and calibration/measured/e2e, and the MiniMax-M2.5 silicon rows
+of aiperf closed loops; provenance in their PROVENANCE.md files) are simulated as they ran, by the same reader as every other run: the deployment the row
 states (``--data-parallel-size`` as data-parallel ranks of one instance, lockstep for an MoE model;
 ``--enable-expert-parallel`` where given), the vLLM version's defaults, the client's send times and
 lengths, and what the session's prefix cache held. Nothing here is fitted to these runs: kernel
@@ -54,16 +54,18 @@ def main() -> None:
     done = [r for r in runs if not r.skip]
     frame = predictions(done, load_profile, {})
     frame["layout"] = [layout(r) for r in done]
-    frame["rate"] = [r.extra["rate"] for r in done]
-    frame["prompts"] = [len(r.extra["inputs"]) for r in done]
+    # vllm bench runs send prompts at a rate; silicon rows are closed loops of a client concurrency.
+    frame["rate"] = [r.extra.get("rate", np.nan) for r in done]
+    frame["prompts"] = [len(r.extra["inputs"]) if "inputs" in r.extra else np.nan for r in done]
+    frame["clients"] = [float(r.extra.get("concurrency") or np.nan) for r in done]
     pd.set_option("display.width", 220)
-    columns = ["model", "gpu", "dtype", "layout", "rate", "prompts", "calibrated"]
+    columns = ["model", "gpu", "dtype", "layout", "rate", "prompts", "clients", "calibrated"]
     for metric in METRICS:
         columns += [f"measured_{metric}", f"pred_{metric}"]
     print(f"== {len(runs)} MoE runs in the corpus, {len(done)} simulated ==")
     print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:8.1f}"))
-    print("\nmedian |error| % (signed: + means predicted slower) per (model, GPU, layout):")
-    table = error_table(frame, ["model", "gpu", "layout"], METRICS)
+    print("\nmedian |error| % (signed: + means predicted slower) per (model, GPU, dtype, layout):")
+    table = error_table(frame, ["model", "gpu", "dtype", "layout"], METRICS)
     print(table.to_string(index=False, float_format=lambda v: f"{v:7.1f}"))
     overall = error_table(frame.assign(all="all"), ["all"], METRICS)
     print("all simulated MoE runs: " + ", ".join(

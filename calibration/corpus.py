@@ -9,8 +9,11 @@ lengths not published, a feature servopt does not model yet), so every measureme
 Sources (all public, with provenance in ``../shared/data/measured/PROVENANCE.md`` and
 ``calibration/measured/PROVENANCE.md``):
 
-- aiconfigurator's silicon rows of vLLM (``silicon_dense_h100.csv``): aiperf closed-loop clients,
-  simulated as :mod:`.silicon` describes;
+- aiconfigurator's silicon rows of vLLM (``silicon_*.csv``: the dense H100 rows, and MiniMax-M2.5's
+  MoE rows on H100 to B300): aiperf closed-loop clients, simulated as :mod:`.silicon` describes; a
+  row whose quant-mode columns name a format its model's own checkpoint is not in (MiniMax-M2.5's
+  ``fp4`` rows) runs the catalog's public release of that model in that format
+  (:func:`~servopt.costmodels.checkpoints.checkpoints_of`: ``nvidia/MiniMax-M2.5-NVFP4``);
 - ``vllm bench serve`` / ``benchmark_serving.py`` results (``vllm_bench_p99_dev.csv``,
   ``vllm_bench_a100_dennislee22.csv``, ``vllm_bench_public.csv``): open-loop or all-at-once runs,
   simulated request by request. Runs of one *session* (one server, one benchmark after another, as
@@ -35,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..costmodels.architectures import resolve_model
+from ..costmodels.checkpoints import checkpoints_of
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import get_gpu
@@ -44,7 +48,7 @@ from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
 from .bench_clients import SessionCache, routed_hits, vllm_bench_send_times
-from .silicon import REQUESTS_PER_CLIENT, silicon_run
+from .silicon import REQUESTS_PER_CLIENT, silicon_run, weight_scheme
 from .tables import gpu_name_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,11 +124,58 @@ def _off_or_count(value: object) -> int:
     return int(number) if math.isfinite(number) and number > 1 else 1
 
 
-def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int) -> MeasuredRun:
+_NIGHTLY = re.compile(r"nightly", re.IGNORECASE)
+
+
+def _measured_date(row: dict) -> str:
+    match = re.search(r"measured=(\d{4}-\d{2}-\d{2})", _text(row.get("silicon_data_source")))
+    return match.group(1) if match else ""
+
+
+def _nightly_releases(table: pd.DataFrame) -> dict[int, str]:
+    """Rows whose version is a nightly image (``nightly-<commit>``): the newest release the same table
+    ran on or before that row's measurement date, the release that nightly builds on."""
+    records = table.to_dict("records")
+    dated = []
+    for row in records:
+        version = _text(row.get("backend_version"))
+        if version and not _NIGHTLY.search(version) and _measured_date(row):
+            dated.append((_measured_date(row), parse_vllm_version(version), version))
+    out = {}
+    for i, row in enumerate(records):
+        if _NIGHTLY.search(_text(row.get("backend_version"))):
+            before = [d for d in dated if d[0] <= _measured_date(row)]
+            if before:
+                out[i] = max(before, key=lambda d: d[1])[2]
+    return out
+
+
+def _served_model(model: str, scheme: str | None) -> str:
+    """The checkpoint a row ran: its model's own, or the catalog's release of it in the row's format."""
+    try:
+        own = resolve_model(model).quantization
+    except InputError:
+        return model
+    if scheme is None or scheme == own:
+        return model
+    release = checkpoints_of(model).get(scheme)
+    return release.id if release is not None else model
+
+
+def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int,
+                     nightly_release: str | None = None) -> MeasuredRun:
     precision = _text(row.get("precision")) or "bf16"
     gpu = _gpu(_text(row["system"])) or _text(row["system"])
-    base = dict(run_id=f"silicon:{index}", source=f"{name} row {index}", model=_text(row["model_path"]), gpu=gpu,
-                dtype=precision, vllm_version=_text(row.get("backend_version")) or "0.12.0",
+    try:
+        scheme = weight_scheme(row)
+    except InputError as err:
+        scheme, refused = None, str(err)
+    else:
+        refused = ""
+    version = nightly_release or _text(row.get("backend_version")) or "0.12.0"
+    base = dict(run_id=f"silicon:{name}:{index}", source=f"{name} row {index}", model=_text(row["model_path"]), gpu=gpu,
+                dtype=precision if refused or scheme is None else scheme,
+                vllm_version=version,
                 protocol="aiperf closed loop (silicon)",
                 measured={"mean_ttft_ms": _number(row["silicon_ttft_ms"]), "mean_tpot_ms": _number(row["silicon_tpot_ms"])},
                 extra={"isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"],
@@ -138,8 +189,13 @@ def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int)
         return MeasuredRun(**base, skip="client concurrency not recorded")
     if _gpu(_text(row["system"])) is None:
         return MeasuredRun(**base, skip=f"GPU '{_text(row['system'])[:40]}' not in the catalog")
+    if refused:
+        return MeasuredRun(**base, skip=refused)
+    if _NIGHTLY.search(version):
+        return MeasuredRun(**base, skip=f"nightly image '{version[:40]}' with no dated release beside it")
     try:
         resolve_model(base["model"])
+        row = {**row, "backend_version": version, "model_path": _served_model(base["model"], scheme)}
         run = silicon_run(row, gpu, requests_per_client, pp=_off_or_count(row.get("pp_size")),
                           data_parallel_size=_off_or_count(row.get("attention_dp_size")),
                           expert_parallel=_off_or_count(row.get("moe_ep_size")) > 1)
@@ -147,7 +203,7 @@ def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int)
         return MeasuredRun(**base, skip=str(err))
     except ValueError as err:  # a layout the deployment model refuses (pydantic names the rule)
         return MeasuredRun(**base, skip=f"layout not modelled: {str(err).splitlines()[-1].strip()}")
-    return MeasuredRun(**base, deployment=run.deployment, traffic=run.traffic)
+    return MeasuredRun(**{**base, "model": run.model}, deployment=run.deployment, traffic=run.traffic)
 
 
 def silicon_runs(path: Path, table: pd.DataFrame | None = None,
@@ -156,7 +212,9 @@ def silicon_runs(path: Path, table: pd.DataFrame | None = None,
     kept with ``skip`` saying why (other frameworks, disaggregated rows, no client concurrency).
     ``requests_per_client``: aiperf's request count over its concurrency (:mod:`.silicon`)."""
     table = pd.read_csv(path) if table is None else table
-    return [_silicon_row_run(row, i, path.name, requests_per_client) for i, row in enumerate(table.to_dict("records"))]
+    nightly = _nightly_releases(table)
+    return [_silicon_row_run(row, i, path.name, requests_per_client, nightly.get(i))
+            for i, row in enumerate(table.to_dict("records"))]
 
 
 # --- vllm bench serve rows ----------------------------------------------------------------------
@@ -418,8 +476,7 @@ def table_runs(path: Path, table: pd.DataFrame) -> list[MeasuredRun]:
 def load_corpus(shared_e2e: Path = SHARED_E2E, repo_e2e: Path = REPO_E2E) -> list[MeasuredRun]:
     """Every measured run of the shared data and the repository's public tables."""
     runs: list[MeasuredRun] = []
-    silicon = shared_e2e / "silicon_dense_h100.csv"
-    if silicon.exists():
+    for silicon in sorted(shared_e2e.glob("silicon_*.csv")) if shared_e2e.exists() else ():
         runs += silicon_runs(silicon)
     runs += bench_runs([p for p in (shared_e2e, repo_e2e) if p.exists()])
     return runs

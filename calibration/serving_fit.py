@@ -182,12 +182,18 @@ class Linearization:
         self.names = [n for n in (*ENGINE_PARAMS["v1"], *ENGINE_PARAMS["v0"], *FRONT_ENDS.values())
                       if self.params.get(n) is not None]
         self.base = predictions(self.runs, profile_for, self.params)
+        # Only dense-model runs are fitted (host_cost_runs): the MoE runs' sensitivities are never used.
+        dense = ~self.base["moe"].to_numpy()
+        fitted_runs = [r for r, d in zip(self.runs, dense) if d]
         self.slopes: dict[str, dict[str, np.ndarray]] = {}
         for name in self.names:
             step = max(self.params[name] * 0.25, BOUNDS[name] * 1e-3)
-            moved = predictions(self.runs, profile_for, {**self.params, name: self.params[name] + step})
-            self.slopes[name] = {m: (_log_errors(moved, m) - _log_errors(self.base, m)) / step
-                                 for m in ("mean_tpot_ms", "mean_ttft_ms")}
+            moved = predictions(fitted_runs, profile_for, {**self.params, name: self.params[name] + step})
+            self.slopes[name] = {}
+            for m in ("mean_tpot_ms", "mean_ttft_ms"):
+                slope = np.full(len(self.runs), np.nan)
+                slope[dense] = (_log_errors(moved, m) - _log_errors(self.base[dense].reset_index(drop=True), m)) / step
+                self.slopes[name][m] = slope
 
     def _solve(self, names: list[str], metric: str, mask: np.ndarray, fixed: dict[str, float]) -> dict[str, float]:
         r0 = _log_errors(self.base, metric)

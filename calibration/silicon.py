@@ -72,10 +72,35 @@ class SiliconRun:
     traffic: Traffic
 
 
+# 4-bit float formats a row's quant-mode columns name when its precision says only "fp4".
+FP4_FORMATS = ("nvfp4", "mxfp4")
+
+
+def _cell(row: dict, column: str) -> str:
+    value = row.get(column)
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
 def weight_scheme(row: dict) -> str | None:
-    """servopt's weight scheme for a row's ``precision`` (or ``gemm_quant_mode``): None for 16-bit."""
-    texts = [row.get(c) for c in ("precision", "gemm_quant_mode")]
-    text = next((t.lower() for t in texts if isinstance(t, str) and t.strip()), "bf16")
+    """servopt's weight scheme for a row's ``precision`` (or ``gemm_quant_mode``): None for 16-bit.
+
+    ``fp4`` names no format by itself (NVFP4 and MXFP4 differ in group size, scale type and
+    kernels): such a row is read through its quant-mode columns, the experts' (``moe_quant_mode``)
+    first, since they hold most of an MoE model's weights.
+
+    Example:
+        >>> weight_scheme({"precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"})
+        'nvfp4'
+        >>> weight_scheme({"precision": "fp8_block"}), weight_scheme({"precision": "bfloat16"})
+        ('fp8', None)
+    """
+    text = _cell(row, "precision") or _cell(row, "gemm_quant_mode") or "bf16"
+    if text == "fp4":
+        modes = [_cell(row, c) for c in ("moe_quant_mode", "gemm_quant_mode")]
+        text = next((m for m in modes if m.startswith(FP4_FORMATS)), "")
+        if not text:
+            raise InputError("precision 'fp4' needs a moe_quant_mode or gemm_quant_mode column naming the format "
+                             f"({' or '.join(FP4_FORMATS)}); got {', '.join(m or 'empty' for m in modes)}")
     for prefix, scheme in (("fp8", "fp8"), ("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("int8", "int8"), ("w8a8", "int8"),
                            ("w4a16", "awq"), ("awq", "awq"), ("gptq", "gptq")):
         if text.startswith(prefix):

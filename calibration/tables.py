@@ -74,7 +74,8 @@ MOE_DTYPES = {
 # Device-name fragments -> catalog names, most specific first (torch reports e.g. "NVIDIA H100 80GB HBM3").
 _DEVICE_PATTERNS = [
     ("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100"), ("A100-SXM4-40GB", "a100-40gb"),
-    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("GB200", "gb200"), ("B200", "b200"), ("L40S", "l40s"),
+    ("A100-PCIE-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("GB200", "gb200"), ("B200", "b200"), ("GB300", "gb300"),
+    ("B300", "b300"), ("L40S", "l40s"),
     ("L4", "l4"), ("A10G", "a10g"), ("4090", "rtx4090"), ("MI300X", "mi300x"),
 ]
 

@@ -101,7 +101,7 @@ class Deployment(Spec):
         default=None, description="vLLM --all2all-backend for the MoE dispatch across DP ranks; default: vLLM's")
     replicas: Instances = 1
     quantization: WeightScheme | None = Field(
-        default=None, description="default: implied by the model id, else the model dtype"
+        default=None, description="default: the checkpoint's own, read from its config, else the model dtype"
     )
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     max_num_seqs: Seqs | None = Field(default=None, description="default: vLLM's for the GPU")

@@ -21,11 +21,16 @@ Example:
     demo.yaml: prompt_tokens: expected a whole number, not a true/false value (got true)
     demo.yaml: rate_per_s: expected a number, not text (got '1.0')
     demo.yaml: rate_per_s: must be a finite number (got inf)
-    demo.yaml: prompt: unknown key (check its spelling)
+    demo.yaml: prompt: unknown key (did you mean 'prompt_tokens'?)
+    >>> did_you_mean("p99_ttf_s", ["p99_ttft_s", "p99_tpot_s", "p99_e2e_s"])
+    " (did you mean 'p99_ttft_s'?)"
 """
 
 from __future__ import annotations
 
+import difflib
+import re
+import typing
 from collections.abc import Iterable
 from typing import Annotated, Any, TypeVar
 
@@ -85,11 +90,45 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode() for ch in text)
 
 
+def close_matches(name: str, known: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The names in ``known`` closest to ``name`` (difflib's ratio, ignoring case), best first: those
+    scoring at least ``cutoff`` and within 0.1 of the best (a clear winner is named alone).
+
+    >>> close_matches("Qwen/Qwen3-8B-FP", ["Qwen/Qwen3-8B-FP8", "Qwen/Qwen3-8B", "openai/gpt-oss-20b"])
+    ['Qwen/Qwen3-8B-FP8', 'Qwen/Qwen3-8B']
+    """
+    spelled: dict[str, str] = {}
+    for item in known:
+        spelled.setdefault(str(item).lower(), str(item))
+    target = str(name).lower()
+    scored = []
+    for key in spelled:
+        matcher = difflib.SequenceMatcher(None, target, key)
+        if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff and matcher.ratio() >= cutoff:
+            scored.append((matcher.ratio(), key))
+    scored.sort(key=lambda pair: (-pair[0], pair[1]))
+    best = scored[0][0] if scored else 0.0
+    return [spelled[key] for ratio, key in scored[:n] if ratio >= best - 0.1]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest names in ``known``, or ``""`` when none is close.
+
+    The one "did you mean" of servopt: every message about an unknown key, name or id appends it.
+    """
+    found = close_matches(name, known)
+    if not found:
+        return ""
+    return " (did you mean " + " or ".join(f"'{one_line(item)}'" for item in found) + "?)"
+
+
 def unknown_name_error(kind: str, name: str, known: Iterable[str], hint: str = "") -> InputError:
     """Build the error for a name that is not in a catalog, listing the names that are."""
-    listing = ", ".join(sorted(known))
+    known = sorted(known)
+    listing = ", ".join(known)
     extra = f" {hint}" if hint else ""
-    return InputError(f"unknown {kind} '{one_line(str(name)[:200])}'; known {kind}s: {listing}.{extra}")
+    return InputError(f"unknown {kind} '{one_line(str(name)[:200])}'{did_you_mean(str(name), known)}; "
+                      f"known {kind}s: {listing}.{extra}")
 
 
 # Pydantic's strict type errors, reworded to say what was given and what is expected.
@@ -101,17 +140,54 @@ _EXPECTED = {"int_type": "a whole number", "int_from_float": "a whole number", "
              "model_attributes_type": "a mapping of keys to values"}
 
 
-def _message(item: dict) -> str:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field annotation can hold (through Optional, unions, Annotated, lists, dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Annotated:
+        args = args[:1]
+    return [model for arg in args for model in _models_in(arg)]
+
+
+def _keys_at(spec: type[BaseModel] | None, loc: tuple) -> list[str]:
+    """The keys a spec accepts beside the unknown key at ``loc`` (its last part), or [] when unknown."""
+    models = [spec] if spec is not None else []
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # a list index: the models stay those of the list's items
+        inner = []
+        for model in models:
+            field = model.model_fields.get(str(part)) or next(
+                (f for f in model.model_fields.values() if f.alias == part), None)
+            if field is not None:
+                inner += _models_in(field.annotation)
+            else:  # a dict key, or the tag of a discriminated union: the value's models are these
+                inner.append(model)
+        # Under a discriminated union pydantic adds the tag to the path: keep the member it names.
+        tagged = [m for m in inner if any(part in typing.get_args(f.annotation) for f in m.model_fields.values())]
+        models = tagged or inner
+    keys = set()
+    for model in models:
+        for name, field in model.model_fields.items():
+            keys.add(field.alias or name)
+    return sorted(keys)
+
+
+def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
     kind, given = item.get("type", ""), item.get("input")
     if kind == "extra_forbidden":
-        return "unknown key (check its spelling)"
+        loc = tuple(item.get("loc", ()))
+        hint = did_you_mean(str(loc[-1]), _keys_at(spec, loc)) if loc else ""
+        return f"unknown key{hint or ' (check its spelling)'}"
     if kind == "missing":
         return "required key is missing"
     if kind == "finite_number":
         return f"must be a finite number (got {quote(given)})"
     if kind == "union_tag_invalid":
         ctx = item.get("ctx", {})
-        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}"
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}{did_you_mean(str(ctx.get('tag')), options)}"
     if kind == "string_pattern_mismatch":
         return f"must not hold control characters such as line breaks, tabs or NUL (got {quote(given)})"
     if kind in _EXPECTED:
@@ -119,6 +195,9 @@ def _message(item: dict) -> str:
         return f"expected {_EXPECTED[kind]}, not {what} (got {quote(given)})"
     msg = item.get("msg", "invalid value")
     msg = msg.removeprefix("Value error, ")
+    if kind in ("literal_error", "enum") and isinstance(given, str):
+        options = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+        return f"{msg} (got {quote(given)}){did_you_mean(given, options)}"
     if kind in ("literal_error", "union_tag_invalid", "enum") or kind.startswith(("greater", "less", "too_")):
         return f"{msg} (got {quote(given)})"
     return msg
@@ -131,17 +210,23 @@ def _field_path(item: dict) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def format_validation_error(err: Exception, source: str = "", shown: int = 5) -> str:
-    """Turn a pydantic ValidationError into one line: each problem (the first ``shown``) names its field path."""
+def format_validation_error(err: Exception, source: str = "", shown: int = 5,
+                            spec: type[BaseModel] | None = None) -> str:
+    """Turn a pydantic ValidationError into one line naming ``source`` once, then each problem (the
+    first ``shown``) with its field path.
+
+    With ``spec`` (the model validated), an unknown key gets the closest keys it accepts there.
+    """
     errors = getattr(err, "errors", None)
     prefix = f"{source}: " if source else ""
     if errors is None:
         return one_line(f"{prefix}{err}")
     items = errors()
-    parts = [f"{prefix}{_field_path(item)}: {_message(item)}" for item in items[:shown]]
+    # The file is named once, however many of its fields are wrong.
+    parts = [f"{_field_path(item)}: {_message(item, spec)}" for item in items[:shown]]
     if len(items) > shown:
         parts.append(f"and {len(items) - shown} more problems")
-    return one_line("; ".join(parts))
+    return one_line(prefix + "; ".join(parts))
 
 
 def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:
@@ -149,4 +234,4 @@ def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:
     try:
         return spec.model_validate(data)
     except ValidationError as err:
-        raise InputError(format_validation_error(err, source)) from None
+        raise InputError(format_validation_error(err, source, spec=spec)) from None

@@ -25,14 +25,14 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
-from .errors import MAX_MEMORY_GIB, InputError, Name, Spec, label, quote, unknown_name_error, validate_spec
+from .errors import MAX_MEMORY_GIB, InputError, Name, Spec, did_you_mean, label, quote, unknown_name_error, validate_spec
 from .userfiles import read_yaml_mapping, shown
 
 GIB = 1024**3
 
 # Datasheet bounds: a value outside them is a typo (a price in cents, bandwidth in GB/s for TB/s),
 # and beyond them the cost model's products leave floating point. The largest parts of 2025 have
-# 288 GB, 8 TB/s and 10 PFLOP/s of dense fp4; a GPU-hour costs a few dollars.
+# 288 GB, 8 TB/s and 15 PFLOP/s of dense fp4; a GPU-hour costs a few dollars.
 MAX_PRICE_PER_GPU_HOUR = 1000.0
 GPUPrice = Annotated[float, Field(ge=0, le=MAX_PRICE_PER_GPU_HOUR)]
 MemoryGiB = Annotated[float, Field(ge=0.1, le=MAX_MEMORY_GIB)]
@@ -55,7 +55,10 @@ class GPUSpec(Spec):
     memory_bandwidth_tbps: float = Field(ge=0.01, le=1000)
     interconnect: str
     interconnect_gbps: float = Field(ge=0.1, le=1e5, description="intra-node GB/s per GPU per direction")
-    gpus_per_node: int = Field(ge=1, le=1024)
+    gpus_per_node: int = Field(ge=1, le=1024, description="GPUs of one host (what one pod or server holds)")
+    nvlink_domain_gpus: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="GPUs one NVLink fabric joins (GB300 NVL72: 72 over 18 hosts); default: one host's")
     tdp_w: float | None = Field(default=None, gt=0, le=1e5)
     price_per_gpu_hour: GPUPrice
     price_source: str = ""
@@ -75,6 +78,11 @@ class GPUSpec(Spec):
     @property
     def interconnect_bytes_per_s(self) -> float:
         return self.interconnect_gbps * 1e9
+
+    @property
+    def nvlink_gpus(self) -> int:
+        """GPUs that reach each other over the intra-node link; collectives over more use the inter-node one."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     def has_dtype(self, dtype: str) -> bool:
         """Whether the tensor cores run this math dtype natively."""
@@ -181,7 +189,7 @@ def load_catalog(path: str | Path | None = None) -> GPUCatalog:
     raw = read_yaml_mapping(path, "hardware file")
     unknown = [str(key) for key in raw if key != "gpus"]
     if "gpus" not in raw or unknown:
-        extra = f" (unknown key {unknown[0][:60]!r})" if unknown else ""
+        extra = f" (unknown key {unknown[0][:60]!r}{did_you_mean(unknown[0], ['gpus'])})" if unknown else ""
         raise InputError(f"hardware file '{shown(path)}' must have one top-level 'gpus:' mapping{extra}")
     return catalog.with_overrides(raw["gpus"], f"hardware file '{shown(path)}'")
 

@@ -210,7 +210,7 @@ class StepCostModel:
         self._window = m.sliding_window
         self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
         self._full_layers = m.num_layers - self._sliding_layers
-        self._spans_nodes = tp * self.pp * self.dp > self.gpu.gpus_per_node
+        self._spans_nodes = tp * self.pp * self.dp > self.gpu.nvlink_gpus
         self._version = parse_vllm_version(self.vllm_version)
         self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu)
         self._layout = None if m.moe is None else ExpertLayout(
@@ -337,9 +337,15 @@ class StepCostModel:
         # shared experts; the routed experts' runs inside the fused-MoE kernel.
         activation_values = 3 * (m.num_dense_mlp_layers * m.intermediate_size + (
             m.num_moe_layers * m.moe.num_shared_experts * m.moe.shared_expert_intermediate_size if m.moe else 0)) / self.tp
+        kernels = ELEMENTWISE_KERNELS_PER_LAYER
+        if m.qk_norm_across_heads:
+            # The fp32 norm of all heads' q and k: the sums of squares read them once, the scaling
+            # reads and writes them (two kernels, split by the TP all-reduce of the sums).
+            per_layer_values += 3 * (m.q_dim + m.kv_dim) / self.tp
+            kernels += 2 if self.tp > 1 else 1
         bytes_moved = tokens * (m.num_layers * (per_layer_values * self._act_bytes + self._kv_layer_bytes)
                                 + activation_values * self._act_bytes)
-        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_layers * ELEMENTWISE_KERNELS_PER_LAYER)
+        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_layers * kernels)
         memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
@@ -363,23 +369,36 @@ class StepCostModel:
         memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
+    def _allreduce_s(self, message: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """One TP all-reduce of ``message`` bytes per step, by the implementation vLLM picks for that
+        size (:func:`~servopt.costmodels.vllm_defaults.allreduce_implementation`)."""
+        time_s = np.zeros_like(message)
+        across_nodes = self.tp > self.gpu.nvlink_gpus
+        link = self.internode_bytes_per_s if across_nodes else None
+        kinds = allreduce_implementation(message, self.tp, self.gpu, self._version,
+                                         captured=tokens <= MAX_CUDAGRAPH_TOKENS, nvlink=not across_nodes)
+        for kind in ALLREDUCE_IMPLEMENTATIONS:
+            mask = kinds == kind
+            if mask.any():
+                time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
+        return time_s
+
     def _communication(self, tokens: np.ndarray) -> _OpCost:
-        """Two all-reduces per layer (after attention and after the MLP), by the implementation vLLM
-        picks for each message size (:func:`~servopt.costmodels.vllm_defaults.allreduce_implementation`),
-        plus the sends between pipeline stages."""
+        """Two all-reduces per layer (after attention and after the MLP), plus the sends between
+        pipeline stages.
+
+        A q/k norm over all heads (MiniMax-M2, ``qk_norm_across_heads``) adds a third: each TP rank
+        holds a slice of the heads, so vLLM's ``MiniMaxText01RMSNormTP.forward_qk``
+        (``vllm/model_executor/layers/mamba/linear_attn.py``) all-reduces the fp32 sums of squares of
+        q and k (two values per token) before it can scale them.
+        """
         m = self.model
         message = tokens * m.hidden_size * self._act_bytes
         time_s = np.zeros_like(message)
         if self.tp > 1:
-            across_nodes = self.tp > self.gpu.gpus_per_node
-            link = self.internode_bytes_per_s if across_nodes else None
-            kinds = allreduce_implementation(message, self.tp, self.gpu, self._version,
-                                             captured=tokens <= MAX_CUDAGRAPH_TOKENS, nvlink=not across_nodes)
-            for kind in ALLREDUCE_IMPLEMENTATIONS:
-                mask = kinds == kind
-                if mask.any():
-                    time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
-            time_s = 2 * m.num_layers * time_s
+            time_s = 2 * m.num_layers * self._allreduce_s(message, tokens)
+            if m.qk_norm_across_heads:
+                time_s = time_s + m.num_layers * self._allreduce_s(tokens * 2 * 4.0, tokens)
         if self.pp > 1:
             link = self.internode_bytes_per_s if self._spans_nodes else self.gpu.interconnect_bytes_per_s
             time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
@@ -397,7 +416,7 @@ class StepCostModel:
         on the inter-node link.
         """
         dispatch, combine = ALL2ALL_COLLECTIVES[self.all2all_backend]
-        link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.gpus_per_node else None
+        link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.nvlink_gpus else None
         row_bytes = self.model.hidden_size * self._act_bytes
         if dispatch == "all_to_all":
             # nccl-tests' all-to-all size: the buffer each GPU sends (a copy per destination GPU).

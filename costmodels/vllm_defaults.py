@@ -84,6 +84,10 @@ MAX_CUDAGRAPH_TOKENS = 512
 GPU_MEMORY_UTILIZATION_FROM_0_20 = 0.92
 GPU_MEMORY_UTILIZATION_BEFORE_0_20 = 0.9
 
+# The context vLLM assumes when a model's config names no maximum length (``_get_and_verify_max_len``,
+# vllm/config/model.py@v0.33.0 lines 2579-2596).
+VLLM_DEFAULT_MAX_LEN = 2048
+
 MiB = 1024 * 1024
 # Custom all-reduce limits when symmetric memory is available (Hopper "9.0", Blackwell "10.0"):
 # CUSTOM_ALL_REDUCE_MAX_SIZES and SYMM_MEM_ALL_REDUCE_MAX_SIZES in

@@ -74,8 +74,10 @@ class WeightsOption:
         return self.spec.kv_cache_dtype("auto")
 
     def describe(self) -> dict:
-        """Plain data for trial records and exports."""
+        """Plain data for trial records and exports (``config_source``: which config the weights'
+        architecture was read from, as resolution reported it)."""
         fmt = self.spec.checkpoint
         return {"scheme": self.scheme, "serve_id": self.serve_id, "vllm_quantization": self.vllm_quantization,
                 "kv_cache_auto": self.kv_cache_auto, "source": self.source,
-                "format": fmt.describe() if fmt else None}
+                "format": fmt.describe() if fmt else None, "kernels": fmt.kernels if fmt else None,
+                "config_source": self.spec.config_source, "max_context": self.spec.max_context}

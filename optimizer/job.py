@@ -369,7 +369,8 @@ class Job:
         ]
         gpus = {
             name: {"profile": problem.profile(name).source, "calibrated": problem.profile(name).calibrated,
-                   "price_per_gpu_hour": gpu.price_per_gpu_hour, "gpus_per_node": problem.ctx.node_size(name)}
+                   "price_per_gpu_hour": gpu.price_per_gpu_hour, "gpus_per_node": problem.ctx.node_size(name),
+                   "vendor": gpu.vendor}
             for name, gpu in problem.ctx.gpus.items()
         }
         return {

@@ -20,7 +20,7 @@ Every section but ``model`` and ``traffic`` is optional::
     budget: {trials: 200}                    # time_s: 600 adds a wall-clock ceiling
     sampler: nsga2                           # or tpe
     seed: 0
-    storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: a journal file in the job folder
+    storage: sqlite:///runs/chat/study.db    # journal:///file or any SQLAlchemy URL; default: DIR/study.journal
     # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
     space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
     speculation: [{method: ngram, acceptance_rate: 0.6}]   # default: off
@@ -219,7 +219,8 @@ class Workload(Spec):
     budget: Budget = Field(default_factory=Budget)
     sampler: Literal["nsga2", "tpe"] = "nsga2"
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    storage: Name | None = Field(default=None, description="SQLAlchemy URL (or journal:///FILE); default: a journal file in the job folder")
+    storage: Name | None = Field(default=None, description="journal:///path/file or an SQLAlchemy URL; default: the "
+                                 "journal file study.journal in the job folder")
     space: dict[Name, Any] = Field(
         default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
     )

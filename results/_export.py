@@ -210,6 +210,8 @@ def launch_plan(record: DeploymentRecord, *, trial: int | None = None, calibrate
     if d.kv_cache_dtype == "auto" and kv_auto != "auto":
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
                      f"{kv_auto} KV cache (as predicted)")
+    if weights.config_source:
+        notes.append(f"{model}: model config from {weights.config_source}")
     if max_model_len_basis:
         notes.append(f"--max-model-len {record.max_model_len}: {max_model_len_basis}")
     if d.scheduling_policy == "priority":
@@ -367,9 +369,10 @@ VLLM_PYTHON_ENV = "SERVOPT_VLLM_PYTHON"
 _CHECKER = Path(__file__).with_name("_vllm_check.py")
 
 
-def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
+def serve_commands(scripts: dict[str, str], configs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ``vllm serve`` commands of the scripts, as the shell will split them (environment
-    assignments and redirections dropped), for :func:`check_with_vllm`."""
+    assignments and redirections dropped), for :func:`check_with_vllm`, with the config files of
+    the models they serve (:func:`with_configs`)."""
     commands = []
     for name, text in scripts.items():
         for number, line in enumerate(text.splitlines(), start=1):
@@ -383,7 +386,21 @@ def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
                     break
                 argv.append(word)
             commands.append({"label": f"{name} line {number}", "argv": argv})
-    return commands
+    return with_configs(commands, configs)
+
+
+def with_configs(commands: list[dict[str, Any]], configs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each command with the config files of the model it serves when ``configs`` (model id ->
+    ``ConfigFiles``) has them, so the checker reads them as vLLM does."""
+    out = []
+    for command in commands:
+        argv = command["argv"]
+        files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
+        if files is not None:
+            command = {**command, "config": files.config, "hf_quant_config": files.hf_quant_config,
+                       "quantization_from_config": files.quantization_from_config}
+        out.append(command)
+    return out
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
@@ -400,17 +417,27 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     return None
 
 
-def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600) -> tuple[str, list[str]]:
+def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600,
+                    configs: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """Parse every ``vllm serve`` command of the scripts with vLLM's own ``vllm serve`` parser, in
-    the Python ``find_vllm_python`` finds; returns (vLLM version, problems). Raises InputError when
-    no Python with vLLM is found."""
+    the Python ``find_vllm_python`` finds, and check the ``--max-model-len`` and ``--quantization``
+    of each command whose model's config files ``configs`` holds against vLLM's reading of them
+    (``_vllm_check.py``); returns (vLLM version, problems). Raises InputError when no Python with
+    vLLM is found."""
+    return check_commands_with_vllm(serve_commands(scripts, configs), python, timeout_s)
+
+
+def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None = None,
+                             timeout_s: float = 600) -> tuple[str, list[str]]:
+    """:func:`check_with_vllm` for commands already split into words (``{"label", "argv"}``, and
+    ``config`` with ``hf_quant_config`` and ``quantization_from_config`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
-        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts)),
+        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(commands),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise InputError(f"--check: vLLM's parser did not answer within {timeout_s:.0f} s ({interpreter})") from None

@@ -188,6 +188,8 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "simulated_requests": check.requests,
             "equivalent_trials": " ".join(str(n) for n in equivalents.get(number, [])),
             "profile_calibrated": r.profile_calibrated,
+            "weights_format": (r.deployment.weights.format if r.deployment.weights else None) or "",
+            "config_source": (r.deployment.weights.config_source if r.deployment.weights else None) or "",
             "deployment": spec_json(d),
         })
     frame = pd.DataFrame(rows)

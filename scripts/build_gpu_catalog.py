@@ -130,6 +130,40 @@ DERIVED: dict[str, tuple[str, dict]] = {
         "spec_sources": "NVIDIA A100 datasheet (40GB SXM: 1,555 GB/s HBM2)",
         "notes": "no FP8; used by the vLLM benchmark runs in shared/data/measured/e2e",
     }),
+    # Blackwell Ultra. Per-GPU dense peaks, usable memory and TDP from Verda's per-GPU table
+    # (verda.com/blog/gb300-nvl72-architecture, "performance numbers without sparsity"), which agrees
+    # with NVIDIA's platform totals: HGX B300 36 PF BF16 and 72 PF FP8 sparse over 8 GPUs; GB300 NVL72
+    # 1,080 PF dense FP4, 360 PF dense FP8, 576 TB/s and 130 TB/s NVLink over 72 GPUs. Blackwell Ultra
+    # cut INT8 to about 0.15 POPS. No kernel tables exist for either: both take the B200's fitted
+    # efficiencies (calibration/registry.py, REFERENCE_BY_ARCHITECTURE) and stay UNCALIBRATED.
+    "b300": ("b200", {
+        "display_name": "NVIDIA B300 (HGX, Blackwell Ultra)",
+        "peak_tflops": {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "int8": 150.0, "fp4": 14000.0},
+        "memory_gb_nominal": 288.0, "memory_gib": 270.0, "memory_type": "HBM3e", "memory_bandwidth_tbps": 7.7,
+        "tdp_w": 1100.0,
+        "price_per_gpu_hour": 6.13,
+        "price_source": "Ornn GPU rental benchmark, B300 on-demand $5.00-7.25 per GPU-hour (neocloud range; "
+                        "midpoint), ornnai.com/research/nvidia-b200-vs-b300-why-use-one-instead-of-the-other",
+        "price_date": "2026-03", "aliases": ["b300_sxm", "b300-sxm", "blackwell-ultra"],
+        "spec_sources": "Verda per-GPU table (dense: 14 PF FP4, 4.5 PF FP8, 2.25 PF BF16, 0.15 POPS INT8; 270 GB "
+                        "usable HBM3e, 7.7 TB/s, 1.1 kW); NVIDIA HGX B300 datasheet (8 x 288 GB, NVLink 5 1.8 TB/s "
+                        "per GPU)",
+        "notes": "288 GB physical, ~270 GB usable; UNCALIBRATED (no kernel tables): B200's fitted efficiencies",
+    }),
+    "gb300": ("b200", {
+        "display_name": "NVIDIA GB300 NVL72 (Blackwell Ultra)",
+        "peak_tflops": {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "int8": 165.0, "fp4": 15000.0},
+        "memory_gb_nominal": 288.0, "memory_gib": 279.0, "memory_type": "HBM3e", "memory_bandwidth_tbps": 8.0,
+        "gpus_per_node": 4, "nvlink_domain_gpus": 72, "tdp_w": 1400.0,
+        "price_per_gpu_hour": 6.13,
+        "price_source": "no public per-GPU on-demand price found; the B300's (Ornn benchmark midpoint) stands in",
+        "price_date": "2026-03", "aliases": ["gb300_nvl72", "gb300-nvl72"],
+        "spec_sources": "Verda per-GPU table (dense: 15 PF FP4, 5 PF FP8, 2.5 PF BF16, 0.165 POPS INT8; 279 GB "
+                        "usable HBM3e, 8 TB/s, 1.4 kW); NVIDIA GB300 NVL72 datasheet (72 GPUs, 1,080 PF dense FP4, "
+                        "576 TB/s, 130 TB/s NVLink: one NVLink domain of 72 GPUs, 4 GPUs per compute tray)",
+        "notes": "4 GPUs per host (compute tray), 72 in one NVLink domain; UNCALIBRATED (no kernel tables): "
+                 "B200's fitted efficiencies",
+    }),
 }
 
 
@@ -175,7 +209,7 @@ def build(specs_path: Path) -> dict:
                 "notes": row["notes"],
             }
     for name, (base, overrides) in DERIVED.items():
-        gpus[name] = {**copy.deepcopy(gpus[base]), **overrides}
+        gpus[name] = copy.deepcopy({**gpus[base], **overrides})
     return gpus
 
 

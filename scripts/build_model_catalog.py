@@ -2,16 +2,19 @@
 
 Each entry names where its Hugging Face config.json was read: a public repository that vendors it,
 pinned to a commit (read from a local mirror with ``git show`` when --mirrors is given, else
-downloaded from raw.githubusercontent.com), or, where no stored copy exists, another entry's
-config with the fields the model card or paper states (``derived``, with a note). The written file
+downloaded from raw.githubusercontent.com), a file of a pinned PyPI release (read from the wheel
+in --wheels, else fetched with ``pip download``), or, where no stored copy exists, another entry's
+config with the fields the model card or paper states (``derived``, with a note). A ModelOpt
+checkpoint's ``hf_quant_config.json`` is read the same way (``source.hf_quant_config``: the path of
+the copy beside its config.json, at the same commit). The written file
 keeps the config's fields (tokenizer and training-only keys dropped) and a ``_servopt`` record of
 the id, aliases, published size and source. Every file is read back through the same reader the
 cost model uses, and its parameter count is compared with the published size.
 
-    python scripts/build_model_catalog.py [--mirrors DIR] [--sources PATH] [--out DIR]
+    python scripts/build_model_catalog.py [--mirrors DIR] [--wheels DIR] [--sources PATH] [--out DIR]
 
 ``--mirrors DIR`` expects ``DIR/<owner>+<name>/repo`` git directories (as the session's fetch
-tool lays them out).
+tool lays them out); ``--wheels DIR`` the wheels of the pinned releases (``pip download --no-deps``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import argparse
 import ast
 import json
 import subprocess
+import sys
+import tempfile
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -51,6 +57,22 @@ def read_github(source: dict, mirrors: Path | None) -> str:
         return response.read().decode()
 
 
+def read_pypi(source: dict, wheels: Path | None) -> str:
+    """A file of a pinned PyPI release, read from its wheel (one pip downloads when ``wheels`` is None)."""
+    package, version, path = source["package"], source["version"], source["path"]
+    stem = f"{package.replace('-', '_')}-{version}-"
+    folder = wheels or Path(tempfile.mkdtemp(prefix="servopt-wheels-"))
+    found = sorted(folder.glob(f"{stem}*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder),
+                        f"{package}=={version}"], check=True)
+        found = sorted(folder.glob(f"{stem}*.whl"))
+    if not found:
+        raise SystemExit(f"no wheel of {package}=={version} in {folder}")
+    with zipfile.ZipFile(found[0]) as wheel:
+        return wheel.read(path).decode()
+
+
 def mlc_preset(text: str, key: str) -> dict:
     """One config of mlc-llm's MODEL_PRESETS (a dict literal of Hub configs), without executing code."""
     for node in ast.walk(ast.parse(text)):
@@ -63,9 +85,13 @@ def mlc_preset(text: str, key: str) -> dict:
     raise SystemExit(f"preset '{key}' not found")
 
 
-def load_config(entry: dict, built: dict[str, dict], out: Path, mirrors: Path | None) -> tuple[dict, str]:
+def load_config(entry: dict, built: dict[str, dict], out: Path, mirrors: Path | None,
+                wheels: Path | None = None) -> tuple[dict, str]:
     source = entry["source"]
-    if source["kind"] == "github":
+    if source["kind"] == "pypi":
+        config = json.loads(read_pypi(source, wheels))
+        where = f"pypi:{source['package']}=={source['version']}:{source['path']}"
+    elif source["kind"] == "github":
         text = read_github(source, mirrors)
         config = mlc_preset(text, source["preset"]) if source.get("preset") else json.loads(text)
         where = f"github:{source['repo']}@{source['commit']}:{source['path']}" + (
@@ -94,16 +120,27 @@ def main() -> None:
     parser.add_argument("--sources", type=Path, default=DEFAULT_SOURCES)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--mirrors", type=Path, default=None, help="folder of local git mirrors (owner+name/repo)")
+    parser.add_argument("--wheels", type=Path, default=None, help="folder of the pinned releases' wheels")
+    parser.add_argument("--only", nargs="*", default=None, help="build these hf_ids only (the others keep their files)")
     args = parser.parse_args()
     entries = yaml.safe_load(args.sources.read_text())["models"]
     built: dict[str, dict] = {}
     for entry in entries:
-        config, where = load_config(entry, built, args.out, args.mirrors)
+        if args.only is not None and entry["hf_id"] not in args.only:
+            continue
+        config, where = load_config(entry, built, args.out, args.mirrors, args.wheels)
         built[entry["hf_id"]] = config
         meta = {"hf_id": entry["hf_id"], "aliases": entry.get("aliases", []),
                 "published_params_b": entry.get("published_params_b"), "source": where,
                 "source_kind": entry["source"]["kind"]}
-        spec = spec_from_hf_config(config, entry["hf_id"], source=where, aliases=tuple(meta["aliases"]))
+        if entry["source"].get("hf_quant_config"):
+            quant_source = {**entry["source"], "path": entry["source"]["hf_quant_config"]}
+            text = (read_github(quant_source, args.mirrors) if quant_source["kind"] == "github"
+                    else read_pypi(quant_source, args.wheels))
+            meta["hf_quant_config"] = json.loads(text)
+            meta["source"] += f" with {quant_source['path']}"
+        spec = spec_from_hf_config(config, entry["hf_id"], source=where, aliases=tuple(meta["aliases"]),
+                                   hf_quant_config=meta.get("hf_quant_config"))
         params_b = spec.num_params / 1e9
         off = f"{100 * (params_b / meta['published_params_b'] - 1):+.1f}%" if meta["published_params_b"] else "?"
         (args.out / _file_name(entry["hf_id"])).write_text(json.dumps({"_servopt": meta, **config}, indent=2) + "\n")

@@ -113,7 +113,7 @@ def weight_options(spec: ModelSpec, serve_id: str, quantization: str | None,
     (id, its spec, why, published drop)): the workload's and the catalog's pre-quantized ones.
     """
     if quantization is not None:
-        return {quantization: replace(WeightsOption.as_is(spec, quantization, serve_id), source="the checkpoint itself")}
+        return {quantization: replace(WeightsOption.as_is(spec, quantization, serve_id), source="the checkpoint's own weights")}
     own = MODEL_DTYPE_SCHEME[spec.dtype]
     options = {own: WeightsOption.as_is(spec, own, serve_id)}
     for scheme in sorted(ONLINE_SCHEMES):

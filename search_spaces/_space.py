@@ -10,7 +10,7 @@ import numpy as np
 import optuna
 
 from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, did_you_mean
 from ..costmodels.vllm_defaults import SCHEDULING_POLICY
 from ..costmodels.serving.compiled import CompiledDeployment
 from ._candidate import Candidate
@@ -49,7 +49,8 @@ class SearchSpace:
         by_name = {k.name: k for k in knobs}
         unknown = sorted(set(settings) - set(by_name))
         if unknown:
-            raise InputError(f"space.{unknown[0]}: unknown knob; knobs: {', '.join(by_name)}")
+            raise InputError(f"space.{unknown[0]}: unknown knob{did_you_mean(unknown[0], by_name)}; knobs: "
+                             f"{', '.join(by_name)}")
         self.knobs = tuple(knobs)
         self._domains: dict[str, Domain] = {}
         for knob in knobs:

@@ -211,3 +211,42 @@ def io_csv(frame: pd.DataFrame):
     import io
 
     return io.StringIO(frame.to_csv(index=False))
+
+
+# --- MoE silicon rows: fp4 formats, catalog releases, nightly images ----------------------------
+
+MOE_SILICON_HEAD = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
+                    "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,"
+                    "moe_ep_size,silicon_ttft_ms,silicon_tpot_ms,silicon_concurrency\n")
+
+
+def _moe_rows(tmp_path, *lines):
+    from servopt.calibration.corpus import silicon_runs
+
+    path = tmp_path / "silicon_moe.csv"
+    path.write_text(MOE_SILICON_HEAD + "".join(line + "\n" for line in lines))
+    return silicon_runs(path)
+
+
+def test_fp4_rows_run_the_catalog_nvfp4_release_of_their_model(tmp_path):
+    runs = _moe_rows(
+        tmp_path,
+        "a,measured=2026-04-03,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp4,agg,1024,1024,nvfp4,nvfp4,8,2,1,2,1,4,90,8,16",
+        "b,measured=2026-04-03,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b300_sxm,fp8,agg,1024,1024,fp8,fp8,8,4,1,1,4,1,90,8,8",
+        "c,measured=2026-04-03,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp4,agg,1024,1024,,,8,4,1,1,4,1,90,8,8")
+    nvfp4, fp8, unnamed = runs
+    assert (nvfp4.model, nvfp4.dtype, nvfp4.deployment.quantization) == ("nvidia/MiniMax-M2.5-NVFP4", "nvfp4", "nvfp4")
+    assert (nvfp4.deployment.data_parallel_size, nvfp4.deployment.enable_expert_parallel) == (2, True)
+    assert (fp8.model, fp8.gpu, fp8.dtype) == ("MiniMaxAI/MiniMax-M2.5", "b300", "fp8")
+    assert "moe_quant_mode or gemm_quant_mode" in unnamed.skip
+
+
+def test_a_nightly_image_reads_as_the_newest_release_run_by_that_date(tmp_path):
+    runs = _moe_rows(
+        tmp_path,
+        "a,measured=2026-03-11,vllm,0.17.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,8,4,1,1,4,1,90,8,8",
+        "b,measured=2026-04-03,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,8,4,1,1,4,1,90,8,8",
+        "c,measured=2026-04-03,vllm,nightly-5b8c30d6,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,8,4,1,1,4,1,90,8,8",
+        "d,measured=2026-03-01,vllm,nightly-0000,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,8,4,1,1,4,1,90,8,8")
+    assert runs[2].vllm_version == "0.19.0" and runs[2].deployment.vllm_version == "0.19.0"
+    assert "nightly image" in runs[3].skip

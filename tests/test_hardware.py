@@ -60,3 +60,14 @@ def test_bad_hardware_files_name_the_problem(tmp_path, text, match):
     path.write_text(text)
     with pytest.raises(InputError, match=match):
         load_catalog(path)
+
+
+def test_blackwell_ultra_gpus_are_in_the_catalog_uncalibrated():
+    from servopt.calibration.registry import load_profile
+
+    b300, gb300 = get_gpu("b300_sxm"), get_gpu("gb300")
+    assert b300.architecture == gb300.architecture == "blackwell"
+    assert b300.peak_flops("fp4") > get_gpu("b200").peak_flops("fp4")
+    assert not load_profile(b300).calibrated and "B200" in load_profile(b300).source
+    # GB300 NVL72: four GPUs per host, one NVLink fabric over 72.
+    assert (gb300.gpus_per_node, gb300.nvlink_gpus, b300.nvlink_gpus) == (4, 72, 8)

@@ -20,7 +20,9 @@ DEEPSEEK_V3 = get_model("deepseek-v3")
 
 def test_routed_experts_are_split_over_dp_x_tp_and_the_rest_is_replicated():
     m = DEEPSEEK_V3
-    experts = m.num_moe_layers * m.moe.num_experts * m.expert_params  # fp8: one byte each
+    # Block FP8: one byte per weight plus one fp32 scale per 128 x 128 block.
+    experts = m.num_moe_layers * m.moe.num_experts * m.expert_params * m.weight_scheme("fp8").weight_bytes_per_param
+    assert m.weight_scheme("fp8").weight_bytes_per_param == pytest.approx(1 + 4 / 128**2)
     one = weight_bytes(m, "fp8", tp=1).per_gpu_bytes
     dp8 = weight_bytes(m, "fp8", tp=1, dp=8).per_gpu_bytes
     tp8 = weight_bytes(m, "fp8", tp=8).per_gpu_bytes
@@ -140,3 +142,24 @@ def test_vllm_export_writes_dp_and_ep_flags_and_headless_nodes():
         assert "--data-parallel-size 16 --enable-expert-parallel" in script
         assert '--data-parallel-address "$head_address"' in script and 'head_address="$1"' in script
     assert "--headless --data-parallel-start-rank 8" in other and "--headless" not in head
+
+
+def test_a_qk_norm_over_all_heads_adds_a_tp_all_reduce_per_layer():
+    """MiniMax-M2 norms q and k over every head: under TP each rank holds a slice of the heads, so
+    vLLM all-reduces the sums of squares (MiniMaxText01RMSNormTP.forward_qk) before scaling."""
+    from servopt.costmodels.architectures import resolve_model
+    from servopt.costmodels.hardware import get_gpu
+    from servopt.costmodels.profile import PerformanceProfile
+
+    gpu = get_gpu("b200")
+    profile = PerformanceProfile.spec_default(gpu)
+    minimax = resolve_model("MiniMaxAI/MiniMax-M2.5").spec
+    per_head = minimax.model_copy(update={"qk_norm_across_heads": False})
+    assert minimax.qk_norm_across_heads
+
+    def comm_s(spec, tp):
+        cost = StepCostModel(spec, gpu, profile, quantization="fp8", tp=tp, vllm_version="0.19.0")
+        return cost.step(Batch(decode_context=[1024] * 4)).operators_s["tp_pp_communication"]
+
+    assert comm_s(minimax, 2) > 1.3 * comm_s(per_head, 2)  # a third all-reduce beside the two of every layer
+    assert comm_s(minimax, 1) == comm_s(per_head, 1) == 0.0

@@ -312,7 +312,8 @@ class _Record(BaseModel):
 class WeightsRecord(_Record):
     """What ``vllm serve`` loads: the checkpoint, its ``--quantization`` method (None: 16-bit
     weights, served with ``--dtype``), what ``--kv-cache-dtype auto`` stores for it, why it can be
-    served, and its format in words."""
+    served, its format in words and the kernels vLLM runs it with, which config its architecture was
+    read from, and that config's context."""
 
     scheme: str
     serve_id: str
@@ -320,6 +321,9 @@ class WeightsRecord(_Record):
     kv_cache_auto: str = "auto"
     source: str = ""
     format: str | None = None
+    kernels: str | None = None
+    config_source: str = ""
+    max_context: int | None = None
 
 
 class RoleRecord(_Record):
