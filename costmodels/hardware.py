@@ -61,6 +61,9 @@ class GPUSpec(Spec):
         description="GPUs one NVLink fabric joins (GB300 NVL72: 72 over 18 hosts); default: one host's")
     tdp_w: float | None = Field(default=None, gt=0, le=1e5)
     price_per_gpu_hour: GPUPrice
+    price_per: Literal["gpu", "node"] = Field(
+        default="gpu", description="what the price rents: a GPU on its own, or only its whole node of gpus_per_node "
+        "(an 8-GPU instance; the price is per GPU-hour of it)")
     price_source: str = ""
     price_date: str = ""
     aliases: list[Name] = Field(default_factory=list)

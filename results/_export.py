@@ -12,7 +12,8 @@ never holds a placeholder or a variable the user must set.
 Instances are packed onto nodes by ``CUDA_VISIBLE_DEVICES``; each node gets its own script
 (``node-N.sh``). Several replicas, or prefill and decode instances, sit behind the vLLM Router
 (``pip install vllm-router``; vLLM's production router, with ``--vllm-pd-disaggregation`` for
-NixlConnector P/D) started by ``router.sh``. ``README.md`` gives the order to start them.
+NixlConnector P/D) started by ``router.sh`` with the policy the point was simulated with
+(``--policy round_robin`` by default; :data:`ROUTER_POLICIES`). ``README.md`` gives the order to start them.
 
 Everything that comes from a user (model and checkpoint ids, local paths, draft models, GPU names
 of a hardware file) is passed through :func:`shlex.quote` in commands and stripped of control
@@ -204,9 +205,14 @@ def launch_plan(record: DeploymentRecord, *, trial: int | None = None, calibrate
                               "model": model, "args": args + extra,
                               "command": shell_command(env, ["vllm", "serve", model], args + extra)})
         port += 1
+    simulated_router = d.router
     router = _router([i for i in instances if "--headless" not in i["args"]], d.disaggregation is not None,
-                     record.num_nodes)
+                     record.num_nodes, simulated_router)
     notes = []
+    if router and ROUTER_POLICIES[simulated_router] != simulated_router:
+        notes.append(f"the latencies were predicted behind a {simulated_router} router, which the vLLM Router does not "
+                     f"offer; router.sh starts its {router['policy']} policy (the less loaded of two replicas drawn "
+                     "at random), whose tails may differ: predict again with router: power_of_two")
     if d.kv_cache_dtype == "auto" and kv_auto != "auto":
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
                      f"{kv_auto} KV cache (as predicted)")
@@ -226,8 +232,14 @@ def launch_plan(record: DeploymentRecord, *, trial: int | None = None, calibrate
             "class_metrics": class_metrics or {}}
 
 
-def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[str, Any] | None:
-    """The vLLM Router in front of the instances (None for a single aggregated instance)."""
+# The vLLM Router's policy for each simulated router (costmodels/serving/router.py); least_outstanding
+# has none, and the nearest (the less loaded of two) stands in for it, with a note.
+ROUTER_POLICIES = {"round_robin": "round_robin", "power_of_two": "power_of_two", "least_outstanding": "power_of_two"}
+
+
+def _router(instances: list[dict], disaggregated: bool, num_nodes: int, router: str) -> dict[str, Any] | None:
+    """The vLLM Router in front of the instances (None for a single aggregated instance), with the
+    policy the deployment was simulated with (``router``)."""
     if len(instances) == 1:
         return None
     # Multi-node deployments name each node's address on the router's command line ($1, $2, ...).
@@ -235,15 +247,16 @@ def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[
         host = "127.0.0.1" if num_nodes == 1 else f"${{node{inst['node']}}}"
         return f"http://{host}:{inst['port']}"
 
+    policy = ROUTER_POLICIES[router]
     if disaggregated:
         args = ["--vllm-pd-disaggregation"]
         for inst in instances:
             args += ["--prefill" if inst["role"] == PREFILL else "--decode", url(inst)]
-        args += ["--prefill-policy", "cache_aware", "--decode-policy", "power_of_two"]
+        args += ["--prefill-policy", policy, "--decode-policy", policy]
     else:
-        args = ["--worker-urls", *[url(inst) for inst in instances], "--policy", "round_robin"]
+        args = ["--worker-urls", *[url(inst) for inst in instances], "--policy", policy]
     args += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
-    return {"program": "vllm-router", "args": args, "port": ROUTER_PORT, "install": ROUTER_INSTALL}
+    return {"program": "vllm-router", "args": args, "port": ROUTER_PORT, "install": ROUTER_INSTALL, "policy": policy}
 
 
 # --- rendering ---------------------------------------------------------------------------------

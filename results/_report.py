@@ -226,14 +226,39 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         f"- Traffic: {load}",
         f"- SLOs: {slo}; objective: {COST_LABELS[w['objective']['cost']]} vs P99 {w['objective']['latency'].upper()}",
         f"- Accuracy budget: {w['accuracy']['max_drop_pct']:g}% drop; redundancy {w['redundancy']:.0%}; limits: "
-        f"{w['limits']['max_gpus']} GPUs; priced per "
-        + ("node: every GPU of each node a fleet occupies is rented" if w["pricing"]["whole_nodes"] else "GPU used"),
+        f"{w['limits']['max_gpus']} GPUs; {_pricing_text(w['pricing']['whole_nodes'], data['gpus'])}",
         f"- Trials: {len(trials)} ({counts.get('simulate', 0)} simulated at {w['fidelity']['search_requests']} requests, "
         f"{counts.get('estimate', 0)} screened by the estimate, {pruned} pruned with nothing predicted: "
         f"{counts.get('precheck', 0)} rejected before estimating, {pruned - counts.get('precheck', 0)} estimated to "
         f"saturate); {feasible} feasible; sampler {w['sampler']}, seed {w['seed']}",
+        *_recheck_lines(data),
         f"- Study '{data['job']['study']}' in {data['job']['storage']}",
     ]
+
+
+def _pricing_text(whole_nodes: bool | None, gpus: dict[str, Any]) -> str:
+    """How fleets are billed: whole nodes, the GPUs used, or as each GPU's price is quoted."""
+    if whole_nodes is not None:
+        return "priced per " + ("node: every GPU of each node a fleet occupies is rented" if whole_nodes else "GPU used")
+    by_node = [g for g, info in gpus.items() if info.get("price_per") == "node"]
+    by_gpu = [g for g in gpus if g not in by_node]
+    parts = ([f"whole nodes of {', '.join(by_node)} (priced as whole instances)"] if by_node else []) + \
+        ([f"the GPUs used of {', '.join(by_gpu)} (priced per GPU)"] if by_gpu else [])
+    return "rented as priced: " + "; ".join(parts)
+
+
+def _recheck_lines(data: dict[str, Any]) -> list[str]:
+    """What the front's re-check established (:func:`~servopt.optimizer.study.recheck_statement`)."""
+    r = data.get("recheck")
+    if not r:
+        return []
+    line = (f"- Re-check: {r['rechecked']} of {r['candidates']} candidates (simulated feasible, or within their P99's "
+            f"interval of an SLO: {r['within_interval']}) re-simulated with {r['requests']} requests, {r['failed']} failed")
+    if r["cheapest_passing"] is not None:
+        cost = data["workload"]["objective"]["cost"]
+        line += (f"; every candidate cheaper than {r['cheapest_passing']:.4g} ({COST_LABELS[cost]}) was re-checked and "
+                 "failed, and every candidate not re-checked is dominated by a re-checked point that passed")
+    return [line]
 
 
 def _config_lines(front: pd.DataFrame) -> list[str]:

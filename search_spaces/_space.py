@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
+from ..costmodels.deployment import ROUTER, Deployment, DisaggregationConfig, SpeculativeConfig
 from ..costmodels.errors import InputError, did_you_mean
 from ..costmodels.vllm_defaults import SCHEDULING_POLICY
 from ..costmodels.serving.compiled import CompiledDeployment
@@ -159,6 +159,7 @@ class SearchSpace:
             "max_num_batched_tokens": c["max_num_batched_tokens"],
             "enable_chunked_prefill": c["enable_chunked_prefill"],
             "scheduling_policy": c.get("scheduling_policy", SCHEDULING_POLICY),
+            "router": c.get("router", ROUTER),
             "max_model_len": self.ctx.max_model_len[model],
         }
         if c.get("mode") == DISAGGREGATED:

@@ -20,11 +20,6 @@ FORBIDDEN = {
     "search_spaces": {"optimizer", "results"},
     "results": {"optimizer", "search_spaces"},
 }
-# Circles known and being removed elsewhere; each must still exist, so the entry goes with the circle.
-KNOWN_CIRCLES = {
-    # The re-check rewrite (issue 23's "one scoring path") removes it.
-    frozenset({"servopt.optimizer._evaluate", "servopt.optimizer._redundancy"}),
-}
 
 
 def module_name(path: Path) -> str:
@@ -143,7 +138,5 @@ def test_circle_finder_finds_a_circle():
 
 
 def test_no_import_circles():
-    found = set(circles(import_graph()))
-    assert found <= KNOWN_CIRCLES, f"import circles: {[sorted(c) for c in found - KNOWN_CIRCLES]}"
-    gone = KNOWN_CIRCLES - found
-    assert not gone, f"circle {[sorted(c) for c in gone]} is gone: drop it from KNOWN_CIRCLES"
+    found = circles(import_graph())
+    assert not found, f"import circles: {[sorted(c) for c in found]}"
