@@ -28,11 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..costmodels.capacity import ReplicaCapacity, replica_capacity
+from ..costmodels.capacity import ReplicaCapacity, role_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
-from ..costmodels.roofline import Batch, StepCostModel
-from ..costmodels.serving.compiled import DECODE, PREFILL, CompiledDeployment, num_nodes
+from ..costmodels.serving.compiled import CompiledDeployment, num_nodes
 from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
@@ -219,21 +218,7 @@ class Evaluator:
         drafts = compiled.drafts
         needed, capacities = 0.0, []
         for role in compiled.roles:
-            limits = role.limits
-            if role.name == PREFILL:
-                cap = _prefill_capacity(role.cost, stats.mean_input_tokens, limits.max_num_batched_tokens)
-            else:
-                output = stats.mean_output_tokens
-                cap = replica_capacity(
-                    role.cost, role.plan, mean_input_tokens=stats.mean_input_tokens, mean_output_tokens=output,
-                    max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
-                    num_speculative_tokens=drafts, tokens_per_decode_step=_TOKENS_PER_VERIFY,
-                )
-                if role.name == DECODE:
-                    # A decode instance holds a request only while it generates.
-                    decode_s = role.cost.decode_step_time_s(max(int(cap.concurrency), 1),
-                                                            math.ceil(stats.mean_input_tokens + output / 2), drafts)
-                    cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
+            cap = role_capacity(role, stats.mean_input_tokens, stats.mean_output_tokens, drafts, _TOKENS_PER_VERIFY)
             capacities.append(cap)
             if stats.rate_per_s is not None:
                 # Each instance and each of its data-parallel ranks holds its share.
@@ -503,17 +488,6 @@ class Evaluator:
             compiled, summary = bigger, self._estimate(model, bigger)
             retries += 1
         return compiled, summary
-
-
-def _prefill_capacity(cost: StepCostModel, mean_input_tokens: float, max_num_batched_tokens: int) -> ReplicaCapacity:
-    """A prefill instance: as many prompts per step as the token budget holds, one step each."""
-    prompt = max(math.ceil(mean_input_tokens), 1)
-    per_step = max(max_num_batched_tokens // prompt, 1)
-    if per_step > 1:
-        step_s = cost.step(Batch(prefill_tokens=[prompt] * per_step)).time_s
-    else:
-        step_s = cost.prefill_time_s(prompt, max_num_batched_tokens)
-    return ReplicaCapacity(concurrency=float(per_step), occupancy_s=step_s, kv_limited=False)
 
 
 def _prediction_reasons(summary: Summary, violations: dict[str, float], slo, fidelity: str) -> list[str]:

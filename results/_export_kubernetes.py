@@ -35,7 +35,7 @@ Example:
     >>> from servopt.costmodels.weights import WeightsOption
     >>> from servopt.results import launch_plan
     >>> gpu, model = get_gpu("h100"), resolve_model("meta-llama/Llama-3.1-8B-Instruct").spec
-    >>> d = Deployment(gpu="h100", tp=2, replicas=2, max_num_seqs=96, max_num_batched_tokens=4096, max_model_len=8192)
+    >>> d = Deployment(gpu="h100", tp=2, replicas=2, max_model_len=8192)
     >>> weights = WeightsOption.as_is(model, serve_id="meta-llama/Llama-3.1-8B-Instruct")
     >>> record = compile_deployment(model, d, gpu, PerformanceProfile.spec_default(gpu), weights=weights).record()
     >>> docs = kubernetes_manifests(launch_plan(record), KubernetesOptions(name="chat"))
