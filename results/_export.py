@@ -123,6 +123,11 @@ def engine_args(record: DeploymentRecord, role: RoleRecord) -> list[str]:
     args.append("--enable-prefix-caching" if d.enable_prefix_caching else "--no-enable-prefix-caching")
     if d.scheduling_policy == "priority":
         args += ["--scheduling-policy", "priority"]
+    if d.enforce_eager:
+        args.append("--enforce-eager")
+    if d.num_scheduler_steps > 1:
+        # Only releases up to 0.10.0 have the flag (Deployment refuses it for later ones).
+        args += ["--num-scheduler-steps", str(d.num_scheduler_steps)]
     if d.speculative:
         args += ["--speculative-config", json.dumps(speculative_config(d.speculative), separators=(",", ":"))]
     return args

@@ -19,11 +19,12 @@ from ...results import (
     check_with_sglang, check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes,
     render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
 )
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "export", help="write vLLM launch scripts (one per node, plus the router) for a point of a job's front",
+        "export", help=COMMANDS["export"][1],
         description="Write vLLM launch scripts for a point of the front into a folder: node-N.sh per node, "
         "router.sh when several instances sit behind the vLLM Router, README.md with the order to start them, "
         "and plan.json. A single-node, single-instance deployment's script is also printed.")
