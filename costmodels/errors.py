@@ -229,9 +229,10 @@ def format_validation_error(err: Exception, source: str = "", shown: int = 5,
     return one_line(prefix + "; ".join(parts))
 
 
-def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:
-    """Validate user data against a pydantic spec; every problem becomes one InputError naming its field."""
+def validate_spec(spec: type[SpecT], data: Any, source: str, context: dict[str, Any] | None = None) -> SpecT:
+    """Validate user data against a pydantic spec; every problem becomes one InputError naming its field
+    (``context``: pydantic's validation context, for validators that read it)."""
     try:
-        return spec.model_validate(data)
+        return spec.model_validate(data, context=context)
     except ValidationError as err:
         raise InputError(format_validation_error(err, source, spec=spec)) from None

@@ -222,7 +222,7 @@ def launch_plan(record: DeploymentRecord, *, trial: int | None = None, calibrate
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
                      f"{kv_auto} KV cache (as predicted)")
     if weights.config_source:
-        notes.append(f"{model}: model config from {weights.config_source}")
+        notes.append(f"{model}: model config: {weights.config_source}")
     if max_model_len_basis:
         notes.append(f"--max-model-len {record.max_model_len}: {max_model_len_basis}")
     if d.scheduling_policy == "priority":
@@ -416,7 +416,7 @@ def with_configs(commands: list[dict[str, Any]], configs: dict[str, Any] | None)
         files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
         if files is not None:
             command = {**command, "config": files.config, "hf_quant_config": files.hf_quant_config,
-                       "quantization_from_config": files.quantization_from_config}
+                       "quantization_from": files.quantization_from}
         out.append(command)
     return out
 
@@ -448,7 +448,7 @@ def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_
 def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None = None,
                              timeout_s: float = 600) -> tuple[str, list[str]]:
     """:func:`check_with_vllm` for commands already split into words (``{"label", "argv"}``, and
-    ``config`` with ``hf_quant_config`` and ``quantization_from_config`` where known)."""
+    ``config`` with ``hf_quant_config`` and ``quantization_from`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..costmodels.errors import MAX_INT
 from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES
 from ..costmodels.serving.compiled import DeploymentRecord
 
@@ -161,18 +162,19 @@ class FrontPoint(BaseModel):
     """One point of front.json, as ``servopt export`` reads it: the trial, the model key and the id
     served, the compiled deployment's record, the knobs, and the predicted figures its scripts
     quote (``metrics``: costs, GPUs and P99s; ``class_metrics``: each tenant class's P99s).
-    front.json files of older jobs are read into the same type (:func:`legacy_deployment`)."""
+    front.json files of older jobs are read into the same type (:func:`legacy_deployment`). Strict
+    about its own types: front.json is a file anyone can edit."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
-    trial: int
+    trial: int = Field(ge=0, le=MAX_INT)
     model: str = ""
     serve_id: str
     deployment: DeploymentRecord
     knobs: dict[str, Any] = Field(default_factory=dict)
     profile_calibrated: bool = True
-    metrics: dict[str, float] = Field(default_factory=dict)
-    class_metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    class_metrics: dict[str, float | None] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..architectures import ModelSpec
 from ..deployment import Deployment, DisaggregationConfig, SpeculativeConfig
@@ -380,21 +380,22 @@ class DeploymentRecord(_Record):
     moe: bool | None = None
     weights: WeightsRecord | None = None
     max_model_len: int
-    gpus_per_node: int | None = None
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
     roles: tuple[RoleRecord, ...] = ()
     error: str | None = None
 
     @field_validator("spec", mode="wrap")
     @classmethod
-    def _spec(cls, value: Any, handler: Any) -> Deployment:
+    def _spec(cls, value: Any, handler: Any, info: ValidationInfo) -> Deployment:
         # A point the search rejected for breaking one of the spec's own rules (a token budget below
-        # max_num_seqs, data parallelism with pipeline stages) was recorded as drawn: keep it so.
+        # max_num_seqs, data parallelism with pipeline stages) was recorded as drawn: keep it so,
+        # unless the reader asks for a spec that passed them (context strict_spec: front.json).
         if isinstance(value, Deployment):  # compiled here: as it was built
             return value
         try:
             return handler(value)
         except ValidationError:
-            if not isinstance(value, dict):
+            if not isinstance(value, dict) or (info.context or {}).get("strict_spec"):
                 raise
             parts = {"speculative": SpeculativeConfig, "disaggregation": DisaggregationConfig}
             return Deployment.model_construct(**{k: parts[k].model_construct(**v) if k in parts and isinstance(v, dict)

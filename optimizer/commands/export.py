@@ -5,15 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import sys
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import yaml
 
+from pydantic import ConfigDict, Field
+
 from ...costmodels.architectures import config_files
-from ...costmodels.errors import InputError
+from ...costmodels.errors import InputError, Spec, one_line, quote, validate_spec
 from ...costmodels.model_sources import check_model_id
-from ...costmodels.outfiles import read_text, write_text
+from ...costmodels.outfiles import output_folder, read_text, write_text
+from ...costmodels.userfiles import parse_json, shown
 from ...results import (
     KUBERNETES_VERSION, SHM_SIZE, FrontPoint, KubernetesOptions, check_commands_with_vllm, check_manifests,
     check_with_sglang, check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes,
@@ -59,54 +67,90 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+# Files that say an --out folder holds an earlier export (it may be written again).
+EXPORT_MARKERS = ("plan.json", "kubernetes.yaml")
+
+
+class _FrontObjective(Spec):
+    model_config = ConfigDict(extra="allow")
+    cost: str
+    latency: str
+
+
+class _FrontWorkload(Spec):
+    model_config = ConfigDict(extra="allow")
+    objective: _FrontObjective
+    traffic: dict[str, Any] = Field(default_factory=dict)
+
+
+class _FrontFile(Spec):
+    model_config = ConfigDict(extra="allow")
+    workload: _FrontWorkload
+    points: list[FrontPoint]  # front.json of older jobs too (FrontPoint reads their layout)
+    gpus: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    max_model_len: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 def read_front(folder: str | Path) -> dict:
+    """front.json, checked to be the shape servopt writes (it is a file anyone can edit)."""
     path = Path(folder) / "front.json"
     try:
-        return json.loads(read_text(path, "front file"))
+        data = parse_json(read_text(path, "front file"), f"front file '{shown(path)}'")
     except FileNotFoundError:
-        raise InputError(f"{folder} has no front.json; run servopt optimize (or servopt report {folder}) first") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-
-
-def front_points(front: dict) -> list[FrontPoint]:
-    """The front's points, typed (front.json of older jobs too); the ids they serve are checked
-    again (front.json is a file anyone could have edited)."""
+        raise InputError(f"{shown(folder)} has no front.json; run servopt optimize (or "
+                         f"{shlex.join(['servopt', 'report', str(folder)])}) first") from None
+    where = f"front file '{shown(path)}' (rewrite it with servopt report {shlex.quote(str(folder))})"
+    # Strict about the deployment spec: a point on the front passed every rule (only trial records of
+    # rejected points keep a spec as drawn).
+    front = validate_spec(_FrontFile, data, where, context={"strict_spec": True})
+    gpus = front.gpus
     points = []
-    for raw in front["points"]:
-        point = FrontPoint.model_validate(raw)
-        check_model_id(point.serve_id, "front.json serve_id")
-        weights = point.deployment.weights
-        if weights is not None:
-            check_model_id(weights.serve_id, "front.json deployment.weights.serve_id")
-        if point.deployment.gpus_per_node is None:  # front.json of a job whose points kept it beside
-            gpus_per_node = (front.get("gpus") or {}).get(point.deployment.spec.gpu, {}).get("gpus_per_node")
-            point = point.model_copy(update={"deployment": point.deployment.model_copy(
-                update={"gpus_per_node": gpus_per_node})})
+    for point in front.points:
+        if point.deployment.gpus_per_node is None:  # written when the point kept it beside the deployment
+            nodes = (gpus.get(point.deployment.spec.gpu) or {}).get("gpus_per_node")
+            point = point.model_copy(update={"deployment": point.deployment.model_copy(update={"gpus_per_node": nodes})})
         points.append(point)
-    return points
+    return {**front.model_dump(exclude={"points"}), "points": points}
 
 
 def pick_point(front: dict, pick: str) -> FrontPoint:
-    points = front_points(front)
+    points: list[FrontPoint] = front["points"]
     if not points:
         raise InputError("the front is empty: nothing to export (see report.md for why)")
     objective = front["workload"]["objective"]
-    cost, latency = f"cost_{objective['cost']}", f"p99_{objective['latency']}_s"
+    keys = (f"cost_{objective['cost']}", f"p99_{objective['latency']}_s")
+    for point in points:
+        missing = [k for k in keys if not isinstance(point.metrics.get(k), float | int)]
+        if missing:
+            raise InputError(f"front.json: trial {point.trial} has no metrics.{missing[0]}; rewrite front.json "
+                             "with servopt report DIR")
     if pick == "cheapest":
-        return min(points, key=lambda p: (p.metrics[cost], p.metrics[latency]))
+        return min(points, key=lambda p: (p.metrics[keys[0]], p.metrics[keys[1]]))
     if pick == "fastest":
-        return min(points, key=lambda p: (p.metrics[latency], p.metrics[cost]))
-    if not pick.isdigit():
-        raise InputError(f"--pick: expected cheapest, fastest or a trial number, got '{pick}'")
+        return min(points, key=lambda p: (p.metrics[keys[1]], p.metrics[keys[0]]))
+    if not re.fullmatch(r"[0-9]{1,12}", pick):  # ASCII digits: str.isdigit also takes '²'
+        raise InputError(f"--pick: expected cheapest, fastest or a trial number, got {quote(pick)}")
     for point in points:
         if point.trial == int(pick):
             return point
     raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p.trial) for p in points)}")
 
 
+def checked_point(point: FrontPoint) -> FrontPoint:
+    """The point with the ids it serves checked again (front.json is a file anyone could have edited)
+    and local paths made absolute (the scripts ``cd`` into their own folder)."""
+    record = point.deployment
+    if record.weights is not None:
+        weights = record.weights.model_copy(
+            update={"serve_id": check_model_id(record.weights.serve_id, "front.json deployment.weights.serve_id")})
+        record = record.model_copy(update={"weights": weights})
+    return point.model_copy(update={"serve_id": check_model_id(point.serve_id, "front.json serve_id"),
+                                    "deployment": record})
+
+
 def plan_for(front: dict, point: FrontPoint) -> dict:
     """The launch plan of a front point."""
+    point = checked_point(point)
     gpu = point.deployment.spec.gpu
     calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.profile_calibrated))
     basis = (front.get("max_model_len") or {}).get(point.model, {}).get("basis")
@@ -119,21 +163,36 @@ def _classes(front: dict) -> list[dict] | None:
     return (front.get("workload") or {}).get("traffic", {}).get("classes")
 
 
+@contextmanager
+def _front_file_problems(folder: str | Path, point: FrontPoint) -> Iterator[None]:
+    """A front.json edited into a shape servopt does not write fails where the export reads it: one
+    line naming the trial, not a traceback."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise InputError(f"front.json: trial {point.trial} is not what servopt writes ({type(err).__name__}: "
+                         f"{one_line(str(err))[:100]}); rewrite it with servopt report {shlex.quote(str(folder))}") \
+            from None
+
+
 def run(args: argparse.Namespace) -> int:
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
     if args.format == "sglang":
         return _export_sglang(args, front, point)
-    plan = plan_for(front, point)
-    if args.format == "kubernetes":
-        return _export_kubernetes(args, front, point, plan)
-    scripts = node_scripts(plan)
+    with _front_file_problems(args.dir, point):
+        plan = plan_for(front, point)
+        if args.format == "kubernetes":
+            return _export_kubernetes(args, front, point, plan)
+        scripts = node_scripts(plan)
     if args.format == "json":
         print(json.dumps(plan, indent=2))
     elif args.format == "yaml":
         print(yaml.safe_dump(plan, sort_keys=False), end="")
     else:
-        out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+        out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
         for name, text in scripts.items():
             write_text(out / name, text, mode=0o755)
         write_text(out / "README.md", render_readme(plan, scripts))
@@ -178,10 +237,10 @@ def served_configs(plan: dict) -> dict:
 def configs_checked(plan: dict, configs: dict) -> str:
     """What ``--check`` compared with vLLM's own reading of the served models' configs."""
     served = {instance["model"] for instance in plan["instances"]}
-    quant = [m for m, files in configs.items() if files.quantization_from_config]
+    by = {kind: [m for m, files in configs.items() if files.quantization_from == kind] for kind in ("config", "card")}
     return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
-            f"--quantization against the method vLLM picks for {len(quant)}"
-            + ("" if len(quant) == len(served) else " (the others' formats come from their cards)"))
+            f"--quantization against the method vLLM picks for {len(by['config'])} checkpoint(s) by their own "
+            f"metadata and {len(by['card'])} by the metadata their cards state")
 
 
 def _export_kubernetes(args: argparse.Namespace, front: dict, point: FrontPoint, plan: dict) -> int:
@@ -189,7 +248,7 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: FrontPoint,
     vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
     docs = kubernetes_manifests(plan, options, gpus_per_node=point.deployment.gpus_per_node, vendor=vendor)
     text = render_kubernetes(plan, docs)
-    out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+    out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
     write_text(out / "kubernetes.yaml", text)
     write_text(out / "README-kubernetes.md", render_kubernetes_readme(plan, docs, options))
     print(text, end="")
@@ -209,8 +268,11 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: FrontPoint,
 
 
 def _export_sglang(args: argparse.Namespace, front: dict, point: FrontPoint) -> int:
-    plan = sglang_plan(point.deployment, trial=point.trial, classes=_classes(front), metrics=point.metrics)
-    print(render_sglang(plan), end="")
+    with _front_file_problems(args.dir, point):
+        point = checked_point(point)
+        plan = sglang_plan(point.deployment, trial=point.trial, classes=_classes(front), metrics=point.metrics)
+        text = render_sglang(plan)
+    print(text, end="")
     if args.check:
         python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable
         try:
