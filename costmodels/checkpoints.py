@@ -13,7 +13,17 @@ weight, and what vLLM's ``--kv-cache-dtype auto`` means for it. vLLM (checked in
   ``resolve_kv_cache_dtype_string`` in ``vllm/utils/torch_utils.py`` maps ``auto`` to fp8_e4m3.
 
 Plain ``quant_method: fp8`` checkpoints (Qwen's and DeepSeek's block-FP8), AWQ and GPTQ keep the
-model dtype. :data:`CHECKPOINT_CATALOG` lists public checkpoints per base model with the accuracy
+model dtype.
+
+Which layers a checkpoint leaves unquantized is its own metadata: the module names it excludes
+(``exclude_modules`` / ``ignore`` of ModelOpt, ``ignore`` of compressed-tensors,
+``modules_to_not_convert`` of fp8 and AWQ checkpoints), matched as vLLM matches them when it loads
+each linear layer (:meth:`CheckpointFormat.keeps_unquantized`); an excluded layer runs vLLM's
+``UnquantizedLinearMethod`` in the model dtype. NVIDIA's NVFP4 releases of MiniMax-M2.5 and
+Kimi-K2.5 keep every attention projection in bf16, Kimi-K2.5's INT4 release its attention, shared
+experts and dense MLP too. An mxfp4 checkpoint (gpt-oss) quantizes only its experts: vLLM has no
+mxfp4 linear method (``Mxfp4Config.get_quant_method`` serves every linear layer unquantized,
+``vllm/model_executor/layers/quantization/mxfp4.py`` at v0.15.0, lines 201-219). :data:`CHECKPOINT_CATALOG` lists public checkpoints per base model with the accuracy
 their cards publish (``data/checkpoints.yaml``, built by ``scripts/build_checkpoint_catalog.py``).
 
 Example:
@@ -22,6 +32,10 @@ Example:
     ('awq', 'awq_marlin', 0.5195, None)
     >>> checkpoint_format({}, {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}).kv_cache_dtype
     'fp8'
+    >>> nvfp4 = checkpoint_format({}, {"producer": {"name": "modelopt"}, "quantization": {
+    ...     "quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}})
+    >>> nvfp4.keeps_unquantized("model.layers.0.self_attn.q_proj"), nvfp4.keeps_unquantized("model.layers.1.self_attn.q_proj")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -30,6 +44,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
+
+import re
+from fnmatch import fnmatch
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,6 +72,38 @@ class CheckpointFormat(BaseModel):
     kv_cache_dtype: Literal["fp8"] | None = Field(
         default=None, description="what kv_cache_dtype auto means for it (None: the model dtype)")
     source: str = Field(default="", description="where the format was read: config.json, hf_quant_config.json, id")
+    ignore: tuple[str, ...] = Field(default=(), description="module names or patterns the checkpoint leaves unquantized")
+    ignore_match: Literal["exact", "substring", "modelopt", "compressed-tensors"] = Field(
+        default="exact", description="how vLLM's loader for this method matches a module against ``ignore``")
+    quantizes_linear: bool = Field(
+        default=True, description="whether the method quantizes linear layers at all (mxfp4: experts only)")
+
+    def keeps_unquantized(self, module: str) -> bool:
+        """Whether vLLM serves the linear layer ``module`` (a checkpoint name such as
+        ``model.layers.0.self_attn.q_proj``) unquantized, as this method's loader matches ``ignore``:
+
+        - ``exact``: the name itself is listed (``Fp8Config``, ``is_layer_skipped``,
+          ``vllm/model_executor/layers/quantization/utils/quant_utils.py`` at v0.15.0, line 426);
+        - ``substring``: a listed name is part of it (AWQ, ``skip_with_substr=True``, ``awq_marlin.py``);
+        - ``modelopt``: exact, a listed name inside it (also without a ``language_model.`` prefix), or an
+          fnmatch wildcard (``ModelOptQuantConfigBase.is_layer_excluded``, ``modelopt.py`` at v0.15.0,
+          lines 144-180);
+        - ``compressed-tensors``: exact, or ``re:`` patterns matched from the start
+          (``_is_equal_or_regex_match``, ``compressed_tensors/utils.py`` at v0.15.0, lines 153-171).
+        """
+        if not self.quantizes_linear:
+            return True
+        for pattern in self.ignore:
+            if pattern == module:
+                return True
+            if self.ignore_match == "substring" and pattern in module:
+                return True
+            if self.ignore_match == "modelopt" and (
+                    pattern in module or pattern in module.removeprefix("language_model.") or fnmatch(module, pattern)):
+                return True
+            if self.ignore_match == "compressed-tensors" and pattern.startswith("re:") and re.match(pattern[3:], module):
+                return True
+        return False
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -85,8 +134,24 @@ def _kv_from_scheme(kv_scheme: Any) -> Literal["fp8"] | None:
     return None
 
 
+def _ignored(quant: dict, *keys: str) -> tuple[str, ...]:
+    """The module names listed under the first of ``keys`` the metadata has."""
+    for key in keys:
+        value = quant.get(key)
+        if value:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InputError(f"quantization metadata: '{key}' must be a list of module names")
+            return tuple(value)
+    return ()
+
+
 def _compressed_tensors(quant: dict, source: str) -> CheckpointFormat:
     kv = _kv_from_scheme(quant.get("kv_cache_scheme"))
+    return _compressed_tensors_weights(quant, source, kv).model_copy(
+        update={"ignore": _ignored(quant, "ignore"), "ignore_match": "compressed-tensors"})
+
+
+def _compressed_tensors_weights(quant: dict, source: str, kv: Literal["fp8"] | None) -> CheckpointFormat:
     fmt = str(quant.get("format") or "").lower()
     for group in (quant.get("config_groups") or {}).values():
         weights = (group or {}).get("weights") or {}
@@ -125,12 +190,17 @@ def _modelopt(quant: dict, source: str) -> CheckpointFormat:
     kv_algo = (inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
                or quant.get("kv_cache_quant_algo"))
     kv = _kv_from_scheme(kv_algo)
+    # hf_quant_config.json lists them under quantization.exclude_modules, config.json under ignore
+    # (ModelOptQuantConfigBase.from_config, modelopt.py at v0.15.0, lines 275-282).
+    ignore = {"ignore": _ignored(inner, "exclude_modules") or _ignored(quant, "ignore", "exclude_modules"),
+              "ignore_match": "modelopt"}
     if algo == "FP8":
-        return CheckpointFormat(scheme="fp8", method="modelopt", weight_bits=8, kv_cache_dtype=kv, source=source)
+        return CheckpointFormat(scheme="fp8", method="modelopt", weight_bits=8, kv_cache_dtype=kv, source=source,
+                                **ignore)
     if algo == "NVFP4":
         size = int(inner.get("group_size") or 16)
         return CheckpointFormat(scheme="nvfp4", method="modelopt_fp4", weight_bits=4, group_size=size,
-                                scale_dtype="fp8", kv_cache_dtype=kv, source=source)
+                                scale_dtype="fp8", kv_cache_dtype=kv, source=source, **ignore)
     raise InputError(f"{source}: ModelOpt quant_algo '{algo or '?'}' is not modelled; servopt reads FP8 and NVFP4")
 
 
@@ -153,7 +223,8 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
         bits = int(quant.get("bits") or quant.get("w_bit") or 4)
         return CheckpointFormat(scheme="awq" if bits == 4 else "w8a16", method="awq_marlin", weight_bits=bits,
                                 group_size=int(quant.get("group_size") or quant.get("q_group_size") or 128),
-                                zero_point=bool(quant.get("zero_point", True)), source=source)
+                                zero_point=bool(quant.get("zero_point", True)), source=source,
+                                ignore=_ignored(quant, "modules_to_not_convert"), ignore_match="substring")
     if method in ("gptq", "gptq_marlin"):
         bits = int(quant.get("bits") or 4)
         if bits not in (4, 8):
@@ -163,10 +234,12 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
                                 group_size=size if size > 0 else None, zero_point=not quant.get("sym", True),
                                 source=source)
     if method in ("fp8", "fbgemm_fp8"):
-        return CheckpointFormat(scheme="fp8", method=method, weight_bits=8, source=source)
+        # Fp8Config.from_config reads ignored_layers, else modules_to_not_convert (fp8.py at v0.15.0, 172-176).
+        return CheckpointFormat(scheme="fp8", method=method, weight_bits=8, source=source,
+                                ignore=_ignored(quant, "ignored_layers", "modules_to_not_convert"))
     if method == "mxfp4":
         return CheckpointFormat(scheme="mxfp4", method="mxfp4", weight_bits=4, group_size=32, scale_dtype="e8m0",
-                                source=source)
+                                source=source, quantizes_linear=False)
     if method == "compressed-tensors":
         return _compressed_tensors(quant, source)
     if method.startswith("modelopt"):

@@ -130,6 +130,8 @@ def main() -> None:
         built[entry["hf_id"]] = config
         meta = {"hf_id": entry["hf_id"], "aliases": entry.get("aliases", []),
                 "published_params_b": entry.get("published_params_b"), "source": where,
+                **({"published_params_rounding_b": entry["published_params_rounding_b"]}
+                   if "published_params_rounding_b" in entry else {}),
                 "source_kind": entry["source"]["kind"]}
         spec = spec_from_hf_config(config, entry["hf_id"], source=where, aliases=tuple(meta["aliases"]))
         params_b = spec.num_params / 1e9
