@@ -8,11 +8,14 @@ each model's Hugging Face ``config.json`` under ``data/models/`` (written by
 ``scripts/build_model_catalog.py``, with the source of each file) and reads them with the same
 :func:`spec_from_hf_config` a user's file goes through.
 
-:func:`resolve_model` turns any name into a spec, in this order: a local path; the Hugging Face
-cache; the shipped catalog (canonical ids, aliases, catalogued pre-quantized checkpoints); the Hub
-through ``huggingface_hub`` when it is installed and online; a derivative of a catalogued model by
-its name (``-Instruct``, ``-AWQ``, ...), with the quantization the name implies. Anything else is
-one clear error.
+:func:`resolve_model` turns a name into a spec and says which config it used, in this order: a
+local path; the Hugging Face cache (with its revision); the shipped catalog (canonical ids, short
+aliases, ids the catalog states share a catalogued config: ``data/derivatives.yaml``, catalogued
+pre-quantized checkpoints); the Hub through ``huggingface_hub`` when it is installed and online.
+A name is never read as a config: Qwen2.5-7B-Instruct is not Qwen2.5-7B (32,768 positions, not
+131,072), so an id none of these describe is one clear error naming how to provide its config.
+:attr:`ModelSpec.max_context` is the longest ``--max-model-len`` vLLM accepts for the config
+(:func:`vllm_max_model_len`); :func:`longer_context_fix` names what serves more.
 
 Parameter counts include every weight the checkpoint loads (norms, biases, QK-norms, MLA's low-rank
 projections, routers, a multimodal checkpoint's vision tower) and come within 1% of the published
@@ -26,11 +29,15 @@ Example:
     ('meta-llama/Llama-3.1-8B', 'gptq', 'compressed-tensors')
     >>> round(resolved.spec.num_params / 1e9, 2), resolved.spec.kv_cache_dtype("auto")
     (8.03, 'auto')
+    >>> resolved.origin[:65]
+    'derived from meta-llama/Llama-3.1-8B by name: the checkpoint cata'
+    >>> resolve_model("Qwen/Qwen2.5-7B-Instruct").spec.max_context
+    32768
 """
 
 from __future__ import annotations
 
-import difflib
+import math
 import json
 import re
 from dataclasses import dataclass
@@ -42,8 +49,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import model_sources
-from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_format, format_from_id
-from .errors import InputError, unknown_name_error, validate_spec
+from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, checkpoint_format
+from .errors import InputError, did_you_mean, validate_spec
 from .quantization import QuantScheme, get_scheme
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
@@ -132,6 +139,8 @@ class ModelSpec(BaseModel):
         default=None, gt=0, description="the step the card rounds its size to (1000 for a card that says 1T); "
                                         "None: the size is stated to three significant figures or better")
     aliases: tuple[str, ...] = ()
+    rope_type: str | None = Field(default=None, description="the config's RoPE scaling type (None: plain RoPE)")
+    config_source: str = Field(default="", description="where this configuration was read (what resolution used)")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:
@@ -554,6 +563,67 @@ def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: 
     return positions * rotary_dim
 
 
+# vLLM's keys for a config's maximum length; it takes the smallest present
+# (``derive_max_model_len_and_key``, vllm/transformers_utils/model_arch_config_convertor.py@v0.33.0
+# lines 374-406), except that ``model_max_length`` wins when set (Command-R).
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose max_position_embeddings is already the scaled length (vLLM does not multiply by
+# their factor): ``_get_and_verify_max_len``, vllm/config/model.py@v0.33.0 lines 2600-2634.
+_PRESCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+# vLLM's assumption when a config names no maximum length (same function, lines 2579-2596).
+VLLM_DEFAULT_MAX_LEN = 2048
+
+
+def _rope_sections(config: dict) -> list[dict]:
+    """The config's RoPE scaling dicts (``rope_scaling``, or transformers 5's ``rope_parameters``,
+    one per layer type when nested)."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling")
+    if not isinstance(rope, dict) or not rope:
+        return []
+    if all(isinstance(value, dict) for value in rope.values()):
+        return [value for value in rope.values() if value]
+    return [rope]
+
+
+def _rope_type(config: dict) -> str | None:
+    kinds = [str(r.get("rope_type") or r.get("type") or "default") for r in _rope_sections(config)]
+    scaled = [kind for kind in kinds if kind != "default"]
+    return scaled[0] if scaled else None
+
+
+def vllm_max_model_len(config: dict, family: str) -> int:
+    """The longest ``--max-model-len`` vLLM 0.33 accepts for a config, as it derives it.
+
+    The smallest of the config's length keys (:data:`_MAX_LEN_KEYS`; 2048 when there is none),
+    times the RoPE scaling factor unless the type already counts it (llama3, YaRN, LongRoPE: their
+    ``max_position_embeddings`` is the scaled length) or the model is Gemma 3 (whose 128k is
+    scaled). A longer ``--max-model-len`` makes vLLM refuse to start unless
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` (``_get_and_verify_max_len``, vllm/config/model.py@v0.33.0
+    lines 2545-2685); servopt never exports one.
+
+    >>> vllm_max_model_len({"max_position_embeddings": 32768}, "qwen2")
+    32768
+    >>> vllm_max_model_len({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}, "llama")
+    8192
+    >>> vllm_max_model_len({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "llama")
+    131072
+    """
+    values = [config[key] for key in _MAX_LEN_KEYS
+              if isinstance(config.get(key), (int, float)) and not isinstance(config.get(key), bool)]
+    derived = float(min(values)) if values else float(VLLM_DEFAULT_MAX_LEN)
+    if isinstance(config.get("model_max_length"), (int, float)) and config["model_max_length"]:
+        derived = float(config["model_max_length"])
+    if family != "gemma3":
+        factor = 1.0
+        for rope in _rope_sections(config):
+            kind = str(rope.get("rope_type") or rope.get("type") or "default")
+            if kind not in _PRESCALED_ROPE:
+                factor = float(rope.get("factor") or factor)
+        derived *= factor
+    return int(derived)
+
+
 def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf_quant_config: dict | None = None,
                         **extra: Any) -> ModelSpec:
     """Build a :class:`ModelSpec` from the dict of a Hugging Face ``config.json``.
@@ -615,9 +685,10 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
     num_layers = _int(config, "num_hidden_layers", source)
     kv_heads = _int(config, "num_key_value_heads", source, default=heads)
     head_dim = _int(config, "head_dim", source, default=hidden // heads)
-    max_context = _int(config, "max_position_embeddings", source, default=0) or _int(
+    positions = _int(config, "max_position_embeddings", source, default=0) or _int(
         config, "max_sequence_length", source, default=4096
     )
+    max_context = vllm_max_model_len(config, family)
     dtype = _DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "bfloat16")
     if dtype == "float32":
         dtype = "bfloat16"  # vLLM's dtype=auto serves float32 checkpoints in bf16 (gemma-2-2b ships fp32)
@@ -709,11 +780,11 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
     elif window and family in ("mistral", "qwen2", "qwen3", "qwen3_moe", "phi3"):
         # Qwen ships sliding_window = max positions with use_sliding_window false: not a window.
         enabled = config.get("use_sliding_window", family not in ("qwen2", "qwen3", "qwen3_moe"))
-        if enabled and int(window) < max_context:
+        if enabled and int(window) < positions:
             fields["sliding_window"] = int(window)
             fields["num_sliding_layers"] = num_layers
     fields["rope_cache_values"] = _rope_cache_values(
-        config, family, rotary_dim, max_context, bool(fields.get("num_sliding_layers"))
+        config, family, rotary_dim, positions, bool(fields.get("num_sliding_layers"))
     )
 
     # Mixture of experts.
@@ -767,7 +838,8 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
 
     # DeepSeek-V3 (and GLM-4.5+, MiMo) ship MTP modules that vLLM's "mtp" speculation drafts with.
     fields["num_mtp_layers"] = _int(config, "num_nextn_predict_layers", source, default=0)
-    fields["checkpoint"] = checkpoint_format(config.get("quantization_config"), hf_quant_config, source)
+    fields["checkpoint"] = checkpoint_format(config.get("quantization_config"), hf_quant_config, source, family)
+    fields["rope_type"] = _rope_type(config)
     fields.update(extra)
     return validate_spec(ModelSpec, fields, source)
 
@@ -786,6 +858,12 @@ def load_hf_config(path: str | Path, **extra: Any) -> ModelSpec:
 # The shipped catalog and name resolution
 # ---------------------------------------------------------------------------------------------
 
+def _catalog_source(entry_name: str, meta: dict) -> str:
+    """Where a shipped config was read, as a resolution reports it."""
+    where = str(meta.get("source") or "").strip()
+    return f"shipped catalog entry {meta['hf_id']} ({where or entry_name})"
+
+
 @lru_cache(maxsize=1)
 def preset_models() -> dict[str, ModelSpec]:
     """Every shipped config, keyed by canonical Hugging Face id."""
@@ -800,6 +878,7 @@ def preset_models() -> dict[str, ModelSpec]:
             "aliases": tuple(meta.get("aliases", ())),
             "published_params_b": meta.get("published_params_b"),
             "published_params_rounding_b": meta.get("published_params_rounding_b"),
+            "config_source": _catalog_source(entry.name, meta),
         }
         # An explicit size wins over the reader's estimate from vision_config (Gemma 3).
         if "extra_params" in meta:
@@ -810,20 +889,32 @@ def preset_models() -> dict[str, ModelSpec]:
     return presets
 
 
-# Suffixes that derivative checkpoints add to a base id, stripped one at a time: quantized
-# re-uploads (-FP8-dynamic, -quantized.w8a8, -AWQ, -GPTQ-Int4), post-trained releases (-Instruct,
-# -Chat, -it, -Thinking), pre-trained ones (-Base, -pt, -hf) and version or date tags (-v0.1, -2501).
-_DERIVATIVE_SUFFIXES = (
-    r"[-_.]quantized[-_.]w\d+a\d+$", r"[-_.]fp8[-_.](?:dynamic|static|block)$", r"[-_.](?:fp8|nvfp4|fp4)$",
-    r"[-_.]w\d+a\d+$", r"[-_.]int[48]$", r"[-_.]awq$", r"[-_.]gptq$", r"[-_.]instruct(?:[-_.]?\d+)?$", r"[-_.]chat$",
-    r"[-_.]it$", r"[-_.]thinking$", r"[-_.]base$", r"[-_.]pt$", r"[-_.]hf$", r"[-_.]v\d+(?:\.\d+)?$", r"[-_.]\d{4}$",
-)
+@dataclass(frozen=True)
+class Derivative:
+    """An id served with a catalogued model's config, because the catalog states the two agree in
+    everything servopt reads (layers, widths, heads, context and RoPE scaling, vocabulary, dtype),
+    and how that is known (``evidence``)."""
+
+    id: str
+    config_of: str
+    evidence: str
 
 
-def quantization_from_id(model_id: str) -> str | None:
-    """The weight quantization a checkpoint id implies (e.g. ``-AWQ`` -> awq), or None."""
-    fmt = format_from_id(model_id)
-    return None if fmt is None else fmt.scheme
+@lru_cache(maxsize=1)
+def derivatives() -> dict[str, Derivative]:
+    """Lower-cased id -> the statement that it has a catalogued model's config: the entries of
+    ``data/derivatives.yaml`` and the Hugging Face ids the model catalog lists as aliases."""
+    import yaml
+
+    found: dict[str, Derivative] = {}
+    for spec in preset_models().values():
+        for alias in spec.aliases:
+            if "/" in alias:
+                found[_key(alias)] = Derivative(alias, spec.name, "listed as an alias of it in the model catalog")
+    raw = yaml.safe_load(resources.files(__package__).joinpath("data/derivatives.yaml").read_text())
+    for item in raw["derivatives"]:
+        found[_key(item["id"])] = Derivative(item["id"], item["config_of"], item["evidence"])
+    return found
 
 
 @dataclass(frozen=True)
@@ -831,8 +922,10 @@ class ResolvedModel:
     """A model name resolved to its architecture and checkpoint format, and where they came from.
 
     ``quantization`` is the scheme the checkpoint ships in (None for 16-bit weights); ``origin``
-    says where its configuration was read (a local file, the Hugging Face cache or Hub, the
-    shipped catalog, or a name that derives from a catalogued model).
+    says which configuration was used: a local file, the Hugging Face cache (with its revision) or
+    Hub, a shipped catalog entry (with the public repository@commit it was read from), or a
+    catalogued model whose config the catalog states the id shares ("derived from X by name").
+    The spec carries the same text as ``config_source``.
     """
 
     spec: ModelSpec
@@ -851,13 +944,37 @@ def _key(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _preset_index() -> dict[str, str]:
+    """Lower-cased id, id's name or short alias -> canonical id (Hugging Face id aliases are
+    :func:`derivatives`, which say so)."""
     index: dict[str, str] = {}
     for hf_id, spec in preset_models().items():
         index[_key(hf_id)] = hf_id
         index[_key(hf_id.split("/", 1)[-1])] = hf_id
         for alias in spec.aliases:
-            index[_key(alias)] = hf_id
+            if "/" not in alias:
+                index[_key(alias)] = hf_id
     return index
+
+
+def known_model_names() -> list[str]:
+    """Every id and alias resolution accepts offline: catalog ids and aliases, derivatives,
+    catalogued checkpoints (what a "did you mean" is drawn from)."""
+    names = set(preset_models())
+    names.update(alias for spec in preset_models().values() for alias in spec.aliases)
+    names.update(d.id for d in derivatives().values())
+    names.update(c.id for c in checkpoint_catalog())
+    return sorted(names)
+
+
+# Suffixes that derivative checkpoints add to a base id, stripped one at a time: quantized
+# re-uploads (-FP8-dynamic, -quantized.w8a8, -AWQ, -GPTQ-Int4), post-trained releases (-Instruct,
+# -Chat, -it, -Thinking), pre-trained ones (-Base, -pt, -hf) and version or date tags (-v0.1, -2501).
+# Used only to say which catalogued model an unknown id looks derived from, never to serve it.
+_DERIVATIVE_SUFFIXES = (
+    r"[-_.]quantized[-_.]w\d+a\d+$", r"[-_.]fp8[-_.](?:dynamic|static|block)$", r"[-_.](?:fp8|nvfp4|fp4)$",
+    r"[-_.]w\d+a\d+$", r"[-_.]int[48]$", r"[-_.]awq$", r"[-_.]gptq$", r"[-_.]instruct(?:[-_.]?\d+)?$", r"[-_.]chat$",
+    r"[-_.]it$", r"[-_.]thinking$", r"[-_.]base$", r"[-_.]pt$", r"[-_.]hf$", r"[-_.]v\d+(?:\.\d+)?$", r"[-_.]\d{4}$",
+)
 
 
 def _strip_suffix(name: str) -> str:
@@ -868,51 +985,97 @@ def _strip_suffix(name: str) -> str:
     return name
 
 
-def _preset_by_name(text: str, exact: bool) -> ModelSpec | None:
-    """The catalogued model an id names: exactly (id, its name, an alias), or (``exact=False``) a
-    derivative whose id adds known suffixes or changes the org (neuralmagic/, RedHatAI/)."""
+def looks_derived_from(model_id: str) -> str | None:
+    """The catalogued model an unknown id's name suggests it derives from (dropping suffixes such as
+    ``-Instruct`` or ``-AWQ``, the org and Meta's "Meta-" prefix), or None. A name says nothing
+    about the config (Qwen2.5-7B-Instruct has 32,768 positions, Qwen2.5-7B 131,072): this only
+    names the model in an error message.
+
+    >>> looks_derived_from("Qwen/Qwen3-8B-Base")
+    'Qwen/Qwen3-8B'
+    """
     index = _preset_index()
-    base = _key(text).split("/", 1)[-1]
-    # Re-uploads add or drop Meta's "Meta-" prefix.
-    candidates = [_key(text)] if exact else [_key(text), base, re.sub(r"^meta-", "", base)]
-    for _ in range(1 if exact else 8):
+    base = _key(model_id).split("/", 1)[-1]
+    candidates = [base, re.sub(r"^meta-", "", base)]
+    for _ in range(8):
         for candidate in candidates:
             if candidate in index:
-                return preset_models()[index[candidate]]
+                return index[candidate]
         stripped = [_strip_suffix(c) for c in candidates]
         if stripped == candidates:
-            break
+            return None
         candidates = stripped
     return None
+
+
+def _labelled(spec: ModelSpec, origin: str) -> ModelSpec:
+    return spec.model_copy(update={"config_source": origin})
 
 
 def _with_format(spec: ModelSpec, fmt: CheckpointFormat | None) -> ModelSpec:
     return spec if fmt is None else spec.model_copy(update={"checkpoint": fmt})
 
 
+def _resolved(spec: ModelSpec, requested: str, origin: str) -> ResolvedModel:
+    spec = _labelled(spec, origin)
+    return ResolvedModel(spec, spec.native_quantization, requested, origin)
+
+
+def _from_catalog(text: str) -> ResolvedModel | None:
+    """A shipped config (by id, name or short alias), a derivative the catalog states shares one,
+    or a catalogued checkpoint whose card states it keeps its base's architecture."""
+    index = _preset_index()
+    if _key(text) in index:
+        spec = preset_models()[index[_key(text)]]
+        return _resolved(spec, text, spec.config_source)
+    derivative = derivatives().get(_key(text))
+    if derivative is not None:
+        base = preset_models().get(derivative.config_of)
+        if base is None:
+            raise InputError(f"model '{text}': the catalog states it has {derivative.config_of}'s config, which is "
+                             "not shipped; pass a local config.json")
+        return _resolved(base, text, f"derived from {base.name} by name (the catalog states {derivative.id} has its "
+                                     f"config); config: {base.config_source}")
+    entry = catalog_entry(text)
+    if entry is not None:
+        base = next((found for b in entry.bases if (found := _from_catalog(b)) is not None), None)
+        if base is None:
+            raise InputError(f"model '{text}': catalogued checkpoint of {entry.bases[0]}, whose config is not shipped; "
+                             "pass a local config.json")
+        root = preset_models()[base.spec.name]
+        via = "" if base.spec.name == base.requested else f", which has {root.name}'s config"
+        card = entry.format.source.removeprefix("checkpoint catalog (").removesuffix(")")
+        origin = (f"derived from {root.name} by name: the checkpoint catalog lists {entry.id} as a checkpoint of "
+                  f"{base.requested}{via} (format from its {card}); config: {root.config_source}")
+        return _resolved(_with_format(base.spec, entry.format), text, origin)
+    return None
+
+
 def resolve_model(name_or_path: str) -> ResolvedModel:
-    """Resolve a local config path, a Hugging Face id (cached, catalogued, on the Hub, or a
-    derivative of a catalogued model) or a catalog alias. See the module docstring for the order."""
+    """Resolve a model name to its configuration, saying which one was used, or refuse it.
+
+    In this order: a local ``config.json`` (or folder); the Hugging Face cache (the revision
+    ``refs/main`` names); the shipped catalog (ids, short aliases, ids the catalog states share a
+    catalogued config, catalogued checkpoints); the Hub through ``huggingface_hub`` when it is
+    installed, ``HF_HUB_OFFLINE`` is not set and the Hub answers within a few seconds. A name is
+    never read as a config: an id in none of these is one :class:`InputError` that says how to
+    provide its config (and which catalog ids are close, or which model it looks derived from).
+    """
     text = model_sources.check_model_id(str(name_or_path).strip(), "model")
     path = Path(text)
     if text.endswith(".json") or path.is_dir():
         spec = load_hf_config(path)
-        return ResolvedModel(spec, spec.native_quantization, text, f"local {path}")
+        kind = "folder" if path.is_dir() else "file"
+        return _resolved(spec, text, f"local {kind} {path}")
     if "/" in text:
         cached = model_sources.from_cache(text)
         if cached is not None:
             spec = spec_from_hf_config(cached.config, text, source=f"{cached.origin} ({text})",
                                        hf_quant_config=cached.hf_quant_config)
-            return ResolvedModel(spec, spec.native_quantization, text, cached.origin)
-    exact = _preset_by_name(text, exact=True)
-    if exact is not None:
-        return ResolvedModel(exact, exact.native_quantization, text, "shipped config")
-    entry = catalog_entry(text)
-    if entry is not None:
-        base = next((spec for b in entry.bases if (spec := _preset_by_name(b, exact=False)) is not None), None)
-        if base is not None:
-            return ResolvedModel(_with_format(base, entry.format), entry.format.scheme, text,
-                                 f"checkpoint catalog (base {entry.bases[0]})")
+            return _resolved(spec, text, cached.origin)
+    found = _from_catalog(text)
+    if found is not None:
+        return found
     hub_error: InputError | None = None
     if "/" in text and model_sources.hub_status() is None:
         try:
@@ -922,26 +1085,122 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
         else:
             spec = spec_from_hf_config(fetched.config, text, source=f"Hugging Face Hub ({text})",
                                        hf_quant_config=fetched.hf_quant_config)
-            return ResolvedModel(spec, spec.native_quantization, text, fetched.origin)
-    derived = _preset_by_name(text, exact=False)
-    if derived is not None:
-        fmt = format_from_id(text)
-        spec = _with_format(derived, fmt) if fmt is not None else derived
-        return ResolvedModel(spec, spec.native_quantization, text, f"named as a derivative of {derived.name}")
+            return _resolved(spec, text, fetched.origin)
+    hint = did_you_mean(text, known_model_names())
     if "/" not in text:
-        close = difflib.get_close_matches(_key(text), sorted(_preset_index()), n=4, cutoff=0.6)
-        hint = f" close matches: {', '.join(close)};" if close else ""
-        raise InputError(f"unknown model '{text}': not a catalog alias nor a Hugging Face org/name id;{hint} "
+        raise InputError(f"unknown model '{text}'{hint}: not a catalog alias nor a Hugging Face org/name id; "
                          "`servopt models` lists the catalog, or pass a local config.json path")
     why = str(hub_error).removeprefix(f"model '{text}': ") if hub_error else (
         f"the Hugging Face Hub cannot be asked: {model_sources.hub_status()}")
+    looks = looks_derived_from(text)
+    derived = (f" Its name suggests a derivative of {looks}, but servopt does not know that their configs agree "
+               "(context, RoPE scaling, vocabulary), so it does not serve it as one." if looks else "")
     raise InputError(
-        f"unknown model '{text}': not in the Hugging Face cache ({model_sources.hub_cache_dir()}) nor in servopt's "
-        f"catalog, and {why}. Download it once where the Hub is reachable "
-        f"(huggingface-cli download {text} config.json), or pass a local config.json path; `servopt models` "
-        "lists the catalog")
+        f"unknown model '{text}'{hint}: not in the Hugging Face cache ({model_sources.hub_cache_dir()}) nor in "
+        f"servopt's catalog, and {why}.{derived} Provide its config: download it once where the Hub is reachable "
+        f"(huggingface-cli download {text} config.json), or pass the path of its config.json (HF_HUB_OFFLINE=1 "
+        "skips the Hub); `servopt models` lists the catalog")
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """The files vLLM would read for a model, as far as servopt has them: ``config.json`` (and
+    ModelOpt's ``hf_quant_config.json``), and whether their quantization metadata is the
+    checkpoint's own (False for a catalogued checkpoint whose format is its card's: its base's
+    config stands in for the architecture only)."""
+
+    config: dict
+    hf_quant_config: dict | None
+    quantization_from_config: bool
+
+
+def _stored_config(hf_id: str) -> tuple[dict, dict | None]:
+    stored = json.loads(resources.files(__package__).joinpath(f"data/models/{hf_id.replace('/', '--')}.json").read_text())
+    meta = stored.pop("_servopt")
+    return stored, meta.get("hf_quant_config")
+
+
+def config_files(name_or_path: str) -> ConfigFiles | None:
+    """The config files behind :func:`resolve_model`'s answer for ``name_or_path`` (None when it
+    came from the Hub without a cached copy), so that vLLM's own code can read them
+    (``servopt export --check``)."""
+    text = model_sources.check_model_id(str(name_or_path).strip(), "model")
+    path = Path(text)
+    if text.endswith(".json") or path.is_dir():
+        fetched = model_sources.read_local(path)
+        return ConfigFiles(fetched.config, fetched.hf_quant_config, True)
+    if "/" in text and (cached := model_sources.from_cache(text)) is not None:
+        return ConfigFiles(cached.config, cached.hf_quant_config, True)
+    if _key(text) in _preset_index():
+        return ConfigFiles(*_stored_config(_preset_index()[_key(text)]), True)
+    if (derivative := derivatives().get(_key(text))) is not None:
+        return ConfigFiles(*_stored_config(derivative.config_of), True)
+    if (entry := catalog_entry(text)) is not None:
+        base = next((found for b in entry.bases if (found := config_files(b)) is not None), None)
+        return None if base is None else ConfigFiles(base.config, None, False)
+    return None
 
 
 def get_model(name_or_path: str) -> ModelSpec:
     """The architecture for a catalog alias, Hugging Face id or local config path."""
     return resolve_model(name_or_path).spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Contexts beyond a config's limit
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ContextExtension:
+    """A longer context a model's card documents through RoPE scaling (``data/context_extensions.yaml``)."""
+
+    rope_parameters: dict
+    max_model_len: int
+    source: str
+
+    def hf_overrides(self) -> str:
+        """The JSON of vLLM 0.33's ``--hf-overrides`` that serves it."""
+        return json.dumps({"rope_parameters": self.rope_parameters, "max_position_embeddings": self.max_model_len},
+                          separators=(",", ":"))
+
+
+@lru_cache(maxsize=1)
+def _context_extensions() -> dict[str, ContextExtension]:
+    import yaml
+
+    raw = yaml.safe_load(resources.files(__package__).joinpath("data/context_extensions.yaml").read_text())
+    found = {}
+    for item in raw["extensions"]:
+        extension = ContextExtension(dict(item["rope_parameters"]), int(item["max_model_len"]), item["source"])
+        for model in item["models"]:
+            found[_key(model)] = extension
+    return found
+
+
+def context_extension(*model_ids: str) -> ContextExtension | None:
+    """The documented RoPE extension of the first of ``model_ids`` (served id, architecture) that has one."""
+    return next((e for m in model_ids if (e := _context_extensions().get(_key(m))) is not None), None)
+
+
+def longer_context_fix(spec: ModelSpec, served_id: str, needed_tokens: int) -> str:
+    """What to do when requests need ``needed_tokens`` but vLLM caps ``served_id`` at its config's
+    limit: the RoPE scaling its card documents (as the ``--hf-overrides`` vLLM 0.33 takes), and
+    catalogued models of the family with a long enough context.
+
+    >>> print(longer_context_fix(get_model("Qwen/Qwen2.5-7B-Instruct"), "Qwen/Qwen2.5-7B-Instruct", 60000)[:96])
+    Qwen/Qwen2.5-7B-Instruct's config allows 32,768 tokens (vLLM refuses a longer --max-model-len);
+    """
+    parts = [f"{served_id}'s config allows {spec.max_context:,} tokens (vLLM refuses a longer --max-model-len)"]
+    extension = context_extension(served_id, spec.name)
+    if extension is not None and extension.max_model_len >= needed_tokens:
+        parts.append(f"its card documents RoPE scaling to {extension.max_model_len:,} ({extension.source}): serve it "
+                     f"with vllm serve --hf-overrides '{extension.hf_overrides()}', and plan it by passing a copy of "
+                     "its config.json with those two fields set")
+    longer = sorted((s for s in preset_models().values() if s.family == spec.family and s.max_context >= needed_tokens
+                     and s.checkpoint is None), key=lambda s: abs(math.log(s.num_params / spec.num_params)))
+    if longer:
+        parts.append("or choose a model with a longer context: " + ", ".join(
+            f"{s.name} ({s.max_context:,})" for s in longer[:3]))
+    elif extension is None:
+        parts.append("choose a model with a longer context (`servopt models` lists each one's)")
+    return "; ".join(parts)

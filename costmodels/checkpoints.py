@@ -2,9 +2,31 @@
 
 :func:`checkpoint_format` reads a checkpoint's quantization metadata (``quantization_config`` in
 ``config.json``, or ModelOpt's ``hf_quant_config.json``) into a :class:`CheckpointFormat`: the
-servopt scheme it runs as, the vLLM method (``--quantization``) that loads it, its bytes per
-weight, and what vLLM's ``--kv-cache-dtype auto`` means for it. vLLM (checked in its source,
-0.19 to 0.33) gives a checkpoint an fp8 KV cache under ``auto`` in two cases:
+servopt scheme it runs as, how its weights are scaled (per tensor, per channel, per 128 x 128
+block, per group), the vLLM method that loads it and the kernels that run it, its bytes per
+weight, and what vLLM's ``--kv-cache-dtype auto`` means for it. Nothing is read from a name.
+
+Three FP8 layouts that vLLM runs on different kernels are kept apart:
+
+- block FP8: ``quant_method: fp8`` with ``weight_block_size`` (Qwen's and DeepSeek's FP8
+  releases): ``Fp8LinearMethod`` with ``block_quant`` (one fp32 scale per 128 x 128 weight block,
+  per-token-group activation scales) and the block-quantized ``Fp8MoEMethod``
+  (``vllm/model_executor/layers/quantization/fp8.py@v0.33.0``, lines 100-173, 257-270, 483-500);
+- per-tensor FP8: ``quant_method: fp8`` without blocks (AutoFP8), ModelOpt ``quant_algo: FP8``;
+- compressed-tensors FP8 (llm-compressor), by its weights' ``strategy`` (tensor, channel or block:
+  ``CompressedTensorsW8A8Fp8``, ``compressed_tensors/schemes/compressed_tensors_w8a8_fp8.py@v0.33.0``).
+
+The vLLM method is the one vLLM 0.33 picks for the checkpoint, which an explicit
+``--quantization`` must equal (``ModelConfig._verify_quantization``,
+``vllm/config/model.py@v0.33.0`` lines 1383-1462: the override methods are probed in order and the
+first that claims the checkpoint wins): AWQ checkpoints load as ``auto_awq``
+(``quantization/auto_awq.py@v0.33.0`` lines 263-286), GPTQ as ``auto_gptq`` (``auto_gptq.py``
+lines 214-233), ModelOpt FP8 / NVFP4 as ``modelopt`` / ``modelopt_fp4`` (``modelopt.py`` lines
+453-459, 776-782), gpt-oss's mxfp4 as ``gpt_oss_mxfp4`` (``mxfp4.py`` lines 129-146); ``fp8`` and
+``compressed-tensors`` are their own methods.
+
+vLLM (checked in its source, 0.19 to 0.33) gives a checkpoint an fp8 KV cache under ``auto`` in
+two cases:
 
 - compressed-tensors (llm-compressor) with a ``kv_cache_scheme``: the Attention layer sets the
   cache dtype to fp8 (``vllm/model_executor/layers/attention/attention.py``, "llm-compressor
@@ -12,24 +34,29 @@ weight, and what vLLM's ``--kv-cache-dtype auto`` means for it. vLLM (checked in
 - ModelOpt with ``kv_cache_quant_algo: FP8`` (or a float 8-bit ``kv_cache_scheme``):
   ``resolve_kv_cache_dtype_string`` in ``vllm/utils/torch_utils.py`` maps ``auto`` to fp8_e4m3.
 
-Plain ``quant_method: fp8`` checkpoints (Qwen's and DeepSeek's block-FP8), AWQ and GPTQ keep the
-model dtype.
+Plain ``quant_method: fp8`` checkpoints, AWQ and GPTQ keep the model dtype.
 
-Which layers a checkpoint leaves unquantized is its own metadata: the module names it excludes
-(``exclude_modules`` / ``ignore`` of ModelOpt, ``ignore`` of compressed-tensors,
-``modules_to_not_convert`` of fp8 and AWQ checkpoints), matched as vLLM matches them when it loads
-each linear layer (:meth:`CheckpointFormat.keeps_unquantized`); an excluded layer runs vLLM's
-``UnquantizedLinearMethod`` in the model dtype. NVIDIA's NVFP4 releases of MiniMax-M2.5 and
+Which linear layers a checkpoint leaves unquantized is its own metadata: the module names it
+excludes (ModelOpt's ``exclude_modules`` / ``ignore``, compressed-tensors' ``ignore``, fp8's
+``ignored_layers`` / ``modules_to_not_convert``, AWQ's ``modules_to_not_convert``), matched as vLLM
+matches them when it loads each layer (:meth:`CheckpointFormat.keeps_unquantized`); such a layer runs
+vLLM's ``UnquantizedLinearMethod`` in the model dtype. NVIDIA's NVFP4 releases of MiniMax-M2.5 and
 Kimi-K2.5 keep every attention projection in bf16, Kimi-K2.5's INT4 release its attention, shared
-experts and dense MLP too. An mxfp4 checkpoint (gpt-oss) quantizes only its experts: vLLM has no
-mxfp4 linear method (``Mxfp4Config.get_quant_method`` serves every linear layer unquantized,
-``vllm/model_executor/layers/quantization/mxfp4.py`` at v0.15.0, lines 201-219). :data:`CHECKPOINT_CATALOG` lists public checkpoints per base model with the accuracy
-their cards publish (``data/checkpoints.yaml``, built by ``scripts/build_checkpoint_catalog.py``).
+experts and dense MLP too. mxfp4 quantizes only the experts: vLLM has no mxfp4 linear method
+(``Mxfp4Config.get_quant_method`` serves every linear layer unquantized, ``mxfp4.py@v0.33.0`` lines
+91-105).
+
+:func:`checkpoint_catalog` lists public checkpoints per base model with the accuracy their cards
+publish (``data/checkpoints.yaml``, built by ``scripts/build_checkpoint_catalog.py``), each with
+its own config where a public copy was found.
 
 Example:
     >>> fmt = checkpoint_format({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True})
     >>> fmt.scheme, fmt.method, round(fmt.weight_bytes_per_param, 4), fmt.kv_cache_dtype
-    ('awq', 'awq_marlin', 0.5195, None)
+    ('awq', 'auto_awq', 0.5195, None)
+    >>> block = checkpoint_format({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    >>> block.method, block.granularity, block.block_size, round(block.weight_bytes_per_param, 6)
+    ('fp8', 'block', (128, 128), 1.000244)
     >>> checkpoint_format({}, {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}).kv_cache_dtype
     'fp8'
     >>> nvfp4 = checkpoint_format({}, {"producer": {"name": "modelopt"}, "quantization": {
@@ -40,13 +67,12 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
-
-import re
-from fnmatch import fnmatch
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,6 +83,27 @@ from .quantization import SCHEMES, QuantScheme
 # Bytes of one scale (or zero point) value by the dtype checkpoints store it in.
 _SCALE_BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0, "fp8": 1.0, "e8m0": 1.0}
 
+Granularity = Literal["tensor", "channel", "block", "group"]
+
+# vLLM's kernels for each (method, granularity), as a plan or a report names them (vLLM 0.33:
+# fp8.py, compressed_tensors/schemes/, modelopt.py, auto_awq.py, auto_gptq.py, mxfp4.py).
+_KERNELS = {
+    ("fp8", "block"): "Fp8LinearMethod block-scaled GEMM (128x128 weight blocks, per-token-group activations); "
+                      "block-quantized Fp8MoEMethod experts",
+    ("fp8", "tensor"): "Fp8LinearMethod per-tensor FP8 GEMM; Fp8MoEMethod per-tensor experts",
+    ("compressed-tensors", "block"): "CompressedTensorsW8A8Fp8 block strategy",
+    ("compressed-tensors", "channel"): "CompressedTensorsW8A8Fp8 / W8A8Int8 per-channel scaled GEMM",
+    ("compressed-tensors", "tensor"): "CompressedTensorsW8A8Fp8 per-tensor scaled GEMM",
+    ("compressed-tensors", "group"): "CompressedTensorsWNA16 (Marlin) / W4A4 NVFP4 grouped kernels",
+    ("modelopt", "tensor"): "ModelOptFp8LinearMethod per-tensor FP8 GEMM; ModelOptFp8MoEMethod experts",
+    ("modelopt_fp4", "group"): "ModelOptNvFp4LinearMethod (FP4 GEMM on Blackwell, FP4 Marlin elsewhere)",
+    ("auto_awq", "group"): "AutoAWQ Marlin W4A16 GEMM and MoE Marlin",
+    ("auto_gptq", "group"): "AutoGPTQ Marlin WNA16 GEMM and MoE Marlin",
+    ("auto_gptq", "channel"): "AutoGPTQ Marlin WNA16 GEMM (per-channel scales)",
+    ("gpt_oss_mxfp4", "group"): "GptOssMxfp4MoEMethod (Triton matmul_ogs on Hopper, FlashInfer on Blackwell)",
+    ("mxfp4", "group"): "Mxfp4MoEMethod",
+}
+
 
 class CheckpointFormat(BaseModel):
     """How a pre-quantized checkpoint stores its weights, and how vLLM serves it."""
@@ -64,32 +111,35 @@ class CheckpointFormat(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scheme: str = Field(description="servopt scheme it runs as: fp8, int8, awq, gptq, w8a16, nvfp4, mxfp4")
-    method: str = Field(description="vLLM's quantization method for it (the --quantization value)")
+    method: str = Field(description="the vLLM method that loads it (what vLLM 0.33 picks; the --quantization value)")
     weight_bits: int = Field(gt=0, le=16)
-    group_size: int | None = Field(default=None, description="inputs per scale; None: per channel, tensor or block")
+    granularity: Granularity | None = Field(
+        default=None, description="how the weights are scaled: per tensor, output channel, weight block or group")
+    group_size: int | None = Field(default=None, description="inputs per scale (granularity group)")
+    block_size: tuple[int, int] | None = Field(default=None, description="weight block of one scale (block FP8)")
     scale_dtype: Literal["fp16", "bf16", "fp32", "fp8", "e8m0"] = "fp16"
     zero_point: bool = False
     kv_cache_dtype: Literal["fp8"] | None = Field(
         default=None, description="what kv_cache_dtype auto means for it (None: the model dtype)")
-    source: str = Field(default="", description="where the format was read: config.json, hf_quant_config.json, id")
+    source: str = Field(default="", description="where the format was read: config.json, hf_quant_config.json, card")
     ignore: tuple[str, ...] = Field(default=(), description="module names or patterns the checkpoint leaves unquantized")
     ignore_match: Literal["exact", "substring", "modelopt", "compressed-tensors"] = Field(
         default="exact", description="how vLLM's loader for this method matches a module against ``ignore``")
     quantizes_linear: bool = Field(
-        default=True, description="whether the method quantizes linear layers at all (mxfp4: experts only)")
+        default=True, description="whether the method quantizes linear layers at all (mxfp4: only the experts)")
 
     def keeps_unquantized(self, module: str) -> bool:
         """Whether vLLM serves the linear layer ``module`` (a checkpoint name such as
-        ``model.layers.0.self_attn.q_proj``) unquantized, as this method's loader matches ``ignore``:
+        ``model.layers.0.self_attn.q_proj``) unquantized, matching ``ignore`` as this method's loader does:
 
-        - ``exact``: the name itself is listed (``Fp8Config``, ``is_layer_skipped``,
-          ``vllm/model_executor/layers/quantization/utils/quant_utils.py`` at v0.15.0, line 426);
-        - ``substring``: a listed name is part of it (AWQ, ``skip_with_substr=True``, ``awq_marlin.py``);
+        - ``exact``: the name itself is listed (``is_layer_skipped``, ``quantization/utils/quant_utils.py@v0.33.0``
+          line 619; ``Fp8Config`` keeps its exact mode, ``fp8.py@v0.33.0`` lines 117-120);
+        - ``substring``: a listed name is part of it (AutoAWQ, ``match_mode="substring"``, ``auto_awq.py@v0.33.0``
+          line 298);
         - ``modelopt``: exact, a listed name inside it (also without a ``language_model.`` prefix), or an
-          fnmatch wildcard (``ModelOptQuantConfigBase.is_layer_excluded``, ``modelopt.py`` at v0.15.0,
-          lines 144-180);
-        - ``compressed-tensors``: exact, or ``re:`` patterns matched from the start
-          (``_is_equal_or_regex_match``, ``compressed_tensors/utils.py`` at v0.15.0, lines 153-171).
+          fnmatch wildcard (``is_layer_excluded``, ``modelopt.py@v0.33.0`` lines 191-226);
+        - ``compressed-tensors``: exact, or a ``re:`` pattern matched from the start (``should_ignore_layer``,
+          ``compressed_tensors/utils.py@v0.33.0`` line 53, through compressed-tensors' equal-or-regex match).
         """
         if not self.quantizes_linear:
             return True
@@ -107,12 +157,19 @@ class CheckpointFormat(BaseModel):
 
     @property
     def weight_bytes_per_param(self) -> float:
-        """Bytes per quantized weight: the packed values plus each group's scale and zero point."""
+        """Bytes per quantized weight: the packed values plus each group's (or block's) scale and zero point."""
         per_value = self.weight_bits / 8
+        if self.block_size:
+            return per_value + _SCALE_BYTES[self.scale_dtype] / (self.block_size[0] * self.block_size[1])
         if not self.group_size:
-            return per_value  # one scale per output channel, tensor or 128x128 block: under 0.1%
+            return per_value  # one scale per output channel or tensor: under 0.1%
         extra = _SCALE_BYTES[self.scale_dtype] + (self.weight_bits / 8 if self.zero_point else 0.0)
         return per_value + extra / self.group_size
+
+    @property
+    def kernels(self) -> str:
+        """The vLLM linear and MoE methods that run this format."""
+        return _KERNELS.get((self.method, self.granularity or ""), f"vLLM's {self.method} kernels")
 
     def quant_scheme(self) -> QuantScheme:
         """The scheme with this checkpoint's exact bytes per weight."""
@@ -121,9 +178,14 @@ class CheckpointFormat(BaseModel):
                            self.method, f"{base.description} ({self.describe()})")
 
     def describe(self) -> str:
-        group = f", group {self.group_size}" if self.group_size else ""
+        if self.block_size:
+            layout = f", {self.block_size[0]}x{self.block_size[1]} blocks"
+        elif self.group_size:
+            layout = f", group {self.group_size}"
+        else:
+            layout = f", per {self.granularity}" if self.granularity else ""
         kv = ", fp8 KV scales (kv_cache_dtype auto = fp8)" if self.kv_cache_dtype else ""
-        return f"{self.method} {self.scheme}, {self.weight_bits}-bit weights{group}{kv}"
+        return f"{self.method} {self.scheme}, {self.weight_bits}-bit weights{layout}{kv}"
 
 
 def _kv_from_scheme(kv_scheme: Any) -> Literal["fp8"] | None:
@@ -132,6 +194,13 @@ def _kv_from_scheme(kv_scheme: Any) -> Literal["fp8"] | None:
     if isinstance(kv_scheme, str) and kv_scheme.lower().startswith("fp8"):
         return "fp8"
     return None
+
+
+def _block(value: Any, source: str, key: str) -> tuple[int, int]:
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise InputError(f"{source}: {key} must be two positive integers such as [128, 128], got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 def _ignored(quant: dict, *keys: str) -> tuple[str, ...]:
@@ -147,41 +216,35 @@ def _ignored(quant: dict, *keys: str) -> tuple[str, ...]:
 
 def _compressed_tensors(quant: dict, source: str) -> CheckpointFormat:
     kv = _kv_from_scheme(quant.get("kv_cache_scheme"))
-    return _compressed_tensors_weights(quant, source, kv).model_copy(
-        update={"ignore": _ignored(quant, "ignore"), "ignore_match": "compressed-tensors"})
-
-
-def _compressed_tensors_weights(quant: dict, source: str, kv: Literal["fp8"] | None) -> CheckpointFormat:
     fmt = str(quant.get("format") or "").lower()
     for group in (quant.get("config_groups") or {}).values():
         weights = (group or {}).get("weights") or {}
         acts = (group or {}).get("input_activations") or None
         bits, kind = weights.get("num_bits"), weights.get("type")
-        size = weights.get("group_size") if weights.get("strategy") in ("group", "tensor_group") else None
+        strategy = str(weights.get("strategy") or "tensor").lower()
+        size = weights.get("group_size") if strategy in ("group", "tensor_group") else None
         zero = weights.get("symmetric") is False
+        granularity: Granularity = ("group" if size else "block" if strategy == "block"
+                                    else "channel" if strategy == "channel" else "tensor")
+        block = _block(weights.get("block_structure"), source, "weights.block_structure") if granularity == "block" else None
+        common = {"method": "compressed-tensors", "kv_cache_dtype": kv, "source": source,
+                  "ignore": _ignored(quant, "ignore"), "ignore_match": "compressed-tensors"}
         if kind == "float" and bits == 4:
-            return CheckpointFormat(scheme="nvfp4", method="compressed-tensors", weight_bits=4, group_size=size or 16,
-                                    scale_dtype="fp8", kv_cache_dtype=kv, source=source)
+            return CheckpointFormat(scheme="nvfp4", weight_bits=4, granularity="group", group_size=size or 16,
+                                    scale_dtype="fp8", **common)
         if kind == "float" and bits == 8:
-            return CheckpointFormat(scheme="fp8", method="compressed-tensors", weight_bits=8, kv_cache_dtype=kv,
-                                    source=source)
+            return CheckpointFormat(scheme="fp8", weight_bits=8, granularity=granularity, block_size=block,
+                                    scale_dtype="fp32" if block else "fp16", **common)
         if kind == "int" and bits == 8:
             scheme = "int8" if acts else "w8a16"  # W8A8 runs int8 tensor cores; W8A16 is weight-only
-            return CheckpointFormat(scheme=scheme, method="compressed-tensors", weight_bits=8, group_size=size,
-                                    scale_dtype="bf16", zero_point=zero, kv_cache_dtype=kv, source=source)
+            return CheckpointFormat(scheme=scheme, weight_bits=8, granularity=granularity, group_size=size,
+                                    scale_dtype="bf16", zero_point=zero, **common)
         if kind == "int" and bits == 4:
             # W4A16 runs on the Marlin kernels GPTQ uses; scales are stored in the model dtype.
-            return CheckpointFormat(scheme="gptq", method="compressed-tensors", weight_bits=4, group_size=size,
-                                    scale_dtype="bf16", zero_point=zero, kv_cache_dtype=kv, source=source)
-    # Without config_groups the format string still tells the weight type.
-    by_format = {"float-quantized": ("fp8", 8), "naive-quantized": ("int8", 8), "int-quantized": ("int8", 8),
-                 "pack-quantized": ("gptq", 4), "marlin-24": ("gptq", 4), "nvfp4-pack-quantized": ("nvfp4", 4)}
-    if fmt in by_format:
-        scheme, bits = by_format[fmt]
-        return CheckpointFormat(scheme=scheme, method="compressed-tensors", weight_bits=bits,
-                                group_size={"gptq": 128, "nvfp4": 16}.get(scheme), kv_cache_dtype=kv, source=source)
+            return CheckpointFormat(scheme="gptq", weight_bits=4, granularity=granularity, group_size=size,
+                                    scale_dtype="bf16", zero_point=zero, **common)
     raise InputError(f"{source}: compressed-tensors quantization with format '{fmt or '?'}' and no weight "
-                     "scheme servopt models (fp8, int8, int4, nvfp4)")
+                     "scheme servopt models in its config_groups (fp8, int8, int4, nvfp4)")
 
 
 def _modelopt(quant: dict, source: str) -> CheckpointFormat:
@@ -191,24 +254,26 @@ def _modelopt(quant: dict, source: str) -> CheckpointFormat:
                or quant.get("kv_cache_quant_algo"))
     kv = _kv_from_scheme(kv_algo)
     # hf_quant_config.json lists them under quantization.exclude_modules, config.json under ignore
-    # (ModelOptQuantConfigBase.from_config, modelopt.py at v0.15.0, lines 275-282).
+    # (ModelOptQuantConfigBase.from_config, modelopt.py@v0.33.0 lines 342 and 359).
     ignore = {"ignore": _ignored(inner, "exclude_modules") or _ignored(quant, "ignore", "exclude_modules"),
               "ignore_match": "modelopt"}
     if algo == "FP8":
-        return CheckpointFormat(scheme="fp8", method="modelopt", weight_bits=8, kv_cache_dtype=kv, source=source,
-                                **ignore)
+        return CheckpointFormat(scheme="fp8", method="modelopt", weight_bits=8, granularity="tensor",
+                                kv_cache_dtype=kv, source=source, **ignore)
     if algo == "NVFP4":
         size = int(inner.get("group_size") or 16)
-        return CheckpointFormat(scheme="nvfp4", method="modelopt_fp4", weight_bits=4, group_size=size,
-                                scale_dtype="fp8", kv_cache_dtype=kv, source=source, **ignore)
+        return CheckpointFormat(scheme="nvfp4", method="modelopt_fp4", weight_bits=4, granularity="group",
+                                group_size=size, scale_dtype="fp8", kv_cache_dtype=kv, source=source, **ignore)
     raise InputError(f"{source}: ModelOpt quant_algo '{algo or '?'}' is not modelled; servopt reads FP8 and NVFP4")
 
 
-def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: str = "config.json") -> CheckpointFormat | None:
+def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: str = "config.json",
+                      model_type: str | None = None) -> CheckpointFormat | None:
     """The format a checkpoint's quantization metadata describes, or None for an unquantized one.
 
     ``quant`` is ``config.json``'s ``quantization_config``; ``hf_quant`` is ModelOpt's
-    ``hf_quant_config.json`` (which older ModelOpt exports ship instead). Unknown methods raise
+    ``hf_quant_config.json`` (which older ModelOpt exports ship instead); ``model_type`` is the
+    config's (vLLM loads gpt-oss's mxfp4 with its own method). Unknown methods raise
     :class:`InputError` rather than being served as 16-bit weights.
     """
     if hf_quant and str((hf_quant.get("producer") or {}).get("name", "modelopt")).lower() == "modelopt":
@@ -221,7 +286,8 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
     source = f"{source} quantization_config"
     if method in ("awq", "awq_marlin"):
         bits = int(quant.get("bits") or quant.get("w_bit") or 4)
-        return CheckpointFormat(scheme="awq" if bits == 4 else "w8a16", method="awq_marlin", weight_bits=bits,
+        return CheckpointFormat(scheme="awq" if bits == 4 else "w8a16", method="auto_awq", weight_bits=bits,
+                                granularity="group",
                                 group_size=int(quant.get("group_size") or quant.get("q_group_size") or 128),
                                 zero_point=bool(quant.get("zero_point", True)), source=source,
                                 ignore=_ignored(quant, "modules_to_not_convert"), ignore_match="substring")
@@ -230,16 +296,24 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
         if bits not in (4, 8):
             raise InputError(f"{source}: GPTQ with {bits}-bit weights is not served by vLLM's Marlin kernels (4 or 8)")
         size = int(quant.get("group_size") or 128)
-        return CheckpointFormat(scheme="gptq" if bits == 4 else "w8a16", method="gptq_marlin", weight_bits=bits,
-                                group_size=size if size > 0 else None, zero_point=not quant.get("sym", True),
-                                source=source)
-    if method in ("fp8", "fbgemm_fp8"):
-        # Fp8Config.from_config reads ignored_layers, else modules_to_not_convert (fp8.py at v0.15.0, 172-176).
-        return CheckpointFormat(scheme="fp8", method=method, weight_bits=8, source=source,
-                                ignore=_ignored(quant, "ignored_layers", "modules_to_not_convert"))
+        return CheckpointFormat(scheme="gptq" if bits == 4 else "w8a16", method="auto_gptq", weight_bits=bits,
+                                granularity="group" if size > 0 else "channel", group_size=size if size > 0 else None,
+                                zero_point=not quant.get("sym", True), source=source)
+    if method == "fp8":
+        # Fp8Config.from_config reads ignored_layers, else modules_to_not_convert (fp8.py@v0.33.0 lines 160-168).
+        ignore = _ignored(quant, "ignored_layers", "modules_to_not_convert")
+        if quant.get("weight_block_size") is not None:
+            return CheckpointFormat(scheme="fp8", method="fp8", weight_bits=8, granularity="block",
+                                    block_size=_block(quant["weight_block_size"], source, "weight_block_size"),
+                                    scale_dtype="fp32", source=source, ignore=ignore)
+        return CheckpointFormat(scheme="fp8", method="fp8", weight_bits=8, granularity="tensor", source=source,
+                                ignore=ignore)
+    if method == "fbgemm_fp8":
+        return CheckpointFormat(scheme="fp8", method="fbgemm_fp8", weight_bits=8, granularity="channel", source=source)
     if method == "mxfp4":
-        return CheckpointFormat(scheme="mxfp4", method="mxfp4", weight_bits=4, group_size=32, scale_dtype="e8m0",
-                                source=source, quantizes_linear=False)
+        return CheckpointFormat(scheme="mxfp4", method="gpt_oss_mxfp4" if model_type == "gpt_oss" else "mxfp4",
+                                weight_bits=4, granularity="group", group_size=32, scale_dtype="e8m0", source=source,
+                                quantizes_linear=False)
     if method == "compressed-tensors":
         return _compressed_tensors(quant, source)
     if method.startswith("modelopt"):
@@ -248,39 +322,17 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
                      "AWQ, GPTQ, fp8, ModelOpt (FP8, NVFP4) and mxfp4 checkpoints")
 
 
-# --- naming conventions, for ids that are neither cached nor in the catalog ---------------------
-
-# Keywords of a checkpoint id and the format they usually mean, most specific first. The format is
-# a guess (no KV scales, default group size): a cached config or the catalog replaces it.
-_ID_FORMATS: tuple[tuple[str, dict[str, Any]], ...] = (
-    (r"nvfp4", {"scheme": "nvfp4", "method": "modelopt_fp4", "weight_bits": 4, "group_size": 16, "scale_dtype": "fp8"}),
-    (r"awq", {"scheme": "awq", "method": "awq_marlin", "weight_bits": 4, "group_size": 128, "zero_point": True}),
-    (r"w4a16", {"scheme": "gptq", "method": "compressed-tensors", "weight_bits": 4, "group_size": 128,
-                "scale_dtype": "bf16"}),
-    (r"gptq[-_.]int8|w8a16", {"scheme": "w8a16", "method": "gptq_marlin", "weight_bits": 8, "group_size": 128}),
-    (r"gptq|int4", {"scheme": "gptq", "method": "gptq_marlin", "weight_bits": 4, "group_size": 128}),
-    (r"fp8", {"scheme": "fp8", "method": "compressed-tensors", "weight_bits": 8}),
-    (r"w8a8|int8", {"scheme": "int8", "method": "compressed-tensors", "weight_bits": 8, "scale_dtype": "bf16"}),
-)
-
-
-def format_from_id(model_id: str) -> CheckpointFormat | None:
-    """The format a checkpoint id's name suggests (``-AWQ``, ``-FP8-dynamic``, ``.w8a8``), or None."""
-    import re
-
-    text = model_id.lower()
-    for pattern, fields in _ID_FORMATS:
-        # Delimiters around every alternative: "w8a8" must be a whole token of the name.
-        if re.search(rf"(?:^|[-_./])(?:{pattern})(?:$|[-_./])", text):
-            return CheckpointFormat(**fields, source=f"guessed from the id '{model_id}'")
-    return None
-
-
 # --- the catalog of public checkpoints ----------------------------------------------------------
 
 @dataclass(frozen=True)
 class CatalogCheckpoint:
-    """A public pre-quantized checkpoint of a base model, with its card's accuracy recovery."""
+    """A public pre-quantized checkpoint of a base model, with its card's accuracy recovery.
+
+    ``format.source`` says where the format was read: the checkpoint's own config (a public copy,
+    ``config: repository@commit:path``; the model catalog then ships that config) or its card
+    (``card: ...``; the checkpoint then has its first base's architecture, which the card states
+    it keeps).
+    """
 
     id: str
     bases: tuple[str, ...]
@@ -288,6 +340,12 @@ class CatalogCheckpoint:
     recovery_pct: float | None
     recovery_metric: str
     source: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def from_config(self) -> bool:
+        """Whether the format was read from the checkpoint's own config (else from its card)."""
+        return self.format.source.startswith("checkpoint catalog (config:")
 
     @property
     def accuracy_drop_pct(self) -> float | None:
@@ -302,19 +360,21 @@ def checkpoint_catalog() -> tuple[CatalogCheckpoint, ...]:
     entries = []
     for item in raw["checkpoints"]:
         accuracy = item.get("accuracy") or {}
+        fmt = {**item["format"], "block_size": tuple(item["format"]["block_size"])} if item["format"].get(
+            "block_size") else item["format"]
         entries.append(CatalogCheckpoint(
             id=item["id"], bases=tuple([item["base"]] if isinstance(item["base"], str) else item["base"]),
-            format=CheckpointFormat(**item["format"], source=f"checkpoint catalog ({item['format_source']})"),
+            format=CheckpointFormat(**fmt, source=f"checkpoint catalog ({item['format_source']})"),
             recovery_pct=accuracy.get("recovery_pct"), recovery_metric=accuracy.get("metric", ""),
-            source=accuracy.get("source", ""),
+            source=accuracy.get("source", ""), aliases=tuple(item.get("aliases", ())),
         ))
     return tuple(entries)
 
 
 def catalog_entry(model_id: str) -> CatalogCheckpoint | None:
-    """The catalog's record of a checkpoint id (case-insensitive), or None."""
+    """The catalog's record of a checkpoint id or one of its earlier names (case-insensitive), or None."""
     key = model_id.strip().lower()
-    return next((c for c in checkpoint_catalog() if c.id.lower() == key), None)
+    return next((c for c in checkpoint_catalog() if key in (n.lower() for n in (c.id, *c.aliases))), None)
 
 
 def checkpoints_of(model_id: str) -> dict[str, CatalogCheckpoint]:

@@ -35,6 +35,10 @@ MAX_SEQS = 2**20
 MAX_BATCHED_TOKENS = 2**24
 MIN_LINK_GBPS = 0.01  # 10 MB/s: slower than any datacenter link
 MAX_LINK_GBPS = 1e5
+# How requests are spread over replicas (serving/router.py says what each does and which the vLLM
+# Router offers); servopt searches and exports round_robin unless a workload says otherwise.
+RouterPolicy = Literal["round_robin", "power_of_two", "least_outstanding"]
+ROUTER = "round_robin"
 Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL)]
 Instances = Annotated[int, Field(ge=1, le=MAX_ENGINES)]
 Seqs = Annotated[int, Field(ge=1, le=MAX_SEQS)]
@@ -123,7 +127,7 @@ class Deployment(Spec):
         default=None, description="vLLM --all2all-backend for the MoE dispatch across DP ranks; default: vLLM's")
     replicas: Instances = 1
     quantization: WeightScheme | None = Field(
-        default=None, description="default: implied by the model id, else the model dtype"
+        default=None, description="default: the checkpoint's own, read from its config, else the model dtype"
     )
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     max_num_seqs: Seqs | None = Field(default=None, description="default: vLLM's for the GPU")
@@ -142,7 +146,9 @@ class Deployment(Spec):
     block_size: int = Field(default=BLOCK_SIZE, ge=1, le=1024)
     speculative: SpeculativeConfig | None = None
     disaggregation: DisaggregationConfig | None = None
-    router: Literal["least_outstanding", "round_robin"] = "least_outstanding"
+    router: RouterPolicy = Field(
+        default=ROUTER, description="how requests are spread over the replicas (serving.router): the vLLM Router's "
+        "round_robin or power_of_two, or least_outstanding (no vLLM Router policy)")
     internode_gbps: LinkGBps = Field(default=50.0, description="link between nodes for PP sends, GB/s")
     vllm_version: Name | None = Field(
         default=None, description="the vLLM release serving it (its defaults and scheduling); default: servopt's target")

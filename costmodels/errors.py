@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from collections.abc import Iterable
 from typing import Annotated, Any, TypeVar
@@ -183,7 +184,8 @@ def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
         return f"must be a finite number (got {quote(given)})"
     if kind == "union_tag_invalid":
         ctx = item.get("ctx", {})
-        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}"
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        return f"{quote(ctx.get('tag'))} is not one of {ctx.get('expected_tags')}{did_you_mean(str(ctx.get('tag')), options)}"
     if kind == "string_pattern_mismatch":
         return f"must not hold control characters such as line breaks, tabs or NUL (got {quote(given)})"
     if kind in _EXPECTED:
@@ -191,6 +193,9 @@ def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
         return f"expected {_EXPECTED[kind]}, not {what} (got {quote(given)})"
     msg = item.get("msg", "invalid value")
     msg = msg.removeprefix("Value error, ")
+    if kind in ("literal_error", "enum") and isinstance(given, str):
+        options = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+        return f"{msg} (got {quote(given)}){did_you_mean(given, options)}"
     if kind in ("literal_error", "union_tag_invalid", "enum") or kind.startswith(("greater", "less", "too_")):
         return f"{msg} (got {quote(given)})"
     return msg
@@ -205,7 +210,8 @@ def _field_path(item: dict) -> str:
 
 def format_validation_error(err: Exception, source: str = "", shown: int = 5,
                             spec: type[BaseModel] | None = None) -> str:
-    """Turn a pydantic ValidationError into one line: each problem (the first ``shown``) names its field path.
+    """Turn a pydantic ValidationError into one line naming ``source`` once, then each problem (the
+    first ``shown``) with its field path.
 
     With ``spec`` (the model validated), an unknown key gets the closest keys it accepts there.
     """
@@ -214,10 +220,11 @@ def format_validation_error(err: Exception, source: str = "", shown: int = 5,
     if errors is None:
         return one_line(f"{prefix}{err}")
     items = errors()
-    parts = [f"{prefix}{_field_path(item)}: {_message(item, spec)}" for item in items[:shown]]
+    # The file is named once, however many of its fields are wrong.
+    parts = [f"{_field_path(item)}: {_message(item, spec)}" for item in items[:shown]]
     if len(items) > shown:
         parts.append(f"and {len(items) - shown} more problems")
-    return one_line("; ".join(parts))
+    return one_line(prefix + "; ".join(parts))
 
 
 def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:

@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
-from .errors import InputError, Name, Spec, label, quote, unknown_name_error, validate_spec
+from .errors import InputError, Name, Spec, did_you_mean, label, quote, unknown_name_error, validate_spec
 from .userfiles import read_yaml_mapping, shown
 
 GIB = 1024**3
@@ -61,6 +61,9 @@ class GPUSpec(Spec):
         description="GPUs one NVLink fabric joins (GB300 NVL72: 72 over 18 hosts); default: one host's")
     tdp_w: float | None = Field(default=None, gt=0, le=1e5)
     price_per_gpu_hour: GPUPrice
+    price_per: Literal["gpu", "node"] = Field(
+        default="gpu", description="what the price rents: a GPU on its own, or only its whole node of gpus_per_node "
+        "(an 8-GPU instance; the price is per GPU-hour of it)")
     price_source: str = ""
     price_date: str = ""
     aliases: list[Name] = Field(default_factory=list)
@@ -189,7 +192,7 @@ def load_catalog(path: str | Path | None = None) -> GPUCatalog:
     raw = read_yaml_mapping(path, "hardware file")
     unknown = [str(key) for key in raw if key != "gpus"]
     if "gpus" not in raw or unknown:
-        extra = f" (unknown key {unknown[0][:60]!r})" if unknown else ""
+        extra = f" (unknown key {unknown[0][:60]!r}{did_you_mean(unknown[0], ['gpus'])})" if unknown else ""
         raise InputError(f"hardware file '{shown(path)}' must have one top-level 'gpus:' mapping{extra}")
     return catalog.with_overrides(raw["gpus"], f"hardware file '{shown(path)}'")
 

@@ -9,7 +9,10 @@ rules: no ``--`` or ``..``, no ``-`` or ``.`` at either end of a part, 96 charac
 local Hugging Face cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``,
 read with ``huggingface_hub`` when it is installed and by the cache's documented layout when it is
 not), then, when ``huggingface_hub`` is installed and ``HF_HUB_OFFLINE`` is not set, the Hub
-(which fills the same cache). It reads ModelOpt's ``hf_quant_config.json`` beside ``config.json``
+(which fills the same cache). The Hub is first probed with one TCP connection
+(:data:`HUB_PROBE_TIMEOUT_S`, name resolution included), so that a machine without network fails
+at once with one line rather than waiting out ``huggingface_hub``'s retries (five, with backoff:
+about half a minute, minutes where name resolution hangs). It reads ModelOpt's ``hf_quant_config.json`` beside ``config.json``
 when there is one. The shipped catalog of configs is :func:`servopt.costmodels.architectures.preset_models`.
 
 Example:
@@ -24,9 +27,13 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import socket
+import threading
 import unicodedata
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +45,8 @@ _HF_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 HF_ID_PATTERN = re.compile(rf"{_HF_PART}(?:/{_HF_PART})?")
 _MAX_PART = 96
 QUANT_CONFIG_FILE = "hf_quant_config.json"
+# How long the Hub (or the HTTPS proxy) may take to accept one connection before servopt gives up.
+HUB_PROBE_TIMEOUT_S = 3.0
 
 
 def _has_control(text: str) -> bool:
@@ -126,12 +135,13 @@ def _cached_snapshot(repo_id: str, cache: Path) -> Path | None:
 
 
 def from_cache(repo_id: str) -> FetchedConfig | None:
-    """The cached configuration of a Hub id, or None when it was never downloaded."""
+    """The cached configuration of a Hub id (its origin names the revision), or None when it was
+    never downloaded."""
     cache = hub_cache_dir()
     snapshot = _cached_snapshot(repo_id, cache)
     if snapshot is None:
         return None
-    return _from_folder(snapshot, f"Hugging Face cache {cache}")
+    return _from_folder(snapshot, f"Hugging Face cache {cache} ({repo_id}, revision {snapshot.name})")
 
 
 def hub_status() -> str | None:
@@ -145,19 +155,64 @@ def hub_status() -> str | None:
     return None
 
 
+def _probe_target() -> tuple[str, int]:
+    """The host and port a Hub request connects to first: the HTTPS proxy when one is set."""
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    url = urllib.parse.urlsplit(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+
+
+def hub_unreachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the Hub cannot be reached now (None when a connection opens within ``timeout_s``).
+
+    Name resolution has no timeout of its own, so the probe runs in a daemon thread that is left
+    behind if it does not finish in time.
+    """
+    host, port = _probe_target()
+    outcome: list[str] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            outcome.append("")
+        except OSError as err:
+            outcome.append(getattr(err, "strerror", None) or type(err).__name__)
+
+    thread = threading.Thread(target=probe, name="servopt-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        return f"{host}:{port} did not answer within {timeout_s:g} s"
+    return f"{host}:{port}: {outcome[0]}" if outcome[0] else None
+
+
 def from_hub(repo_id: str) -> FetchedConfig:
     """Download ``config.json`` (and ``hf_quant_config.json`` when present) into the cache.
 
-    Raises :class:`InputError` with the Hub's reason (unknown repo, gated repo, no network).
+    Raises :class:`InputError` with the Hub's reason (unknown repo, gated repo, no network); an
+    unreachable Hub is found by :func:`hub_unreachable` before ``huggingface_hub`` retries.
     """
     reason = hub_status()
     if reason:
         raise InputError(f"model '{repo_id}': the Hugging Face Hub cannot be asked: {reason}")
+    unreachable = hub_unreachable()
+    if unreachable:
+        raise InputError(f"model '{repo_id}': the Hugging Face Hub cannot be reached ({unreachable})")
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import EntryNotFoundError, GatedRepoError, RepositoryNotFoundError
+    from huggingface_hub.utils import (
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)  # its retry warnings would break the one-line error
     try:
-        path = Path(hf_hub_download(repo_id, "config.json", cache_dir=hub_cache_dir()))
+        path = Path(hf_hub_download(repo_id, "config.json", cache_dir=hub_cache_dir(), etag_timeout=HUB_PROBE_TIMEOUT_S))
+    except LocalEntryNotFoundError:  # the connection failed after the probe (a subclass of the next)
+        raise InputError(f"model '{repo_id}': the Hugging Face Hub could not be reached") from None
     except GatedRepoError:
         raise InputError(f"model '{repo_id}' is gated on the Hugging Face Hub: accept its license and log in "
                          "(huggingface-cli login), or pass a local config.json") from None
@@ -169,8 +224,12 @@ def from_hub(repo_id: str) -> FetchedConfig:
         raise InputError(f"model '{repo_id}': the Hugging Face Hub could not be reached "
                          f"({type(err).__name__})") from None
     try:
-        quant_path = hf_hub_download(repo_id, QUANT_CONFIG_FILE, cache_dir=hub_cache_dir())
+        quant_path = hf_hub_download(repo_id, QUANT_CONFIG_FILE, cache_dir=hub_cache_dir(),
+                                     etag_timeout=HUB_PROBE_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - most repos have none
         quant_path = None
+    finally:
+        hub_logger.setLevel(level)
     quant = _read(Path(quant_path), "ModelOpt quantization config") if quant_path else None
-    return FetchedConfig(_read(path, "model config"), quant, "Hugging Face Hub")
+    revision = path.parent.name  # the snapshot folder is named by the commit
+    return FetchedConfig(_read(path, "model config"), quant, f"Hugging Face Hub ({repo_id}, revision {revision})")

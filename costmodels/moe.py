@@ -61,10 +61,11 @@ def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None
 
     - 16-bit: vLLM's unquantized fused MoE (``UnquantizedFusedMoEMethod``: Triton, or FlashInfer's
       kernels on Blackwell).
-    - fp8: block-scaled (``fp8_block``) for plain ``quant_method: fp8`` checkpoints, whose
-      ``weight_block_size`` is 128 x 128 (DeepSeek's, Qwen's); per-tensor or per-channel (``fp8``)
-      for ``--quantization fp8`` and ModelOpt / compressed-tensors checkpoints (``Fp8MoEMethod``,
-      ``ModelOptFp8MoEMethod``).
+    - fp8: block-scaled (``fp8_block``) for checkpoints whose weights carry one scale per block
+      (``quant_method: fp8`` with ``weight_block_size``, DeepSeek's and Qwen's releases, or a
+      compressed-tensors block strategy: ``Fp8MoEMethod`` with ``block_quant``); per-tensor or
+      per-channel (``fp8``) for ``--quantization fp8`` and the other FP8 checkpoints
+      (``Fp8MoEMethod``, ``ModelOptFp8MoEMethod``, ``CompressedTensorsW8A8Fp8MoEMethod``).
     - mxfp4 (gpt-oss): ``Mxfp4MoEMethod`` (``vllm/model_executor/layers/quantization/mxfp4.py``,
       ``get_mxfp4_backend``): on Hopper the Triton (``triton_kernels`` matmul_ogs) W4A16 kernel, on
       Blackwell FlashInfer's TRT-LLM MXFP4 x BF16 kernel unless an environment variable asks for
@@ -85,7 +86,7 @@ def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None
     if runs_weight_only(quantization, gpu):
         return "int4"
     if name == "fp8":
-        block = checkpoint is not None and getattr(checkpoint, "scheme", None) == "fp8" and getattr(checkpoint, "method", None) == "fp8"
+        block = checkpoint is not None and getattr(checkpoint, "block_size", None) is not None
         return "fp8_block" if block else "fp8"
     if name in ("fp16", "nvfp4", "int8"):
         return name

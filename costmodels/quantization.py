@@ -41,7 +41,7 @@ from typing import Literal
 
 import yaml
 
-from .errors import InputError, unknown_name_error
+from .errors import InputError, did_you_mean, unknown_name_error
 from .hardware import GPUSpec
 
 WeightScheme = Literal["bf16", "fp16", "fp32", "fp8", "int8", "awq", "gptq", "w8a16", "nvfp4", "mxfp4"]
@@ -66,15 +66,17 @@ class QuantScheme:
     dynamic_per_tensor_activations: bool = False
 
 
+# vllm_quantization: the method vLLM 0.33 loads a checkpoint of the scheme with (a checkpoint's own
+# metadata decides: costmodels/checkpoints.py); only fp8 is also applied to 16-bit weights at start-up.
 SCHEMES: dict[str, QuantScheme] = {
     "bf16": QuantScheme("bf16", 2.0, "bf16", False, None, "unquantized bfloat16"),
     "fp16": QuantScheme("fp16", 2.0, "fp16", False, None, "unquantized float16"),
     "fp32": QuantScheme("fp32", 4.0, "fp32", False, None, "unquantized float32"),
     "fp8": QuantScheme("fp8", 1.0, "fp8", False, "fp8", "FP8 W8A8 (e4m3, dynamic activation scales)", True),
     "int8": QuantScheme("int8", 1.0, "int8", False, "compressed-tensors", "INT8 W8A8 (SmoothQuant/GPTQ)"),
-    "awq": QuantScheme("awq", _INT4_GROUP_BYTES, "bf16", True, "awq_marlin", "AWQ INT4 weight-only, group 128"),
-    "gptq": QuantScheme("gptq", _INT4_GROUP_BYTES, "bf16", True, "gptq_marlin", "GPTQ INT4 weight-only, group 128"),
-    "w8a16": QuantScheme("w8a16", 1.0 + 2 / 128, "bf16", True, "gptq_marlin", "INT8 weight-only, group 128"),
+    "awq": QuantScheme("awq", _INT4_GROUP_BYTES, "bf16", True, "auto_awq", "AWQ INT4 weight-only, group 128"),
+    "gptq": QuantScheme("gptq", _INT4_GROUP_BYTES, "bf16", True, "auto_gptq", "GPTQ INT4 weight-only, group 128"),
+    "w8a16": QuantScheme("w8a16", 1.0 + 2 / 128, "bf16", True, "auto_gptq", "INT8 weight-only, group 128"),
     "nvfp4": QuantScheme("nvfp4", 0.5 + 1 / 16, "fp4", False, "modelopt_fp4", "NVFP4 (fp4 e2m1, fp8 scale per 16)"),
     "mxfp4": QuantScheme("mxfp4", 0.5 + 1 / 32, "bf16", True, "mxfp4", "MXFP4 (gpt-oss MoE weights)"),
 }
@@ -184,7 +186,9 @@ class AccuracyTable:
     def with_overrides(self, overrides: dict[str, float]) -> AccuracyTable:
         unknown = set(overrides) - set(SCHEMES) - {"kv_fp8"}
         if unknown:
-            raise InputError(f"accuracy overrides: unknown scheme(s) {sorted(unknown)}; known: {sorted(SCHEMES)}, kv_fp8")
+            first = sorted(unknown)[0]
+            raise InputError(f"accuracy overrides: unknown scheme '{first}'{did_you_mean(first, [*SCHEMES, 'kv_fp8'])}; "
+                             f"known: {', '.join(sorted(SCHEMES))}, kv_fp8")
         return AccuracyTable(self.entries, self.kv_fp8_drop_pct, self.kv_source, {**self.overrides, **overrides})
 
     def lookup(self, scheme: str, model_params: float) -> AccuracyEntry | None:

@@ -59,9 +59,45 @@ CONSTRAINT_GROUPS = {
 _TOKENS_PER_VERIFY = 1.0
 
 
+def whole_nodes(workload, gpu) -> bool:
+    """Whether a fleet of ``gpu`` rents whole nodes: as ``pricing.whole_nodes`` says, else as the
+    GPU's price is quoted (``price_per: node``, the price of an 8-GPU instance)."""
+    if workload.pricing.whole_nodes is not None:
+        return workload.pricing.whole_nodes
+    return gpu.price_per == "node"
+
+
 def p99(summary: Summary, metric: str) -> float:
     """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a simulator summary, in seconds."""
     return float(summary[f"{metric}_s"]["p99"])
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A deployment scored at one fidelity: the analytic estimate (``requests`` None) or a simulation
+    of ``requests`` requests drawn with ``seed``. The one scoring path of a trial's estimate and
+    simulation, the sampler's forecast and the front's re-check (:meth:`Evaluator.predict`).
+
+    ``violations`` holds every prediction rule's relative miss (> 0: broken): ``saturated``, the SLOs,
+    the classes' SLOs and, when the workload asks, the targets with one replica down;
+    ``reasons`` says why each broken one is; ``values`` are the objectives (None when unbounded)."""
+
+    summary: Summary
+    n_minus_1: Summary | None
+    violations: dict[str, float]
+    reasons: list[str]
+    costs: dict[str, Any]
+    values: tuple[float, float] | None
+    requests: int | None = None
+    seed: int | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.requests is not None
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.violations.values())
 
 
 @dataclass
@@ -220,13 +256,13 @@ class Evaluator:
 
     # --- scoring ---------------------------------------------------------------------------------
     def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, Any]:
-        """GPUs rented (whole nodes under ``pricing.whole_nodes``), the fleet's $/hour, and $ per
+        """GPUs rented (whole nodes where :func:`whole_nodes`), the fleet's $/hour, and $ per
         million output tokens and per million tokens (input + output) at the predicted throughput
         (the offered load before a prediction; None when neither is known, as for closed-loop
         clients)."""
         gpu = self.problem.gpu(deployment.gpu)
         rented = deployment.num_gpus
-        if self.problem.workload.pricing.whole_nodes:
+        if whole_nodes(self.problem.workload, gpu):
             node = self.problem.ctx.node_size(deployment.gpu)
             rented = deployment.num_nodes(node) * node
         per_hour = rented * gpu.price_per_gpu_hour
@@ -274,6 +310,40 @@ class Evaluator:
         margin = self.problem.workload.fidelity.screen_margin
         return max(amount - margin for name, amount in violations.items() if name != "saturated")
 
+    def _summary(self, model: str, compiled: CompiledDeployment, requests: int | None, seed: int | None) -> Summary:
+        if requests is None:
+            return self._estimate(model, compiled)
+        return self.simulate(model, compiled, requests, seed)
+
+    def predict(self, model: str, compiled: CompiledDeployment, requests: int | None = None,
+                seed: int | None = None) -> Prediction:
+        """Score a compiled deployment at one fidelity: the estimate, or with ``requests`` the
+        simulation drawn with ``seed`` (cached either way). Every prediction rule is applied here:
+        saturation, the SLOs, each class's SLOs, and the targets with one replica down (predicted at
+        the same fidelity) when the workload asks (:mod:`._redundancy`). InputError when the
+        simulator cannot model the deployment."""
+        w = self.problem.workload
+        summary = self._summary(model, compiled, requests, seed)
+        violations = self._prediction_violations(summary)
+        source = "estimate" if requests is None else "simulate"
+        reasons = _prediction_reasons(summary, violations, w.slo, source)
+        reasons += [f"{'simulated' if requests is not None else 'estimated'} P99 {metric.upper()} of class {name} "
+                    f"{latency:.3g} s > its SLO {target:g} s"
+                    for name, metric, latency, target in self._class_targets(summary)
+                    if math.isfinite(latency) and latency > target]
+        n_minus_1 = None
+        if _redundancy.wanted(w):
+            replicas = compiled.deployment.replicas
+            if replicas >= 2:
+                n_minus_1 = self._summary(model, compiled.with_replicas(replicas - 1), requests, seed)
+            amount, reason = _redundancy.miss(n_minus_1, w.slo, self.problem.stats.rate_per_s)
+            violations[_redundancy.CONSTRAINT] = amount
+            if amount > 0:
+                reasons.append(reason)
+        costs = self.cost(compiled.deployment, summary)
+        return Prediction(summary, n_minus_1, violations, reasons, costs, self._objectives(costs, summary),
+                          requests, seed)
+
     def forecast(self, params: dict[str, Any]) -> tuple[tuple[float, float] | None, float]:
         """What the estimate says of drawn parameters before a trial scores them: the objective
         values (None when not predicted) and how far they miss (rules broken, saturation, SLOs beyond
@@ -287,13 +357,11 @@ class Evaluator:
         if seen.violations:
             return None, 1.0 + sum(v.amount for v in seen.violations.values())
         try:
-            compiled, summary = self._estimate_fleet(seen.candidate, seen.model, seen.compiled)
+            compiled, _ = self._estimate_fleet(seen.candidate, seen.model, seen.compiled)
+            estimated = self.predict(seen.model, compiled)
         except InputError:
             return None, math.inf
-        misses = self._prediction_violations(summary)
-        misses.update(_redundancy.check(self, seen.model, compiled, {})[0])
-        values = self._objectives(self.cost(compiled.deployment, summary), summary)
-        return values, max(misses["saturated"], self._slo_excess(misses))
+        return estimated.values, max(estimated.violations["saturated"], self._slo_excess(estimated.violations))
 
     def _objectives(self, costs: dict[str, Any], summary: Summary | None) -> tuple[float, float] | None:
         """The predicted cost and P99, or None when either is unknown or unbounded."""
@@ -365,57 +433,47 @@ class Evaluator:
         if seen.capacity is not None:
             record["capacity"] = seen.capacity
         record["deployment"] = compiled.deployment.model_dump(mode="json")
-        summary = None
+        scored: Prediction | None = None
         amounts = {name: 0.0 for name in self.constraint_names}
         amounts.update({name: v.amount for name, v in violations.items()})
         reasons = [v.reason for v in violations.values()]
         if not violations:
             try:
-                compiled, summary = self._estimate_fleet(candidate, model, compiled)
+                compiled, _ = self._estimate_fleet(candidate, model, compiled)
+                scored = self.predict(model, compiled)
             except InputError as err:  # a configuration the simulator cannot model
                 violations["simulator"] = Violation("simulator", 1.0, f"simulator: {err}")
                 amounts["simulator"] = 1.0
                 reasons.append(violations["simulator"].reason)
-        if not violations:
+        if scored is not None:
             record["deployment"] = space.validated(compiled.deployment).model_dump(mode="json")
             record["roles"] = compiled.describe_roles()
-            record["estimate"] = summary
+            record["estimate"] = scored.summary
             record["fidelity"] = "estimate"
-            estimated = self._prediction_violations(summary)
-            n_minus_1, n_minus_1_reasons = _redundancy.check(self, model, compiled, record)
-            estimated.update(n_minus_1)
-            estimate_values = self._objectives(self.cost(compiled.deployment, summary), summary)
-            slo_ok = self._slo_excess(estimated) <= 0
+            record["n_minus_1"] = scored.n_minus_1
+            estimate_values = scored.values
+            slo_ok = self._slo_excess(scored.violations) <= 0
             dominated = (screen is not None and estimate_values is not None
                          and screen.dominated(*estimate_values, w.fidelity.screen_margin))
             record["estimate_objectives"] = list(estimate_values) if estimate_values else None
-            if not summary.get("saturated") and estimate_values and slo_ok and not dominated:
+            if not scored.summary.get("saturated") and estimate_values and slo_ok and not dominated:
                 try:
-                    simulated = self.simulate(model, compiled, w.fidelity.search_requests, w.seed)
+                    simulated = self.predict(model, compiled, w.fidelity.search_requests, w.seed)
                 except InputError as err:  # keep the estimate, and say why it was not simulated
                     amounts["simulator"] = 1.0
                     reasons.append(f"simulator: {err}")
                 else:
-                    summary = record["simulation"] = simulated
-                    record["simulated_requests"] = w.fidelity.search_requests
-                    record["fidelity"] = "simulate"
-                    estimated = self._prediction_violations(summary)
-                    n_minus_1, n_minus_1_reasons = _redundancy.check(
-                        self, model, compiled, record, (w.fidelity.search_requests, w.seed))
-                    estimated.update(n_minus_1)
+                    scored = simulated
+                    record.update(simulation=scored.summary, simulated_requests=scored.requests,
+                                  fidelity="simulate", n_minus_1=scored.n_minus_1)
             elif dominated:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
-            amounts.update(estimated)
-            reasons += _prediction_reasons(summary, estimated, w.slo, record["fidelity"])
-            reasons += [f"{'simulated' if record['fidelity'] == 'simulate' else 'estimated'} P99 {metric.upper()} of "
-                        f"class {name} {latency:.3g} s > its SLO {target:g} s"
-                        for name, metric, latency, target in self._class_targets(summary)
-                        if math.isfinite(latency) and latency > target]
-            reasons += n_minus_1_reasons
+            amounts.update(scored.violations)
+            reasons += scored.reasons
             record["memory_headroom_gib"] = compiled.kv_pool_gib()
         deployment = compiled.deployment
-        costs = self.cost(deployment, summary)
-        values = self._objectives(costs, summary)
+        costs = scored.costs if scored is not None else self.cost(deployment, None)
+        values = scored.values if scored is not None else None
         profile = self.problem.profile(deployment.gpu)
         record.update({
             **costs,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..calibration.registry import load_profile
-from ..costmodels.architectures import resolve_model
+from ..costmodels.architectures import longer_context_fix, resolve_model
 from ..costmodels.checkpoints import checkpoints_of
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, load_catalog
@@ -139,8 +139,12 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
     stats = traffic_stats(w.traffic)
     max_len, max_len_basis = {}, {}
     for key, choice in models.items():
+        # vLLM's limit is each checkpoint's own config's: the tightest of the weights the search may serve.
+        served = min((o for o in choice.weights.values()), key=lambda o: o.spec.max_context)
         try:
-            max_len[key], max_len_basis[key] = max_model_len_for(stats, choice.spec.max_context, w.max_model_len)
+            max_len[key], max_len_basis[key] = max_model_len_for(
+                stats, served.spec.max_context, w.max_model_len,
+                lambda tokens, o=served: longer_context_fix(o.spec, o.serve_id, tokens))
         except InputError as err:
             raise InputError(f"{err} ({key})") from None
 

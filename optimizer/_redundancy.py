@@ -5,7 +5,9 @@ capacity is enough is a prediction, not an assumption. When the workload asks fo
 (``redundancy > 0``) or constrains on it (``slo: {..., n_minus_1: true}``), every candidate is also
 predicted on the same traffic with one replica fewer, at the fidelity it reached (the analytic
 estimate, then the simulation with the same requests and seed, then the front's re-check), and its
-record keeps that summary (``TrialRecord.n_minus_1``: the tables' ``n_minus_1_p99_*`` columns).
+record keeps that summary (``TrialRecord.n_minus_1``: the tables' ``n_minus_1_p99_*`` columns). The
+scoring path (:meth:`~servopt.optimizer._evaluate.Evaluator.predict`) predicts it; this module
+says what it means for the targets.
 
 With ``slo.n_minus_1`` the targets must hold at N-1 too: the constraint ``slo_n_minus_1`` is the
 largest relative miss of a target at N-1 or, when the N-1 fleet saturates, its overload (offered
@@ -25,14 +27,9 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
 
 from ..costmodels.serving import SLO
-from ..costmodels.serving.compiled import CompiledDeployment
 from ..results._record import Summary, summary_p99
-
-if TYPE_CHECKING:
-    from ._evaluate import Evaluator
 
 CONSTRAINT = "slo_n_minus_1"
 
@@ -59,25 +56,3 @@ def miss(summary: Summary | None, slo: SLO, offered_rate_per_s: float | None) ->
         if amount > worst:
             worst, reason = amount, f"with one replica down P99 {metric.upper()} {latency:.3g} s > SLO {target:g} s"
     return worst, reason
-
-
-def predict(evaluator: Evaluator, model: str, compiled: CompiledDeployment, simulate: tuple[int, int] | None) -> Summary | None:
-    """The N-1 prediction: the estimate, or with ``simulate=(requests, seed)`` the simulation (None for one replica)."""
-    replicas = compiled.deployment.replicas
-    if replicas < 2:
-        return None
-    fewer = compiled.with_replicas(replicas - 1)
-    if simulate is None:
-        return evaluator._estimate(model, fewer)
-    return evaluator.simulate(model, fewer, *simulate)
-
-
-def check(evaluator: Evaluator, model: str, compiled: CompiledDeployment, record: dict[str, Any],
-          simulate: tuple[int, int] | None = None) -> tuple[dict[str, float], list[str]]:
-    """Predict N-1 into ``record["n_minus_1"]`` when the workload asks; returns the constraint amount and reasons."""
-    w = evaluator.problem.workload
-    if not wanted(w):
-        return {CONSTRAINT: 0.0}, []
-    summary = record["n_minus_1"] = predict(evaluator, model, compiled, simulate)
-    amount, reason = miss(summary, w.slo, evaluator.problem.stats.rate_per_s)
-    return {CONSTRAINT: amount}, [reason] if amount > 0 else []

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -171,22 +172,30 @@ def length_bound(dist, what: str) -> tuple[int, str]:
     raise InputError(f"unsupported length distribution {type(dist).__name__}")
 
 
-def max_model_len_for(stats: TrafficStats, model_max_context: int, requested: int | None = None) -> tuple[int, str]:
+def max_model_len_for(stats: TrafficStats, model_max_context: int, requested: int | None = None,
+                      fix: Callable[[int], str] | None = None) -> tuple[int, str]:
     """``--max-model-len`` and why: the workload's value, else the longest request the traffic
-    declares (prompt + output maxima), never above what the model supports. Traffic whose median
-    request does not fit is refused (the simulator would only clip it:
-    :func:`~servopt.costmodels.serving.traffic.check_context`)."""
+    declares (prompt + output maxima), never above what vLLM accepts for the model's config
+    (``model_max_context``). Traffic whose median request does not fit is refused (the simulator
+    would only clip it: :func:`~servopt.costmodels.serving.traffic.check_context`); ``fix(tokens)``
+    says how to serve that many tokens (:func:`~servopt.costmodels.architectures.longer_context_fix`)."""
+    def how(tokens: int) -> str:
+        return fix(tokens) if fix else f"choose a model with a context of at least {tokens:,}"
+
     if requested is not None and requested > model_max_context:
-        raise InputError(f"max_model_len: {requested} exceeds the model's maximum context of {model_max_context}")
+        raise InputError(f"max_model_len: {requested} exceeds the model's maximum context of {model_max_context}: "
+                         f"{how(requested)}")
     limit = requested or model_max_context
     if stats.median_context_tokens > limit:
         where = "max_model_len" if requested else "the model's maximum context"
         raise InputError(f"traffic: the median request needs {stats.median_context_tokens:,} tokens (prompt + output), "
-                         f"more than {where} of {limit:,}: shorten input_tokens/output_tokens, choose a model with "
-                         "a longer context, or set traffic.max_context to clip them as a benchmark client would")
+                         f"more than {where} of {limit:,}: shorten input_tokens/output_tokens, set traffic.max_context "
+                         f"to clip them as a benchmark client would, or serve longer contexts: "
+                         f"{how(stats.median_context_tokens)}")
     if requested is not None:
         return requested, "the workload's max_model_len"
     if stats.max_context_tokens > model_max_context:
         return model_max_context, (f"the model's maximum context; the traffic declares longer requests "
-                                   f"({stats.max_context_basis} = {stats.max_context_tokens}), which vLLM rejects")
+                                   f"({stats.max_context_basis} = {stats.max_context_tokens}), which vLLM rejects; "
+                                   f"to serve them: {how(stats.max_context_tokens)}")
     return stats.max_context_tokens, f"covers the longest request: {stats.max_context_basis}"

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,15 +52,18 @@ from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url,
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
+    RecheckRound,
     WorkerResult,
     evaluated_trials,
     fail_dead_workers_trials,
     final_front,
+    front_candidates,
     front_equivalents,
     make_sampler,
     prepare_study,
+    next_rechecks,
     recheck,
-    recheck_layers,
+    recheck_statement,
     run_worker,
     save_recheck,
     stored_rechecks,
@@ -69,6 +75,8 @@ JOURNAL_FILE = "study.journal"
 # The SQLite study of a folder written before the journal became the default.
 LEGACY_DATABASE = "study.db"
 WORKLOAD_HASH_ATTR = "workload_sha256"
+# What the front's re-check established (:func:`~servopt.optimizer.study.recheck_statement`).
+RECHECK_STATEMENT_ATTR = "recheck_statement"
 JOB_ATTR = "job"
 
 
@@ -148,6 +156,7 @@ class Job:
     study: str | None = None
     storage: str | None = None
     jobs: int = 1
+    cores: int | None = None  # processes for the re-check's simulations (default: every core available)
     hardware: str | None = None
     name: str = "default"
     _problem: Problem | None = field(default=None, repr=False)
@@ -332,29 +341,44 @@ class Job:
         return {"workload": self.workload.model_dump(mode="json"), "out_dir": str(self.out_dir),
                 "study": self.study_name, "storage": self.storage_url, "hardware": self.hardware, "name": self.name}
 
-    def recheck_front(self, study: optuna.Study) -> int:
-        """Re-simulate the front with more requests, and the runners-up only when a front point
-        fails its re-check; returns how many ran."""
-        requests = self.workload.fidelity.final_requests
-        evaluator = self.evaluator if self.jobs <= 1 else None
-        ran = 0
-        for layer in recheck_layers(study):
-            done = stored_rechecks(study)
-            records = [(t.number, t.user_attrs[RECORD_ATTR]) for t in layer
-                       if t.number not in done or done[t.number].get("requests") != requests]
-            if evaluator is not None:
-                results = [recheck(self.problem, record, evaluator) for _, record in records]
-            else:
-                results = Parallel(n_jobs=self.jobs, backend="loky")(
-                    delayed(_recheck)(self.config(), record) for _, record in records
-                )
-            for (number, _), result in zip(records, results, strict=True):
-                save_recheck(study, number, result)
-            ran += len(records)
-            done = stored_rechecks(study)
-            if all(done[t.number]["feasible"] for t in layer):
+    def recheck_front(self, study: optuna.Study, on_round: Callable[[RecheckRound], None] | None = None) -> int:
+        """Re-simulate the front's candidates with ``final_requests``, cheapest first, round by round
+        until the front is settled (:func:`~servopt.optimizer.study.next_rechecks`); a round's
+        re-checks run on this machine's cores (:attr:`cores`), with the results one core gives.
+        ``on_round`` hears where it stands after each round (a progress display). Returns how many
+        ran; what the re-check established is stored with the study (:data:`RECHECK_STATEMENT_ATTR`)."""
+        w = self.workload
+        requests = w.fidelity.final_requests
+        candidates = front_candidates(study, w.slo)
+        ran = failed = rounds = 0
+        while True:
+            batch = next_rechecks(candidates, stored_rechecks(study), requests)
+            if on_round is not None:
+                on_round(RecheckRound(rounds, ran, failed, len(candidates), len(final_front(study)), len(batch)))
+            if not batch:
                 break
+            for candidate, result in zip(batch, self._rechecks([c.record for c in batch]), strict=True):
+                save_recheck(study, candidate.number, {**result, "equivalents": list(candidate.equivalents)})
+                failed += not result["feasible"]
+            ran += len(batch)
+            rounds += 1
+        study.set_user_attr(RECHECK_STATEMENT_ATTR, recheck_statement(candidates, stored_rechecks(study), requests))
         return ran
+
+    def _rechecks(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Re-check simulations of one round: in forked processes that share this one's caches when
+        several cores and records are there (the simulations are seeded: any process gives the same
+        result), else here."""
+        processes = min(self.cores or available_cores(), len(records))
+        if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return [recheck(self.problem, record, self.evaluator) for record in records]
+        global _FORKED
+        _FORKED = self
+        try:
+            return Parallel(n_jobs=processes, backend="multiprocessing")(
+                delayed(_forked_recheck)(record) for record in records)
+        finally:
+            _FORKED = None
 
     # --- reading back -----------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
@@ -370,7 +394,8 @@ class Job:
         ]
         gpus = {
             name: {"profile": problem.profile(name).source, "calibrated": problem.profile(name).calibrated,
-                   "price_per_gpu_hour": gpu.price_per_gpu_hour, "gpus_per_node": problem.ctx.node_size(name)}
+                   "price_per_gpu_hour": gpu.price_per_gpu_hour, "price_per": gpu.price_per,
+                   "gpus_per_node": problem.ctx.node_size(name), "vendor": gpu.vendor}
             for name, gpu in problem.ctx.gpus.items()
         }
         return {
@@ -383,6 +408,7 @@ class Job:
             "rechecks": {n: Recheck.model_validate(r) for n, r in stored_rechecks(study).items()},
             "front": final_front(study),
             "front_equivalents": front_equivalents(study),
+            "recheck": study.user_attrs.get(RECHECK_STATEMENT_ATTR),
             "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
                               for key, basis in problem.max_model_len_basis.items()},
         }
@@ -433,6 +459,18 @@ def _worker(config: dict[str, Any], index: int) -> WorkerResult:
     return run_worker(job.problem, study, trials=w.budget.trials, timeout_s=w.budget.time_s, evaluator=job.evaluator)
 
 
-def _recheck(config: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    job = _job_from_config(config)
-    return recheck(job.problem, record)
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# The job whose re-checks forked processes run: they inherit it (its problem and caches) rather than
+# rebuilding it from its workload.
+_FORKED: Job | None = None
+
+
+def _forked_recheck(record: dict[str, Any]) -> dict[str, Any]:
+    return recheck(_FORKED.problem, record, _FORKED.evaluator)

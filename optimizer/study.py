@@ -40,8 +40,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from . import _redundancy
-from ._evaluate import CONSTRAINT_GROUPS, Evaluator, ScreenFront, p99
+from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99
 from ._problem import Problem
 from ._sampler import DistinctSampler
 
@@ -56,9 +55,6 @@ RECHECK_PREFIX = "recheck:"
 CONSTRAINTS_ATTR = "constraints"
 CONSTRAINT_NAMES_ATTR = "constraint_names"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# Re-checks at final fidelity: the search's front, then its runners-up when a front point fails,
-# at most this many in all (each is a simulation of ``final_requests``).
-RECHECK_LIMIT = 16
 # Trials that hold a slot of the trial budget: finished ones and those still running.
 _BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
@@ -311,73 +307,162 @@ def pareto_mask(points: np.ndarray) -> np.ndarray:
     return mask
 
 
-def front_layers(points: np.ndarray, layers: int) -> np.ndarray:
-    """Indices of the first ``layers`` non-dominated fronts."""
-    remaining = np.arange(len(points))
-    chosen: list[int] = []
-    for _ in range(layers):
-        if not len(remaining):
-            break
-        mask = pareto_mask(points[remaining])
-        chosen += remaining[mask].tolist()
-        remaining = remaining[~mask]
-    return np.array(chosen, dtype=int)
+# --- the final front: re-checked at final fidelity, cheapest first -------------------------------
+@dataclass(frozen=True)
+class FrontCandidate:
+    """A simulated trial that may belong to the final front: its search-fidelity objective values,
+    whether the search found it feasible, and the trials that predicted exactly the same values and
+    verdict (deployments whose knobs differ where the traffic never notices: a max_num_seqs never
+    reached, a token budget above every step's tokens), which its re-check stands for."""
+
+    number: int
+    record: dict[str, Any]
+    values: tuple[float, float]
+    feasible: bool
+    equivalents: tuple[int, ...] = ()
 
 
-def recheck_layers(study: optuna.Study, limit: int = RECHECK_LIMIT) -> list[list[optuna.trial.FrozenTrial]]:
-    """Feasible simulated trials on the search's first two fronts, one per distinct prediction, at
-    most ``limit`` in all: the front, and the runners-up that stand by in case a front point fails
-    at higher fidelity (re-checked only then: :meth:`~servopt.optimizer.job.Job.recheck_front`).
-
-    Deployments whose knobs differ where the traffic never notices (a max_num_seqs never reached,
-    a token budget above every step's tokens) simulate to the same values: the lowest-numbered of
-    them is re-checked for all (:func:`search_equivalents`)."""
-    trials = [first for first, _ in search_equivalents(study)]
-    if not trials:
-        return []
-    points = np.array([t.values for t in trials])
-    first = int(pareto_mask(points).sum())
-    chosen = [trials[i] for i in front_layers(points, 2)[:limit]]
-    return [layer for layer in (chosen[:first], chosen[first:]) if layer]
+def _p99_low(summary: dict[str, Any], metric: str) -> float:
+    """The lower end of a simulated P99's 95% interval (the P99 itself when the run gave none)."""
+    value = p99(summary, metric)
+    low = ((summary.get("p99_ci_s") or {}).get(metric) or [None])[0]
+    return min(float(low), value) if low is not None and math.isfinite(low) else value
 
 
-def search_equivalents(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, list[int]]]:
-    """Feasible simulated trials, the lowest-numbered of each group with identical objective values
-    and its equivalents' numbers."""
-    groups: dict[tuple[float, ...], tuple[optuna.trial.FrozenTrial, list[int]]] = {}
-    for trial in evaluated_trials(study):  # feasible and simulated: complete, with values
+def within_interval(record: dict[str, Any], slo: Any) -> bool:
+    """Whether a simulated trial misses only SLOs that its P99's interval straddles (the miss may be
+    the noise of a short run): every broken rule is an SLO whose target lies above the lower end of
+    the simulated P99's 95% interval."""
+    broken = record.get("violations") or {}
+    if not broken or not set(broken) <= set(SLO_CONSTRAINTS):
+        return False
+    return all(_p99_low(record["simulation"], SLO_CONSTRAINTS[name][1]) <= getattr(slo, SLO_CONSTRAINTS[name][0])
+               for name in broken)
+
+
+def front_candidates(study: optuna.Study, slo: Any) -> list[FrontCandidate]:
+    """Simulated trials that may be on the final front, cheapest first: those the search found
+    feasible, and those whose only misses are SLOs within their P99's interval
+    (:func:`within_interval`). Trials with identical values and verdicts are one candidate, the
+    lowest-numbered standing for the others."""
+    groups: dict[tuple, FrontCandidate] = {}
+    for trial in evaluated_trials(study):
         record = trial.user_attrs[RECORD_ATTR]
-        if record["feasible"] and record["fidelity"] == "simulate":
-            first, others = groups.setdefault(tuple(trial.values), (trial, []))
-            if first is not trial:
-                others.append(trial.number)
-    return list(groups.values())
+        if record["fidelity"] != "simulate" or trial.values is None:
+            continue
+        if not (record["feasible"] or within_interval(record, slo)):
+            continue
+        key = (*trial.values, bool(record["feasible"]))
+        first = groups.get(key)
+        if first is None:
+            groups[key] = FrontCandidate(trial.number, record, tuple(trial.values), bool(record["feasible"]))
+        else:
+            groups[key] = FrontCandidate(first.number, first.record, first.values, first.feasible,
+                                         (*first.equivalents, trial.number))
+    return sorted(groups.values(), key=lambda c: (c.values, c.number))
+
+
+def _settled(rechecks: dict[int, dict[str, Any]], requests: int) -> dict[int, dict[str, Any]]:
+    return {n: r for n, r in rechecks.items() if r.get("requests") == requests}
+
+
+def _passing_points(candidates: Sequence[FrontCandidate], done: dict[int, dict[str, Any]]) -> np.ndarray:
+    points = np.array([done[c.number]["values"] for c in candidates if c.number in done and done[c.number]["feasible"]],
+                      dtype=float).reshape(-1, 2)
+    points[~np.isfinite(points)] = math.inf
+    return points
+
+
+def next_rechecks(candidates: Sequence[FrontCandidate], rechecks: dict[int, dict[str, Any]],
+                  requests: int) -> list[FrontCandidate]:
+    """The candidates to re-check next (empty when the front is settled).
+
+    A candidate is open while no re-checked, passing point costs no more and is at least as fast
+    (that point's values at final fidelity against the candidate's at search fidelity). The open
+    candidates that no other open one and no passing point dominates are re-checked next: the
+    search's front first; when one of them fails, the points it dominated or tied come up in the
+    next round. So every candidate cheaper than the cheapest passing point is re-checked (and
+    failed), and at each cost the front's latency is the best that a candidate's search prediction
+    offers, within that prediction's P99 interval. The rounds depend on the results only, not on
+    how many processes run them.
+
+    Example:
+        >>> a, b = FrontCandidate(1, {}, (1.0, 2.0), True), FrontCandidate(2, {}, (2.0, 1.5), True)
+        >>> c = FrontCandidate(3, {}, (1.5, 2.2), True)  # dominated by a
+        >>> [x.number for x in next_rechecks([a, b, c], {}, 100)]
+        [1, 2]
+        >>> passed, failed = {"requests": 100, "feasible": True}, {"requests": 100, "feasible": False}
+        >>> [x.number for x in next_rechecks([a, b, c], {1: {**passed, "values": [1.0, 2.1]},
+        ...                                              2: {**passed, "values": [2.0, 1.5]}}, 100)]
+        []
+        >>> [x.number for x in next_rechecks([a, b, c], {1: {**failed, "values": [1.0, 2.1]},
+        ...                                              2: {**passed, "values": [2.0, 1.5]}}, 100)]
+        [3]
+    """
+    done = _settled(rechecks, requests)
+    passing = _passing_points(candidates, done)
+    open_ = [c for c in candidates if c.number not in done and not
+             np.any((passing[:, 0] <= c.values[0]) & (passing[:, 1] <= c.values[1]))]
+    if not open_:
+        return []
+    keep = pareto_mask(np.vstack([np.array([c.values for c in open_], dtype=float), passing]))[:len(open_)]
+    return [c for c, k in zip(open_, keep, strict=True) if k]
+
+
+@dataclass(frozen=True)
+class RecheckRound:
+    """Where the front's re-check stands before a round (for a progress display): the rounds and
+    re-checks run so far, how many of those failed, the candidates, the front of the passing
+    re-checked points (as the job will report it), and how many re-checks the next round runs (0:
+    the front is settled)."""
+
+    round: int
+    rechecked: int
+    failed: int
+    candidates: int
+    front: int
+    next_batch: int
+
+
+def recheck_statement(candidates: Sequence[FrontCandidate], rechecks: dict[int, dict[str, Any]],
+                      requests: int) -> dict[str, Any]:
+    """What the re-check established, as data for the report: how many candidates there were (and
+    how many of them only within their P99 interval of the SLOs), how many were re-checked and
+    failed, and the cheapest passing cost: every candidate cheaper than it was re-checked and
+    failed, and every candidate not re-checked is dominated by a re-checked, passing point."""
+    done = _settled(rechecks, requests)
+    checked = [c for c in candidates if c.number in done]
+    passing = _passing_points(candidates, done)
+    return {
+        "requests": requests, "candidates": len(candidates), "within_interval": sum(not c.feasible for c in candidates),
+        "rechecked": len(checked), "failed": sum(not done[c.number]["feasible"] for c in checked),
+        "cheapest_passing": float(passing[:, 0].min()) if len(passing) else None,
+        "settled": not next_rechecks(candidates, rechecks, requests),
+    }
 
 
 def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | None = None) -> dict[str, Any]:
-    """Simulate a trial's deployment again with ``final_requests`` and a fresh seed."""
+    """Simulate a trial's deployment again with ``final_requests`` and a fresh seed (the one after the
+    search's, the same for every candidate: common random numbers), scored as the search scored it
+    (:meth:`Evaluator.predict`)."""
     from ..costmodels.deployment import Deployment
 
     evaluator = evaluator or Evaluator(problem)
     w = problem.workload
-    deployment = Deployment.model_validate(record["deployment"])
-    compiled = problem.ctx.compile(record["model"], deployment)
-    summary = evaluator.simulate(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
-    violations = evaluator._prediction_violations(summary)
-    checked: dict[str, Any] = {}
-    violations.update(_redundancy.check(evaluator, record["model"], compiled, checked,
-                                        (w.fidelity.final_requests, w.seed + 1))[0])
-    costs = evaluator.cost(deployment, summary)
-    feasible = all(v <= 0 for v in violations.values()) and record["feasible"]
-    reasons = [f"{name} {amount:+.0%}" for name, amount in violations.items() if amount > 0]
+    compiled = problem.ctx.compile(record["model"], Deployment.model_validate(record["deployment"]))
+    scored = evaluator.predict(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
+    # Rules judged before any prediction (memory, accuracy, ...) held, or the trial would not have
+    # been simulated; the prediction's rules are judged again at this fidelity.
+    before = [k for k in (record.get("violations") or {}) if k not in scored.violations]
     return {
-        "simulation": summary,
-        "n_minus_1": checked.get("n_minus_1"),
-        "requests": w.fidelity.final_requests,
-        "feasible": feasible,
-        "reason": "re-check: " + ", ".join(reasons) if reasons else "",
-        "values": [costs[f"cost_{w.objective.cost}"], p99(summary, w.objective.latency)],
-        **costs,
+        "simulation": scored.summary,
+        "n_minus_1": scored.n_minus_1,
+        "requests": scored.requests,
+        "seed": scored.seed,
+        "feasible": scored.feasible and not before,
+        "reason": "re-check: " + "; ".join(scored.reasons) if scored.reasons else "",
+        "values": list(scored.values) if scored.values else [math.inf, math.inf],
+        **scored.costs,
     }
 
 
@@ -399,18 +484,36 @@ def final_front(study: optuna.Study) -> list[int]:
     return list(front_equivalents(study))
 
 
+def search_equivalents(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, list[int]]]:
+    """Feasible simulated trials, the lowest-numbered of each group with identical objective values
+    and its equivalents' numbers (for re-checks stored before they named their equivalents)."""
+    groups: dict[tuple[float, ...], tuple[optuna.trial.FrozenTrial, list[int]]] = {}
+    for trial in evaluated_trials(study):  # feasible and simulated: complete, with values
+        record = trial.user_attrs[RECORD_ATTR]
+        if record["feasible"] and record["fidelity"] == "simulate":
+            first, others = groups.setdefault(tuple(trial.values), (trial, []))
+            if first is not trial:
+                others.append(trial.number)
+    return list(groups.values())
+
+
 def front_equivalents(study: optuna.Study) -> dict[int, list[int]]:
     """Each front trial with the trials that predicted exactly the same objective values: in the
-    search (:func:`search_equivalents`, re-checked through it) or at the re-check."""
+    search (the candidate's ``equivalents``, re-checked through it) or at the re-check."""
     rechecks = {n: r for n, r in stored_rechecks(study).items() if r["feasible"]}
     if not rechecks:
         return {}
     numbers = sorted(rechecks)
     points = np.array([rechecks[n]["values"] for n in numbers], dtype=float)
     points[~np.isfinite(points)] = math.inf
-    same_search = {t.number: others for t, others in search_equivalents(study)}
+    older = None  # re-checks stored before they named their equivalents
     groups: dict[tuple[float, ...], list[int]] = {}
     for number, point, keep in zip(numbers, points, pareto_mask(points), strict=True):
-        if keep:
-            groups.setdefault(tuple(point), []).extend([number, *same_search.get(number, [])])
+        if not keep:
+            continue
+        same = rechecks[number].get("equivalents")
+        if same is None:
+            older = older if older is not None else {t.number: others for t, others in search_equivalents(study)}
+            same = older.get(number, [])
+        groups.setdefault(tuple(point), []).extend([number, *same])
     return {group[0]: sorted(group[1:]) for group in groups.values()}

@@ -14,13 +14,14 @@ Every section but ``model`` and ``traffic`` is optional::
     gpus: {h100: {price_per_gpu_hour: 2.50}, a100-80gb: {}}   # or a list of names
     profiles: {h100: my_h100_profile.json}   # default: the shipped calibration, else spec defaults
     limits: {max_gpus: 32, gpus_per_node: 8}
-    pricing: {whole_nodes: false}            # true: pay for every GPU of each node a fleet occupies
+    pricing: {whole_nodes: true}             # every GPU of each node a fleet occupies; false: the GPUs used;
+                                             # default: as each GPU's price is quoted (a node's or a GPU's)
     redundancy: 0.2                          # spare replicas on top of what the traffic needs; > 0 also
                                              # reports each point's P99s with one replica down (N-1)
     budget: {trials: 200}                    # time_s: 600 adds a wall-clock ceiling
     sampler: nsga2                           # or tpe
     seed: 0
-    storage: sqlite:///runs/chat/study.db    # any SQLAlchemy URL; default: SQLite in the job folder
+    storage: sqlite:///runs/chat/study.db    # journal:///file or any SQLAlchemy URL; default: DIR/study.journal
     # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
     space: {tp: [1, 2], quantization: [bf16, fp8], max_num_seqs: {low: 16, high: 512}}
     speculation: [{method: ngram, acceptance_rate: 0.6}]   # default: off
@@ -118,12 +119,16 @@ class Limits(Spec):
 
 
 class Pricing(Spec):
-    """How a fleet is billed. By default per GPU used; with ``whole_nodes: true`` every node the
-    instances occupy is rented whole, placed as ``servopt export`` places them (three TP1 prefill
-    instances and one TP8 decode instance use 11 GPUs and, on 8-GPU nodes, rent 16). Reports show GPUs
-    used and GPUs rented either way."""
+    """How a fleet is billed. By default as each GPU's price is quoted (the catalog's ``price_per``): a
+    price of an 8-GPU instance rents whole nodes, every node the instances occupy, placed as
+    ``servopt export`` places them (three TP1 prefill instances and one TP8 decode instance use 11
+    GPUs and, on 8-GPU nodes, rent 16); a price per GPU rents the GPUs used. ``whole_nodes: true``
+    rents whole nodes of every GPU, ``false`` only the GPUs used. Reports show GPUs used and GPUs
+    rented either way."""
 
-    whole_nodes: bool = Field(default=False, description="pay for every GPU of each node a fleet occupies")
+    whole_nodes: bool | None = Field(
+        default=None, description="pay for every GPU of each node a fleet occupies (true), for the GPUs used (false), "
+        "or as each GPU's price is quoted (default)")
 
 
 class Budget(Spec):
@@ -219,7 +224,8 @@ class Workload(Spec):
     budget: Budget = Field(default_factory=Budget)
     sampler: Literal["nsga2", "tpe"] = "nsga2"
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    storage: Name | None = Field(default=None, description="SQLAlchemy URL; default SQLite in the job folder")
+    storage: Name | None = Field(default=None, description="journal:///path/file or an SQLAlchemy URL; default: the "
+                                 "journal file study.journal in the job folder")
     space: dict[Name, Any] = Field(
         default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
     )

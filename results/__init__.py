@@ -10,14 +10,16 @@ Example:
 """
 
 from ._export import (
-    VLLM_VERSION, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands,
-    speculative_config,
+    VLLM_VERSION, check_commands_with_vllm, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands,
+    speculative_config, with_configs,
 )
+from ._export_kubernetes import KubernetesOptions, check_manifests, kubernetes_manifests, render_kubernetes
 from ._report import explain_empty, render_html, render_markdown, write_results
 from ._tables import pareto_frame, trials_frame, why
 
 __all__ = [
-    "VLLM_VERSION", "check_with_vllm", "explain_empty", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html",
-    "render_markdown", "render_readme", "render_shell", "serve_commands", "speculative_config", "trials_frame", "why",
+    "KubernetesOptions", "check_manifests", "kubernetes_manifests", "render_kubernetes",
+    "VLLM_VERSION", "check_commands_with_vllm", "check_with_vllm", "explain_empty", "find_vllm_python", "launch_plan", "node_scripts", "pareto_frame", "render_html",
+    "render_markdown", "render_readme", "render_shell", "serve_commands", "speculative_config", "trials_frame", "why", "with_configs",
     "write_results",
 ]

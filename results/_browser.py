@@ -123,6 +123,10 @@ def check_page(page: str | Path, width: int = 1280, screenshot: str | Path | Non
     with tempfile.TemporaryDirectory() as tmp:
         probed = Path(tmp) / Path(page).name
         probed.write_text(text[:head.end()] + _PROBE + text[head.end():])
+        # The files the page loads by a relative name (plotly.min.js) stay beside the copy.
+        for name in re.findall(r"""<script[^>]*src=['"]([^'"/:]+)['"]""", text):
+            if (Path(page).parent / name).is_file():
+                (Path(tmp) / name).symlink_to((Path(page).parent / name).resolve())
         dump = _run(browser, str(Path(tmp) / "profile"), width, 900, "--dump-dom", probed.as_uri())
         found = re.search(f'{_ATTRIBUTE}="([^"]*)"', dump.stdout)
         if found is None:

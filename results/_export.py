@@ -12,7 +12,8 @@ never holds a placeholder or a variable the user must set.
 Instances are packed onto nodes by ``CUDA_VISIBLE_DEVICES``; each node gets its own script
 (``node-N.sh``). Several replicas, or prefill and decode instances, sit behind the vLLM Router
 (``pip install vllm-router``; vLLM's production router, with ``--vllm-pd-disaggregation`` for
-NixlConnector P/D) started by ``router.sh``. ``README.md`` gives the order to start them.
+NixlConnector P/D) started by ``router.sh`` with the policy the point was simulated with
+(``--policy round_robin`` by default; :data:`ROUTER_POLICIES`). ``README.md`` gives the order to start them.
 
 Everything that comes from a user (model and checkpoint ids, local paths, draft models, GPU names
 of a hardware file) is passed through :func:`shlex.quote` in commands and stripped of control
@@ -50,7 +51,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..costmodels.deployment import Deployment
+from ..costmodels.deployment import ROUTER, Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.quantization import ONLINE_SCHEMES
 
@@ -202,11 +203,19 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
                               "command": shell_command(env, ["vllm", "serve", model], args + extra)})
         port += 1
     num_nodes = placements[-1].nodes[-1] + 1
-    router = _router([i for i in instances if "--headless" not in i["args"]], bool(dis), num_nodes)
+    simulated_router = d.get("router", ROUTER)
+    router = _router([i for i in instances if "--headless" not in i["args"]], bool(dis), num_nodes, simulated_router)
     notes = []
+    if router and ROUTER_POLICIES[simulated_router] != simulated_router:
+        notes.append(f"the latencies were predicted behind a {simulated_router} router, which the vLLM Router does not "
+                     f"offer; router.sh starts its {router['policy']} policy (the less loaded of two replicas drawn "
+                     "at random), whose tails may differ: predict again with router: power_of_two")
     if d["kv_cache_dtype"] == "auto" and kv_auto != "auto":
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
                      f"{kv_auto} KV cache (as predicted)")
+    weights = point.get("weights") or {}
+    if weights.get("config_source"):
+        notes.append(f"{model}: model config from {weights['config_source']}")
     if max_model_len_basis:
         notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
     if d.get("scheduling_policy") == "priority":
@@ -220,8 +229,14 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
             "metrics": point.get("metrics", {}), "class_metrics": point.get("class_metrics", {})}
 
 
-def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[str, Any] | None:
-    """The vLLM Router in front of the instances (None for a single aggregated instance)."""
+# The vLLM Router's policy for each simulated router (costmodels/serving/router.py); least_outstanding
+# has none, and the nearest (the less loaded of two) stands in for it, with a note.
+ROUTER_POLICIES = {"round_robin": "round_robin", "power_of_two": "power_of_two", "least_outstanding": "power_of_two"}
+
+
+def _router(instances: list[dict], disaggregated: bool, num_nodes: int, router: str) -> dict[str, Any] | None:
+    """The vLLM Router in front of the instances (None for a single aggregated instance), with the
+    policy the deployment was simulated with (``router``)."""
     if len(instances) == 1:
         return None
     # Multi-node deployments name each node's address on the router's command line ($1, $2, ...).
@@ -229,15 +244,16 @@ def _router(instances: list[dict], disaggregated: bool, num_nodes: int) -> dict[
         host = "127.0.0.1" if num_nodes == 1 else f"${{node{inst['node']}}}"
         return f"http://{host}:{inst['port']}"
 
+    policy = ROUTER_POLICIES[router]
     if disaggregated:
         args = ["--vllm-pd-disaggregation"]
         for inst in instances:
             args += ["--prefill" if inst["role"] == "prefill" else "--decode", url(inst)]
-        args += ["--prefill-policy", "cache_aware", "--decode-policy", "power_of_two"]
+        args += ["--prefill-policy", policy, "--decode-policy", policy]
     else:
-        args = ["--worker-urls", *[url(inst) for inst in instances], "--policy", "round_robin"]
+        args = ["--worker-urls", *[url(inst) for inst in instances], "--policy", policy]
     args += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
-    return {"program": "vllm-router", "args": args, "port": ROUTER_PORT, "install": ROUTER_INSTALL}
+    return {"program": "vllm-router", "args": args, "port": ROUTER_PORT, "install": ROUTER_INSTALL, "policy": policy}
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -362,9 +378,10 @@ VLLM_PYTHON_ENV = "SERVOPT_VLLM_PYTHON"
 _CHECKER = Path(__file__).with_name("_vllm_check.py")
 
 
-def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
+def serve_commands(scripts: dict[str, str], configs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ``vllm serve`` commands of the scripts, as the shell will split them (environment
-    assignments and redirections dropped), for :func:`check_with_vllm`."""
+    assignments and redirections dropped), for :func:`check_with_vllm`, with the config files of
+    the models they serve (:func:`with_configs`)."""
     commands = []
     for name, text in scripts.items():
         for number, line in enumerate(text.splitlines(), start=1):
@@ -378,7 +395,21 @@ def serve_commands(scripts: dict[str, str]) -> list[dict[str, Any]]:
                     break
                 argv.append(word)
             commands.append({"label": f"{name} line {number}", "argv": argv})
-    return commands
+    return with_configs(commands, configs)
+
+
+def with_configs(commands: list[dict[str, Any]], configs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each command with the config files of the model it serves when ``configs`` (model id ->
+    ``ConfigFiles``) has them, so the checker reads them as vLLM does."""
+    out = []
+    for command in commands:
+        argv = command["argv"]
+        files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
+        if files is not None:
+            command = {**command, "config": files.config, "hf_quant_config": files.hf_quant_config,
+                       "quantization_from_config": files.quantization_from_config}
+        out.append(command)
+    return out
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
@@ -395,17 +426,27 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     return None
 
 
-def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600) -> tuple[str, list[str]]:
+def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_s: float = 600,
+                    configs: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """Parse every ``vllm serve`` command of the scripts with vLLM's own ``vllm serve`` parser, in
-    the Python ``find_vllm_python`` finds; returns (vLLM version, problems). Raises InputError when
-    no Python with vLLM is found."""
+    the Python ``find_vllm_python`` finds, and check the ``--max-model-len`` and ``--quantization``
+    of each command whose model's config files ``configs`` holds against vLLM's reading of them
+    (``_vllm_check.py``); returns (vLLM version, problems). Raises InputError when no Python with
+    vLLM is found."""
+    return check_commands_with_vllm(serve_commands(scripts, configs), python, timeout_s)
+
+
+def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None = None,
+                             timeout_s: float = 600) -> tuple[str, list[str]]:
+    """:func:`check_with_vllm` for commands already split into words (``{"label", "argv"}``, and
+    ``config`` with ``hf_quant_config`` and ``quantization_from_config`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
-        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(serve_commands(scripts)),
+        done = subprocess.run([interpreter, str(_CHECKER)], input=json.dumps(commands),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise InputError(f"--check: vLLM's parser did not answer within {timeout_s:.0f} s ({interpreter})") from None

@@ -3,7 +3,8 @@ objective or an SLO names.
 
 Points are coloured by GPU; the symbol says how far a trial got (simulated and feasible, feasible
 on the estimate only, infeasible); the re-checked front is drawn over them with its cheapest and
-fastest points marked, and each SLO is a dashed line. Hovering a point shows its whole deployment
+fastest points marked (named in the legend, so no label covers a point), and each SLO is a dashed
+line. The axes open on the feasible region (:func:`feasible_ranges`); a button shows every trial. Hovering a point shows its whole deployment
 and what was predicted. Trials with nothing predicted (pruned) have no latency to plot.
 """
 
@@ -141,7 +142,7 @@ def _trial_traces(fig: go.Figure, evaluated: pd.DataFrame, status: pd.Series, co
                                  marker={"color": "#666", "symbol": symbol, "size": 8}, hoverinfo="skip"))
 
 
-def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, line: bool, log: bool,
+def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, line: bool,
                   colours: dict[str, str], marks: dict[int, str]) -> None:
     ordered = front.sort_values(cost_col)
     fig.add_trace(go.Scatter(
@@ -151,13 +152,36 @@ def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, 
                 "line": {"color": "#222", "width": 1.5}},
         hovertext=[_front_hover(r, marks) for r in ordered.to_dict("records")], hoverinfo="text",
     ))
-    for row in ordered.to_dict("records"):
-        if row["trial"] in marks and pd.notna(row[col]):
-            # Annotations sit in axis units: log10 of the value on a log axis.
-            y = math.log10(row[col]) if log else row[col]
-            fig.add_annotation(x=row[cost_col], y=y, text=f"{marks[row['trial']]} (#{row['trial']})",
-                               showarrow=True, arrowhead=2, ax=40, ay=-34, font={"size": 12},
-                               bgcolor="rgba(255,255,255,0.85)", bordercolor="#222")
+    # The cheapest and fastest points are named in the legend, not by labels that could hide points.
+    for trial, mark in marks.items():
+        row = ordered[ordered["trial"] == trial]
+        if len(row) and pd.notna(row[col].iloc[0]):
+            fig.add_trace(go.Scatter(
+                x=row[cost_col], y=row[col], mode="markers", name=f"{mark} (#{trial})", hoverinfo="skip",
+                marker={"size": 22, "symbol": "star-open", "color": "#b30000", "line": {"width": 2}}))
+
+
+def feasible_ranges(evaluated: pd.DataFrame, status: pd.Series, front: pd.DataFrame, cost_col: str, col: str,
+                    target: float | None, log: bool) -> tuple[list[float], list[float]] | None:
+    """Axis ranges around the feasible points, the front and the SLO (None when nothing is feasible):
+    where the choice is made, without the expensive or saturated trials that stretch the axes."""
+    feasible = evaluated[status.reindex(evaluated.index) != "infeasible"] if len(evaluated) else evaluated
+    xs = pd.concat([feasible[cost_col] if len(feasible) else pd.Series(dtype=float),
+                    front[cost_col] if len(front) else pd.Series(dtype=float)]).dropna()
+    ys = pd.concat([feasible[col] if len(feasible) else pd.Series(dtype=float),
+                    front[col] if len(front) else pd.Series(dtype=float),
+                    pd.Series([target if target else math.nan])]).dropna()
+    if not len(xs) or not len(ys):
+        return None
+    low, high = float(xs.min()), float(xs.max())
+    pad = (high - low) * 0.08 or high * 0.08 or 1.0
+    x_range = [max(low - pad, 0.0), high + pad]
+    if log:
+        y_low, y_high = math.log10(ys.min()), math.log10(ys.max())
+        y_pad = (y_high - y_low) * 0.08 or 0.1
+        return x_range, [y_low - y_pad, y_high + y_pad]
+    y_pad = (float(ys.max()) - float(ys.min())) * 0.08 or float(ys.max()) * 0.08 or 1.0
+    return x_range, [max(float(ys.min()) - y_pad, 0.0), float(ys.max()) + y_pad]
 
 
 def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, slo: dict) -> dict[str, go.Figure]:
@@ -178,13 +202,26 @@ def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, s
         fig = go.Figure()
         _trial_traces(fig, evaluated, status, cost_col, col, colours)
         if len(front):
-            _front_traces(fig, front, cost_col, col, metric == objective["latency"], log, colours, marks)
-        if target:
-            fig.add_hline(y=target, line={"color": "#2ca02c", "dash": "dash", "width": 1.5},
-                          annotation_text=f"SLO {SLO_KEYS[metric]} = {target:g} s", annotation_position="top left")
+            _front_traces(fig, front, cost_col, col, metric == objective["latency"], colours, marks)
+        if target:  # named in the legend, so no label sits over the points
+            fig.add_hline(y=target, line={"color": "#2ca02c", "dash": "dash", "width": 1.5})
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"SLO: P99 {metric.upper()} <= {target:g} s",
+                                     line={"color": "#2ca02c", "dash": "dash", "width": 1.5}, hoverinfo="skip"))
         if log:
             ticks = log_ticks(values)
             fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+        ranges = feasible_ranges(evaluated, status, front, cost_col, col, target, log)
+        if ranges:
+            # Opens on the feasible region; the button (or a double click) shows every trial.
+            fig.update_xaxes(range=ranges[0])
+            fig.update_yaxes(range=ranges[1])
+            fig.update_layout(updatemenus=[{
+                "type": "buttons", "direction": "left", "x": 0.45, "xanchor": "center", "y": 1.0, "yanchor": "bottom",
+                "showactive": True, "font": {"size": 11}, "buttons": [
+                    {"label": "feasible region", "method": "relayout",
+                     "args": [{"xaxis.range": ranges[0], "yaxis.range": ranges[1]}]},
+                    {"label": "all trials", "method": "relayout",
+                     "args": [{"xaxis.autorange": True, "yaxis.autorange": True}]}]}])
         fig.update_layout(
             title={"text": f"cost vs P99 {metric.upper()}" + (" (objective)" if metric == objective["latency"] else ""),
                    "x": 0.02},

@@ -1,7 +1,9 @@
-"""report.md and the self-contained report.html of an optimize job, plus the CSV/JSON tables.
+"""report.md and report.html of an optimize job, plus the CSV/JSON tables.
 
-report.html works offline: plotly.js is inlined (no CDN), and the page lays its plots out in as
-many columns as the window holds, so nothing is cut off at 1,280 px or narrower.
+report.html works offline: it loads plotly.js from ``plotly.min.js`` written once beside it (no
+CDN; the library is 4.8 MB, so inlining it made every report 5 MB), and says so in the page when
+that file is missing. The page lays its plots out in as many columns as the window holds, so
+nothing is cut off at 1,280 px or narrower.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..costmodels.outfiles import write_text
 from ._plot import COST_LABELS, front_marks, pareto_figures
 from ._tables import CLASS_METRICS, COST_COLUMNS, class_column, pareto_frame, trials_frame
 
+PLOTLY_JS = "plotly.min.js"  # beside report.html, written once per job folder
 N_MINUS_1_LABEL = "one replica down: P99 TTFT / TPOT / e2e s"
 # The front table of both reports: (header, cell of a pareto_frame row).
 FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
@@ -63,7 +66,10 @@ def front_columns(data: dict[str, Any], front: pd.DataFrame) -> list[tuple[str, 
     classes = [c["name"] for c in data["workload"]["traffic"].get("classes") or []]
     extra = [(f"{tenant}: P99 {metric.upper()} s", lambda r, c=class_column(metric, tenant): _fmt(r.get(c)))
              for tenant in classes for metric in CLASS_METRICS]
-    return [(label, cell) for label, cell in FRONT_COLUMNS if label != N_MINUS_1_LABEL or with_n_minus_1] + extra
+    # One model on the whole front is named in the summary, not in every row.
+    one_model = front["model"].nunique() <= 1
+    return [(label, cell) for label, cell in FRONT_COLUMNS
+            if (label != N_MINUS_1_LABEL or with_n_minus_1) and not (label == "model" and one_model)] + extra
 
 
 def _present(value: Any) -> bool:
@@ -104,13 +110,19 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     for name, count in violations.most_common():
         lines.append(f"- {name}: {count} trials")
     evaluated = trials[trials["fidelity"] != "precheck"]
+    capacity = capacity_lines(data, trials)
+    lines += capacity
     for key, target in slo.items():
         if target is None or key not in SLO_NAMES:
             continue
         metric = SLO_NAMES[key]
         col = f"p99_{metric}_s"
-        if len(evaluated) and evaluated[col].notna().any():
-            best = evaluated.loc[evaluated[col].idxmin()]
+        finite = evaluated[col].replace(math.inf, math.nan) if len(evaluated) else evaluated
+        if len(evaluated) and not finite.notna().any() and evaluated[col].notna().any():
+            lines.append(f"- slo.{key} = {target:g} s: no trial's queue stayed bounded, so no P99 "
+                         f"{metric.upper()} is finite; see the capacity above")
+        elif len(evaluated) and finite.notna().any():
+            best = evaluated.loc[finite.idxmin()]
             lines.append(
                 f"- slo.{key} = {target:g} s: the lowest P99 {metric.upper()} predicted was {best[col]:.3g} s "
                 f"(trial {best['trial']}: {best['gpu']}, {best['num_gpus']} GPUs, {best['quantization']})"
@@ -127,8 +139,67 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
                          + ("; this SLO cannot be met by the candidates searched" if best[col] > target else ""))
     if not len(evaluated):
         lines.append("- no configuration passed the checks before simulation (memory, TP, accuracy, GPU limit)")
-    lines.append("Loosen the SLO keys named above, widen gpus/space, or raise accuracy.max_drop_pct or limits.max_gpus.")
+    if capacity:
+        lines.append("Lower traffic.arrival.rate_per_s to what the GPUs above sustain, or raise limits.max_gpus to the "
+                     "fewest GPUs named, or widen gpus/space.")
+    else:
+        lines.append("Loosen the SLO keys named above, widen gpus/space, or raise accuracy.max_drop_pct or "
+                     "limits.max_gpus.")
     return lines
+
+
+def capacity_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
+    """When most predicted trials saturate: the largest rate each GPU and quantization sustains (a
+    saturated deployment completes requests at its capacity, which the estimate or simulation
+    predicted as ``requests_per_s``), and the fewest of its GPUs that would serve the asked rate
+    (replicas are independent, so a replica's capacity times the replicas the rate needs). Empty
+    otherwise, or for a closed-loop or trace arrival."""
+    w = data["workload"]
+    rate = w["traffic"]["arrival"].get("rate_per_s")
+    if not rate or not len(trials):
+        return []
+    unit = "conversations/s" if w["traffic"]["arrival"]["kind"] == "sessions" else "requests/s"
+    predicted = trials[trials["requests_per_s"].notna() & (trials["requests_per_s"] > 0) & (trials["replicas"] > 0)]
+    saturated = predicted[predicted["saturated"].fillna(False).astype(bool)]
+    if not len(predicted) or len(saturated) * 2 <= len(predicted):
+        return _sizing_lines(data, trials, rate, unit)
+    lines = [f"- capacity: {len(saturated)} of {len(predicted)} predicted trials saturate at {rate:g} {unit} (the queue "
+             f"grows without bound); what each option sustains, as predicted (limits.max_gpus = {w['limits']['max_gpus']}):"]
+    options = []
+    for (gpu, quant), rows in saturated.groupby(["gpu", "quantization"]):
+        best = rows.loc[rows["requests_per_s"].idxmax()]
+        per_replica = rows["requests_per_s"] / rows["replicas"]
+        gpus_per_replica = rows["num_gpus"] / rows["replicas"]
+        fewest = ((rate / per_replica).apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
+        at = fewest.idxmin()
+        options.append((float(best["requests_per_s"]), f"  - {gpu} {quant}: at most {best['requests_per_s']:.3g} {unit} "
+                        f"(trial {best['trial']}, {int(best['num_gpus'])} GPUs); {rate:g} {unit} would need about "
+                        f"{fewest[at]} GPUs ({-(-fewest[at] // int(gpus_per_replica[at]))} replicas like trial "
+                        f"{rows.loc[at, 'trial']}, {per_replica[at]:.3g} {unit} each)"))
+    return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
+
+
+def _sizing_lines(data: dict[str, Any], trials: pd.DataFrame, rate: float, unit: str) -> list[str]:
+    """:func:`capacity_lines` for fleets refused before any prediction because the replicas the rate
+    needs (the capacity formula, seed 7.4) exceed ``limits.max_gpus``."""
+    sized = trials[trials["replicas_needed"].notna() & (trials["replicas_needed"] > 0) & (trials["replicas"] > 0)]
+    too_big = sum("max_gpus" in t.record.violations for t in data["trials"])
+    if not len(sized) or too_big * 2 <= len(trials):
+        return []
+    max_gpus = data["workload"]["limits"]["max_gpus"]
+    lines = [f"- capacity: {too_big} of {len(trials)} trials need more than limits.max_gpus = {max_gpus} GPUs "
+             f"for {rate:g} {unit}; by the capacity estimate (concurrency / occupancy per replica):"]
+    options = []
+    for (gpu, quant), rows in sized.groupby(["gpu", "quantization"]):
+        per_replica = rate / rows["replicas_needed"]
+        gpus_per_replica = rows["num_gpus"] / rows["replicas"]
+        within = per_replica * (max_gpus // gpus_per_replica)
+        fewest = (rows["replicas_needed"].apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
+        at = fewest.idxmin()
+        options.append((float(within.max()), f"  - {gpu} {quant}: at most {within.max():.3g} {unit} on "
+                        f"{max_gpus} GPUs; {rate:g} {unit} would need about {fewest[at]} GPUs "
+                        f"({per_replica[at]:.3g} {unit} per replica of {int(gpus_per_replica[at])} GPUs)"))
+    return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
 
 
 def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
@@ -155,21 +226,74 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         f"- Traffic: {load}",
         f"- SLOs: {slo}; objective: {COST_LABELS[w['objective']['cost']]} vs P99 {w['objective']['latency'].upper()}",
         f"- Accuracy budget: {w['accuracy']['max_drop_pct']:g}% drop; redundancy {w['redundancy']:.0%}; limits: "
-        f"{w['limits']['max_gpus']} GPUs; priced per "
-        + ("node: every GPU of each node a fleet occupies is rented" if w["pricing"]["whole_nodes"] else "GPU used"),
+        f"{w['limits']['max_gpus']} GPUs; {_pricing_text(w['pricing']['whole_nodes'], data['gpus'])}",
         f"- Trials: {len(trials)} ({counts.get('simulate', 0)} simulated at {w['fidelity']['search_requests']} requests, "
         f"{counts.get('estimate', 0)} screened by the estimate, {pruned} pruned with nothing predicted: "
         f"{counts.get('precheck', 0)} rejected before estimating, {pruned - counts.get('precheck', 0)} estimated to "
         f"saturate); {feasible} feasible; sampler {w['sampler']}, seed {w['seed']}",
+        *_recheck_lines(data),
         f"- Study '{data['job']['study']}' in {data['job']['storage']}",
     ]
 
 
-def _profile_lines(data: dict[str, Any]) -> list[str]:
-    lines = []
+def _pricing_text(whole_nodes: bool | None, gpus: dict[str, Any]) -> str:
+    """How fleets are billed: whole nodes, the GPUs used, or as each GPU's price is quoted."""
+    if whole_nodes is not None:
+        return "priced per " + ("node: every GPU of each node a fleet occupies is rented" if whole_nodes else "GPU used")
+    by_node = [g for g, info in gpus.items() if info.get("price_per") == "node"]
+    by_gpu = [g for g in gpus if g not in by_node]
+    parts = ([f"whole nodes of {', '.join(by_node)} (priced as whole instances)"] if by_node else []) + \
+        ([f"the GPUs used of {', '.join(by_gpu)} (priced per GPU)"] if by_gpu else [])
+    return "rented as priced: " + "; ".join(parts)
+
+
+def _recheck_lines(data: dict[str, Any]) -> list[str]:
+    """What the front's re-check established (:func:`~servopt.optimizer.study.recheck_statement`)."""
+    r = data.get("recheck")
+    if not r:
+        return []
+    line = (f"- Re-check: {r['rechecked']} of {r['candidates']} candidates (simulated feasible, or within their P99's "
+            f"interval of an SLO: {r['within_interval']}) re-simulated with {r['requests']} requests, {r['failed']} failed")
+    if r["cheapest_passing"] is not None:
+        cost = data["workload"]["objective"]["cost"]
+        line += (f"; every candidate cheaper than {r['cheapest_passing']:.4g} ({COST_LABELS[cost]}) was re-checked and "
+                 "failed, and every candidate not re-checked is dominated by a re-checked point that passed")
+    return [line]
+
+
+def _config_lines(front: pd.DataFrame) -> list[str]:
+    """Each checkpoint the front serves, with its weights' format and the config its architecture was read from."""
+    seen: dict[str, str] = {}
+    for row in front.to_dict(orient="records"):
+        if row["model"] not in seen:
+            fmt = f"{row['weights_format']}; " if row.get("weights_format") else ""
+            seen[row["model"]] = f"- {row['model']}: {fmt}config: {row.get('config_source') or 'not recorded'}"
+    return list(seen.values()) or ["- (no front point)"]
+
+
+def profile_groups(data: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any], str]], list[str]]:
+    """Each GPU with its own part of its profile's description, and the sources they share, stated
+    once: a shipped profile reads "<GPU name>: <sources>", the same sources for every GPU."""
+    parts = {gpu: info["profile"].split(": ", 1) for gpu, info in data["gpus"].items()}
+    shared = Counter(p[1] for p in parts.values() if len(p) == 2)
+    common = [text for text, count in shared.items() if count > 1]
+    rows = []
     for gpu, info in data["gpus"].items():
+        head = parts[gpu]
+        own = head[0] if len(head) == 2 and head[1] in common else info["profile"]
+        note = f" (sources {common.index(head[1]) + 1})" if len(head) == 2 and head[1] in common and len(common) > 1 else ""
+        rows.append((gpu, info, own + note))
+    return rows, common
+
+
+def _profile_lines(data: dict[str, Any]) -> list[str]:
+    rows, common = profile_groups(data)
+    lines = []
+    for gpu, info, own in rows:
         flag = "calibrated" if info["calibrated"] else "**UNCALIBRATED**: predictions on this GPU rest on datasheet defaults"
-        lines.append(f"- {gpu} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {info['profile']} ({flag})")
+        lines.append(f"- {gpu} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {own} ({flag})")
+    for i, text in enumerate(common, start=1):
+        lines += ["", (f"Sources {i}: " if len(common) > 1 else "Sources of these profiles: ") + text]
     return lines
 
 
@@ -210,6 +334,7 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
         lines += ["", f"Export one: `servopt export {data['job']['out_dir']} --pick cheapest` (or `fastest`, or a # above)."]
     else:
         lines += ["**The front is empty.**", "", *explain_empty(data, trials)]
+    lines += ["", "## Model configurations", "", *_config_lines(front)]
     lines += ["", "## Calibration profiles", "", *_profile_lines(data)]
     reasons = _reason_lines(trials)
     if reasons:
@@ -229,7 +354,7 @@ table.front{border-collapse:collapse;font-size:12px;width:100%}
 table.front td,table.front th{border:1px solid #ccc;padding:3px 4px;text-align:right;vertical-align:top}
 table.front th{background:#f3f3f3;position:sticky;top:0}
 table.front td.l,table.front th.l{text-align:left}
-table.front td.model{text-align:left;min-width:9em}
+table.front td.model{text-align:left;white-space:nowrap}
 table.front tr.why td{text-align:left;border-top:none;color:#444;padding-bottom:6px}
 table.front tr.point td{border-bottom:none}
 table.front tr.mark td{background:#fff7d6}
@@ -249,8 +374,8 @@ def _front_table_html(front: pd.DataFrame, objective: dict, columns: list) -> st
     for row, cells, mark in _front_rows(front, objective, columns):
         tds = []
         for (label, _), cell in zip(columns, cells, strict=False):
-            if label == "model":  # break long ids after their slashes only
-                tds.append(f"<td class='model'>{esc(cell).replace('/', '/<wbr>')}</td>")
+            if label == "model":  # two lines at most: the organisation, then the name unbroken
+                tds.append(f"<td class='model'>{'/<br>'.join(esc(part) for part in cell.split('/', 1))}</td>")
             elif label == "profile" and not row["profile_calibrated"]:
                 tds.append(f"<td class='l warn'>{esc(cell)}</td>")
             else:
@@ -282,7 +407,10 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>servopt: {esc(data['job']['study'])}</title>",
         f"<style>{PAGE_STYLE}</style>",
-        f"<script>{get_plotlyjs()}</script></head><body>",
+        f"<script src='{PLOTLY_JS}'></script></head><body>",
+        "<p id='no-plotly' class='warn' hidden>The plots need plotly.min.js beside this file (servopt report DIR "
+        "writes it again).</p><script>if (!window.Plotly) document.getElementById('no-plotly').hidden = false;"
+        "</script>",
         f"<h1>servopt optimize: {esc(data['job']['study'])}</h1><ul>",
         *[f"<li>{esc(line[2:])}</li>" for line in _summary_lines(data, trials)],
         "</ul>",
@@ -297,11 +425,16 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
     else:
         lines = explain_empty(data, trials)
         parts.append("<p class='warn'>The front is empty.</p><ul>" + "".join(f"<li>{esc(x.lstrip('- '))}</li>" for x in lines) + "</ul>")
+    parts.append("<h2>Model configurations</h2><ul>" + "".join(f"<li>{esc(x[2:])}</li>" for x in _config_lines(front))
+                 + "</ul>")
     parts.append("<h2>Calibration profiles</h2><ul>")
-    for gpu, info in data["gpus"].items():
+    rows, common = profile_groups(data)
+    for gpu, info, own in rows:
         flag = "calibrated" if info["calibrated"] else "<span class='warn'>UNCALIBRATED</span>: datasheet defaults"
-        parts.append(f"<li>{esc(gpu)} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {esc(info['profile'])} ({flag})</li>")
+        parts.append(f"<li>{esc(gpu)} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {esc(own)} ({flag})</li>")
     parts.append("</ul>")
+    parts += [f"<p class='sources'>{'Sources %d: ' % i if len(common) > 1 else 'Sources of these profiles: '}"
+              f"{esc(text)}</p>" for i, text in enumerate(common, start=1)]
     reasons = _reason_lines(trials)
     if reasons:
         parts.append("<h2>Most common reasons trials were infeasible</h2><ul>"
@@ -350,7 +483,12 @@ def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:
         "report.html": render_html(data, trials, front),
     }
     # Atomic, and a link planted in the folder is replaced rather than written through.
-    return {name: write_text(out / name, text) for name, text in texts.items()}
+    paths = {name: write_text(out / name, text) for name, text in texts.items()}
+    library = get_plotlyjs()
+    current = out / PLOTLY_JS
+    if not current.is_file() or current.is_symlink() or current.stat().st_size != len(library.encode()):
+        write_text(current, library)
+    return paths
 
 
 def _json_default(value: Any) -> Any:

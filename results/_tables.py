@@ -182,6 +182,8 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "simulated_requests": check.requests,
             "equivalent_trials": " ".join(str(n) for n in equivalents.get(number, [])),
             "profile_calibrated": r.profile_calibrated,
+            "weights_format": (r.weights or {}).get("format") or "",
+            "config_source": (r.weights or {}).get("config_source") or "",
             "deployment": json.dumps(d, sort_keys=True),
         })
     frame = pd.DataFrame(rows)

@@ -3,6 +3,11 @@
 Inputs:
 - scripts/data/checkpoint_sources.yaml: each checkpoint's id, the model ids it was quantized
   from, its format (servopt's CheckpointFormat fields) and where that format was read;
+- the model catalog (costmodels/data/models, built by scripts/build_model_catalog.py from public
+  repository@commit copies): a checkpoint it ships has its format read from that config's own
+  quantization metadata, by the reader the cost model uses, and the build fails unless that config
+  has its base's architecture (layers, widths, heads, context, RoPE scaling, vocabulary) or when
+  a hand-written format disagrees with it;
 - ../shared/data/reference/quant_accuracy.csv: the accuracy recovery model cards publish.
 
 Method: a checkpoint's accuracy is the WORST recovery its card reports over the benchmarks in the
@@ -24,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from servopt.costmodels.architectures import ModelSpec, preset_models, resolve_model
 from servopt.costmodels.checkpoints import CheckpointFormat
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,16 +52,53 @@ def recovery(table: pd.DataFrame, checkpoint_id: str) -> dict | None:
             "source": str(worst.source)}
 
 
+# What a checkpoint must share with its base to be its base's checkpoint.
+ARCHITECTURE = ("family", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+                "intermediate_size", "vocab_size", "max_context", "rope_type", "moe", "mla", "sliding_window")
+
+
+def architecture(spec: ModelSpec) -> dict:
+    return {key: getattr(spec, key) for key in ARCHITECTURE}
+
+
+def shipped_format(item: dict) -> tuple[dict, str] | None:
+    """The format of a checkpoint whose config the model catalog ships, read from that config."""
+    spec = preset_models().get(item["id"])
+    if spec is None:
+        return None
+    if spec.checkpoint is None:
+        raise SystemExit(f"{item['id']}: its shipped config has no quantization metadata")
+    bases = [item["base"]] if isinstance(item["base"], str) else item["base"]
+    base = resolve_model(bases[0]).spec
+    if architecture(base) != architecture(spec):
+        diff = {k: (v, architecture(spec)[k]) for k, v in architecture(base).items() if architecture(spec)[k] != v}
+        raise SystemExit(f"{item['id']}: its config differs from its base {bases[0]}'s in {diff}")
+    fmt = spec.checkpoint.model_dump(exclude={"source"}, exclude_defaults=True)
+    if fmt.get("block_size"):
+        fmt["block_size"] = list(fmt["block_size"])
+    if "format" in item and CheckpointFormat(**item["format"]) != spec.checkpoint.model_copy(update={"source": ""}):
+        raise SystemExit(f"{item['id']}: the format written ({item['format']}) is not its config's ({fmt})")
+    where = spec.config_source.removeprefix(f"shipped catalog entry {spec.name} (").removesuffix(")")
+    return fmt, f"config: {where}"
+
+
 def build(sources: list[dict], table: pd.DataFrame | None) -> list[dict]:
     out = []
     seen = set()
     for item in sources:
-        if item["id"].lower() in seen:
-            raise SystemExit(f"{item['id']} is listed twice")
-        seen.add(item["id"].lower())
-        CheckpointFormat(**item["format"])  # validates the fields
-        entry = {"id": item["id"], "base": item["base"], "format": item["format"],
-                 "format_source": item["format_source"]}
+        for name in [item["id"], *item.get("aliases", [])]:
+            if name.lower() in seen:
+                raise SystemExit(f"{name} is listed twice")
+            seen.add(name.lower())
+        shipped = shipped_format(item)
+        if shipped is None and not item["format_source"].startswith("card:"):
+            raise SystemExit(f"{item['id']}: a format not read from a shipped config is the card's ('card: ...'); "
+                             "add the config to scripts/data/model_sources.yaml to read it from there")
+        fmt, where = shipped or (item["format"], item["format_source"])
+        CheckpointFormat(**fmt)  # validates the fields
+        entry = {"id": item["id"], "base": item["base"], "format": fmt, "format_source": where}
+        if item.get("aliases"):
+            entry["aliases"] = item["aliases"]
         found = recovery(table, item["id"]) if table is not None else None
         if found:
             entry["accuracy"] = found

@@ -3,7 +3,8 @@
 Peaks, memory size and bandwidth, links and TDP come from ../shared/data/reference/gpu_specs.csv
 (each row names its primary sources: NVIDIA/AMD datasheets, aiconfigurator's system files).
 What that table does not hold (the memory the driver reports, the architecture, GPUs per node,
-on-demand prices) is in OVERLAY below, each value with its source.
+on-demand prices, and whether a price rents a GPU on its own or only with its whole node:
+``price_per``) is in OVERLAY below, each value with its source.
 
     python scripts/build_gpu_catalog.py [--specs PATH] [--out PATH]
 """
@@ -32,6 +33,7 @@ OVERLAY: dict[str, dict] = {
         "interconnect_gbps": 300.0, "gpus_per_node": 8, "int4_dense_tops": 1248.0,
         "price_per_gpu_hour": 1.79,
         "price_source": "Lambda on-demand, 8x A100 SXM 80GB instance, per GPU-hour (lambda.ai/pricing)",
+        "price_per": "node",
         "price_date": "2025-06",
         "aliases": ["a100", "a100_sxm", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"],
     },
@@ -41,6 +43,7 @@ OVERLAY: dict[str, dict] = {
         "interconnect_gbps": 450.0, "gpus_per_node": 8,
         "price_per_gpu_hour": 2.99,
         "price_source": "Lambda on-demand, 8x H100 SXM instance, per GPU-hour (lambda.ai/pricing)",
+        "price_per": "node",
         "price_date": "2025-06",
         "aliases": ["h100_sxm", "h100-sxm", "h100-80gb", "h100-sxm5"],
     },
@@ -126,6 +129,7 @@ DERIVED: dict[str, tuple[str, dict]] = {
         "memory_type": "HBM2", "memory_bandwidth_tbps": 1.555,
         "price_per_gpu_hour": 1.29,
         "price_source": "Lambda on-demand, 8x A100 SXM 40GB instance, per GPU-hour (lambda.ai/pricing)",
+        "price_per": "node",
         "price_date": "2025-06", "aliases": ["a100-sxm4-40gb", "a100_40gb"],
         "spec_sources": "NVIDIA A100 datasheet (40GB SXM: 1,555 GB/s HBM2)",
         "notes": "no FP8; used by the vLLM benchmark runs in shared/data/measured/e2e",
@@ -202,6 +206,7 @@ def build(specs_path: Path) -> dict:
                 "gpus_per_node": overlay["gpus_per_node"],
                 "tdp_w": tdp,
                 "price_per_gpu_hour": overlay["price_per_gpu_hour"],
+                "price_per": overlay.get("price_per", "gpu"),
                 "price_source": overlay["price_source"],
                 "price_date": overlay["price_date"],
                 "aliases": overlay["aliases"],

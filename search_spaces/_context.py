@@ -35,11 +35,13 @@ class WeightsOption:
     accuracy_drop_pct: float | None = None
 
     def describe(self) -> dict:
-        """Plain data for trial records and exports."""
+        """Plain data for trial records and exports (``config_source``: which config the weights'
+        architecture was read from, as resolution reported it)."""
         fmt = self.spec.checkpoint
         return {"scheme": self.scheme, "serve_id": self.serve_id, "vllm_quantization": self.vllm_quantization,
                 "kv_cache_auto": self.spec.kv_cache_dtype("auto"), "source": self.source,
-                "format": fmt.describe() if fmt else None}
+                "format": fmt.describe() if fmt else None, "kernels": fmt.kernels if fmt else None,
+                "config_source": self.spec.config_source, "max_context": self.spec.max_context}
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def weight_options(spec: ModelSpec, serve_id: str, quantization: str | None,
     if quantization is not None:
         fmt = spec.checkpoint
         method = fmt.method if fmt else get_scheme(quantization).vllm_quantization
-        return {quantization: WeightsOption(quantization, serve_id, spec, method, "the checkpoint itself")}
+        return {quantization: WeightsOption(quantization, serve_id, spec, method, "the checkpoint's own weights")}
     own = MODEL_DTYPE_SCHEME[spec.dtype]
     options = {own: WeightsOption(own, serve_id, spec, None, "the model's own weights")}
     for scheme in sorted(ONLINE_SCHEMES):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, did_you_mean
 
 Value = bool | int | float | str
 
@@ -196,7 +196,9 @@ def _narrow_range(domain: Domain, setting: dict, key: str, coerce: Callable[[Any
         raise InputError(f"{key}: takes a value or a list of values, not a range")
     unknown = set(setting) - {"low", "high", "step"}
     if unknown:
-        raise InputError(f"{key}.{sorted(unknown)[0]}: unknown key (a range takes low, high and step)")
+        first = sorted(unknown)[0]
+        raise InputError(f"{key}.{first}: unknown key{did_you_mean(first, ('low', 'high', 'step'))} (a range takes "
+                         "low, high and step)")
     try:
         low = coerce(setting.get("low", domain.low))
         high = coerce(setting.get("high", domain.high))

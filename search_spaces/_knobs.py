@@ -8,8 +8,9 @@ condition may read any knob listed earlier.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
+from ..costmodels.deployment import ROUTER, RouterPolicy
 from ..costmodels.quantization import SCHEMES
 from ..costmodels.vllm_defaults import SCHEDULING_POLICIES, SCHEDULING_POLICY
 from ._context import SpaceContext
@@ -18,6 +19,7 @@ from ._domains import Choices, Domain, FloatRange, IntRange, Value
 DISAGGREGATED = "disaggregated"
 AGGREGATED = "aggregated"
 SPECULATION_OFF = "off"
+ROUTERS = get_args(RouterPolicy)
 
 
 class Knob:
@@ -251,6 +253,23 @@ class SchedulingPolicyKnob(_NameKnob):
         return value
 
 
+class RouterKnob(_NameKnob):
+    """How requests are spread over the replicas: the vLLM Router's ``round_robin`` unless the workload
+    lists others (``power_of_two``); the export starts the router policy that was simulated."""
+
+    name = "router"
+    help = "router policy over the replicas: round_robin (default) or power_of_two, as vllm-router --policy"
+
+    def default_domain(self, ctx: SpaceContext) -> Domain:
+        return Choices((ROUTER,))
+
+    def coerce(self, value: Any) -> Value:
+        value = super().coerce(value)
+        if value not in ROUTERS:
+            raise ValueError(f"expected one of {', '.join(ROUTERS)}, got {value!r}")
+        return value
+
+
 class SpeculationKnob(_NameKnob):
     name = "speculation"
     help = "speculative decoding: off, or one of the workload's speculation methods"
@@ -298,7 +317,7 @@ KNOBS: tuple[Knob, ...] = (
     PrefillInstancesKnob(), DecodeInstancesKnob(),
     PrefillTensorParallelKnob(), DecodeTensorParallelKnob(), PipelineParallelKnob(), QuantizationKnob(),
     KVCacheDTypeKnob(), MaxNumSeqsKnob(), MaxNumBatchedTokensKnob(), ChunkedPrefillKnob(), SchedulingPolicyKnob(),
-    SpeculationKnob(),
+    RouterKnob(), SpeculationKnob(),
     SpeculativeTokensKnob(), HeadroomKnob(),
 )
 """The knobs searched by default, in the order they are suggested. ``replicas`` is searched only

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
-from ..costmodels.errors import InputError
+from ..costmodels.deployment import ROUTER, Deployment, DisaggregationConfig, SpeculativeConfig
+from ..costmodels.errors import InputError, did_you_mean
 from ..costmodels.vllm_defaults import SCHEDULING_POLICY
 from ..costmodels.serving.compiled import CompiledDeployment
 from ._constraints import CONSTRAINTS, Constraint, Violation
@@ -67,7 +67,8 @@ class SearchSpace:
         by_name = {k.name: k for k in knobs}
         unknown = sorted(set(settings) - set(by_name))
         if unknown:
-            raise InputError(f"space.{unknown[0]}: unknown knob; knobs: {', '.join(by_name)}")
+            raise InputError(f"space.{unknown[0]}: unknown knob{did_you_mean(unknown[0], by_name)}; knobs: "
+                             f"{', '.join(by_name)}")
         self.knobs = tuple(knobs)
         self._domains: dict[str, Domain] = {}
         for knob in knobs:
@@ -180,6 +181,7 @@ class SearchSpace:
             "max_num_batched_tokens": c["max_num_batched_tokens"],
             "enable_chunked_prefill": c["enable_chunked_prefill"],
             "scheduling_policy": c.get("scheduling_policy", SCHEDULING_POLICY),
+            "router": c.get("router", ROUTER),
             "max_model_len": self.ctx.max_model_len[model],
         }
         if c.get("mode") == DISAGGREGATED:

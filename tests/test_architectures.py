@@ -14,7 +14,6 @@ from servopt.costmodels.architectures import (
     get_model,
     load_hf_config,
     preset_models,
-    quantization_from_id,
     resolve_model,
     spec_from_hf_config,
 )
@@ -285,11 +284,10 @@ RESOLUTION = [
     ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "fp8"),
     ("gpt-oss-120b", "openai/gpt-oss-120b", "mxfp4"),
     ("  Llama-3.1-8B  ", "meta-llama/Llama-3.1-8B", None),
-    # Hugging Face ids and their post-trained derivatives
+    # Hugging Face ids, and post-trained releases the catalog states share a catalogued config
     ("meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-hf", None),
     ("meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B", None),
     ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B", None),
-    ("meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B", "fp8"),
     ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct", None),
     ("mistralai/Mistral-7B-Instruct-v0.1", "mistralai/Mistral-7B-v0.1", None),
     ("mistralai/Mistral-7B-Instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2", None),
@@ -302,8 +300,6 @@ RESOLUTION = [
     ("moonshotai/Kimi-Dev-72B", "moonshotai/Kimi-Dev-72B", None),
     ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-8B-Instruct", None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1", None),
-    ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B", None),
-    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B", None),
     ("google/gemma-2-9b", "google/gemma-2-9b-it", None),
     ("google/gemma-3-4b-pt", "google/gemma-3-4b-it", None),
     ("ibm-granite/granite-3.1-8b-base", "ibm-granite/granite-3.1-8b-instruct", None),
@@ -318,8 +314,9 @@ RESOLUTION = [
     ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "meta-llama/Llama-3.3-70B-Instruct", "fp8"),
     ("TheBloke/Llama-2-7B-Chat-AWQ", "meta-llama/Llama-2-7b-hf", "awq"),
     ("TheBloke/Mistral-7B-Instruct-v0.2-AWQ", "mistralai/Mistral-7B-Instruct-v0.2", "awq"),
-    ("Qwen/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B", "awq"),
-    ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "Qwen/Qwen2.5-72B", "gptq"),
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", None),
+    ("Qwen/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B-Instruct", "awq"),
+    ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "Qwen/Qwen2.5-72B-Instruct", "gptq"),
     ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B-FP8", "fp8"),
     ("RedHatAI/gemma-2-9b-it-FP8", "google/gemma-2-9b-it", "fp8"),
 ]
@@ -333,24 +330,67 @@ def test_resolve_model(requested: str, hf_id: str, quantization: str | None) -> 
     assert resolved.requested == requested.strip()
 
 
-@pytest.mark.parametrize(
-    ("model_id", "scheme"),
-    [
-        ("org/model-AWQ", "awq"),
-        ("org/model-GPTQ-Int8", "w8a16"),
-        ("org/model-GPTQ-Int4", "gptq"),
-        ("org/model-NVFP4", "nvfp4"),
-        ("org/model-quantized.w4a16", "gptq"),
-        ("org/model-quantized.w8a8", "int8"),
-        ("org/model-INT8", "int8"),
-        ("org/model-FP8-dynamic", "fp8"),
-        ("org/model", None),
-        ("org/hawq-model", None),  # keywords must be whole tokens
-        ("org/xw8a8y", None),
-    ],
-)
-def test_quantization_from_id(model_id: str, scheme: str | None) -> None:
-    assert quantization_from_id(model_id) == scheme
+# Ids whose configs differ from the catalogued model their names derive from, or that nothing in the
+# catalog describes: refused offline (exit 2 at the CLI), never served as the name suggests.
+REFUSED = [
+    ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B"),  # 32,768 positions; Qwen3-8B has 40,960
+    ("Qwen/Qwen3-30B-A3B-Base", "Qwen/Qwen3-30B-A3B"),  # 32,768 positions; Qwen3-30B-A3B has 40,960
+    ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct"),  # 131,072 positions; its Instruct 32,768
+    ("meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B"),  # fbgemm FP8, not catalogued
+    ("acme/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B-Instruct"),
+]
+
+
+@pytest.mark.parametrize(("requested", "looks_like"), REFUSED)
+def test_a_derivative_by_name_is_refused_unless_the_catalog_states_its_config(requested, looks_like, tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(InputError) as err:
+        resolve_model(requested)
+    message = str(err.value)
+    assert f"suggests a derivative of {looks_like}," in message and "\n" not in message
+    assert f"huggingface-cli download {requested} config.json" in message and "config.json" in message
+
+
+def test_the_issue_checkpoint_is_block_fp8_with_its_own_context():
+    """Qwen3-30B-A3B-Instruct-2507-FP8: block FP8 (quant_method fp8, 128x128), 262,144 positions."""
+    resolved = resolve_model("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8")
+    fmt = resolved.spec.checkpoint
+    assert (fmt.method, fmt.granularity, fmt.block_size) == ("fp8", "block", (128, 128))
+    assert resolved.spec.max_context == 262144 and resolved.spec.name == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+
+
+def test_instruct_context_is_its_own_not_its_base():
+    """Qwen2.5-7B-Instruct's config sets 32,768 positions; Qwen2.5-7B's 131,072."""
+    instruct, base = resolve_model("Qwen/Qwen2.5-7B-Instruct"), resolve_model("Qwen/Qwen2.5-7B")
+    assert (instruct.spec.max_context, base.spec.max_context) == (32768, 131072)
+    assert instruct.spec.name == "Qwen/Qwen2.5-7B-Instruct"
+    assert instruct.origin.startswith("shipped catalog entry Qwen/Qwen2.5-7B-Instruct (")
+
+
+def test_every_resolution_says_which_config_it_used(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    assert resolve_model(str(folder)).origin == f"local folder {folder}"
+    assert resolve_model(str(folder / "config.json")).origin == f"local file {folder / 'config.json'}"
+    shipped = resolve_model("Qwen/Qwen3-32B-FP8")
+    assert shipped.origin.startswith("shipped catalog entry Qwen/Qwen3-32B-FP8 (github:ai-dynamo/aiconfigurator@")
+    derived = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert derived.origin.startswith("derived from meta-llama/Llama-3.1-8B by name")
+    card = resolve_model("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4")
+    assert card.origin.startswith("derived from meta-llama/Llama-3.1-8B by name: the checkpoint catalog lists")
+    assert "format from its card" in card.origin
+    for resolved in (shipped, derived, card):
+        assert resolved.spec.config_source == resolved.origin
+
+
+def test_a_misspelt_id_gets_the_catalog_ids_close_to_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(InputError, match=r"did you mean 'Qwen/Qwen3-30B-A3B-FP8'"):
+        resolve_model("Qwen/Qwen3-30B-A3B-FP")
+    with pytest.raises(InputError, match=r"did you mean 'llama-3.1-8b'"):
+        resolve_model("llama-3.1-8bb")
 
 
 def _compressed_tensors(num_bits: int, kind: str, activations: bool) -> dict:
@@ -399,7 +439,8 @@ def test_load_config_from_directory_and_file(tmp_path: Path) -> None:
     assert from_dir.num_params == get_model("llama-3.1-8b").num_params
     resolved = resolve_model(str(path))
     assert resolved.spec.num_layers == 32 and resolved.quantization is None
-    assert resolve_model(str(tmp_path / "my-llama")).spec == from_dir
+    assert resolve_model(str(tmp_path / "my-llama")).spec == from_dir.model_copy(
+        update={"config_source": f"local folder {tmp_path / 'my-llama'}"})
 
 
 def test_load_compressed_tensors_w8a8_config(tmp_path: Path) -> None:

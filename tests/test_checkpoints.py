@@ -7,10 +7,10 @@ import pytest
 
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.checkpoints import (
+    catalog_entry,
     checkpoint_catalog,
     checkpoint_format,
     checkpoints_of,
-    format_from_id,
 )
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.hardware import get_gpu
@@ -46,13 +46,14 @@ FP8_KV = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False
     (compressed(4, "float", True, strategy="tensor_group", group_size=16), None, "nvfp4", "compressed-tensors", None,
      0.5 + 1 / 16),
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, None, "awq",
-     "awq_marlin", None, 0.5 + 2.5 / 128),
-    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, None, "gptq", "gptq_marlin", None,
+     "auto_awq", None, 0.5 + 2.5 / 128),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, None, "gptq", "auto_gptq", None,
      0.5 + 2 / 128),
-    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True}, None, "w8a16", "gptq_marlin", None,
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True}, None, "w8a16", "auto_gptq", None,
      1 + 2 / 128),
     ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}, None, "fp8", "fp8",
-     None, 1.0),
+     None, 1.0 + 4 / 128**2),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, None, "fp8", "fp8", None, 1.0),
     ({"quant_method": "mxfp4"}, None, "mxfp4", "mxfp4", None, 0.5 + 1 / 32),
     (None, {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}},
      "fp8", "modelopt", "fp8", 1.0),
@@ -104,10 +105,55 @@ def test_catalog_entries_are_valid_and_distinct():
     assert checkpoints_of("meta-llama/Llama-3.1-8B") == {}  # the base model is not the instruct model
 
 
-def test_names_guess_a_format_only_as_a_fallback():
-    assert format_from_id("acme/Some-Model-AWQ").scheme == "awq"
-    assert "guessed" in format_from_id("acme/Some-Model-FP8").source
-    assert format_from_id("acme/hawq-model") is None
+@pytest.mark.parametrize(("quant", "granularity", "block", "kernel"), [
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "block", (128, 128), "fp8_block"),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, "tensor", None, "fp8"),
+    (compressed(8, "float", True, strategy="channel"), "channel", None, "fp8"),
+    (compressed(8, "float", True, strategy="tensor"), "tensor", None, "fp8"),
+    (compressed(8, "float", True, strategy="block", block_structure=[128, 128]), "block", (128, 128), "fp8_block"),
+])
+def test_fp8_layouts_are_told_apart_and_run_their_own_moe_kernel(quant, granularity, block, kernel):
+    """Block FP8 (Qwen's, DeepSeek's) is neither per-tensor FP8 nor compressed-tensors channel FP8."""
+    from servopt.costmodels.moe import moe_kernel
+    from servopt.costmodels.quantization import get_scheme
+
+    fmt = checkpoint_format(quant)
+    assert (fmt.granularity, fmt.block_size) == (granularity, block)
+    assert moe_kernel(get_scheme("fp8"), "fp8", fmt, get_gpu("h100")) == kernel
+    assert ("block-scaled" in fmt.kernels) == (block is not None and fmt.method == "fp8")
+
+
+def test_gpt_oss_mxfp4_loads_with_its_own_vllm_method():
+    """vLLM 0.33 claims mxfp4 checkpoints of model_type gpt_oss as gpt_oss_mxfp4 (mxfp4.py@v0.33.0:129-146)."""
+    assert checkpoint_format({"quant_method": "mxfp4"}, model_type="gpt_oss").method == "gpt_oss_mxfp4"
+    assert resolve_model("openai/gpt-oss-20b").spec.checkpoint.method == "gpt_oss_mxfp4"
+
+
+def test_no_format_is_read_from_a_name():
+    """An uncatalogued id named like a quantized checkpoint is refused, not served as its name suggests."""
+    with pytest.raises(InputError, match="looks|suggests a derivative of meta-llama/Llama-3.1-8B"):
+        resolve_model("acme/Meta-Llama-3.1-8B-Instruct-AWQ")
+
+
+def test_catalog_formats_from_shipped_configs_match_those_configs():
+    """A checkpoint whose config the model catalog ships is read from that config, and keeps its base's shape."""
+    from servopt.costmodels.architectures import preset_models
+
+    from_config = [c for c in checkpoint_catalog() if c.from_config]
+    assert len(from_config) >= 8
+    for entry in from_config:
+        spec = preset_models()[entry.id]
+        # The modules a checkpoint leaves unquantized are read from the shipped config, not the catalog's summary.
+        scheme_only = {"source": "", "ignore": (), "ignore_match": "exact"}
+        assert entry.format.model_copy(update=scheme_only) == spec.checkpoint.model_copy(update=scheme_only)
+        base = resolve_model(entry.bases[0]).spec
+        assert (spec.num_layers, spec.hidden_size, spec.max_context, spec.vocab_size) == (
+            base.num_layers, base.hidden_size, base.max_context, base.vocab_size)
+
+
+def test_renamed_checkpoints_resolve_under_their_first_names():
+    entry = catalog_entry("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8-dynamic")
+    assert entry is not None and entry.id == "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic"
 
 
 # --- where configs come from -------------------------------------------------------------------
@@ -132,6 +178,7 @@ def test_any_cached_hub_id_resolves_from_the_cache(tmp_path, monkeypatch):
     _cache_repo(tmp_path, "acme/private-llama-fp8kv", config)
     resolved = resolve_model("acme/private-llama-fp8kv")
     assert resolved.origin.startswith("Hugging Face cache") and resolved.quantization == "fp8"
+    assert "revision 0123abc" in resolved.origin and resolved.spec.config_source == resolved.origin
     assert resolved.spec.kv_cache_dtype("auto") == "fp8"
     _cache_repo(tmp_path, "acme/modelopt-nvfp4", LLAMA_8B,
                 {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}})

@@ -40,11 +40,22 @@ SUMMARY = {"input_tokens_per_s": 3000.0, "output_tokens_per_s": 1000.0}
 
 def test_whole_nodes_rent_every_gpu_of_each_node():
     d = Deployment.model_validate(PD)
-    per_gpu = evaluator().cost(d, SUMMARY)
+    per_gpu = evaluator(pricing={"whole_nodes": False}).cost(d, SUMMARY)
     whole = evaluator(pricing={"whole_nodes": True}).cost(d, SUMMARY)
     price = per_gpu["cost_usd_per_hour"] / 11
     assert d.num_gpus == 11 and per_gpu["gpus_rented"] == 11 and whole["gpus_rented"] == 16
     assert whole["cost_usd_per_hour"] == pytest.approx(16 * price)
+
+
+def test_a_gpu_priced_by_its_node_rents_whole_nodes_unless_told_otherwise():
+    # H100: the price of Lambda's 8-GPU instance; H200: RunPod's price of one GPU.
+    five_tp2 = {"tp": 2, "replicas": 5, "max_num_seqs": 64, "max_num_batched_tokens": 4096}
+    default = evaluator(gpus=["h100", "h200"])
+    h100 = default.cost(Deployment.model_validate({"gpu": "h100", **five_tp2}), SUMMARY)
+    h200 = default.cost(Deployment.model_validate({"gpu": "h200", **five_tp2}), SUMMARY)
+    assert (h100["gpus_rented"], h200["gpus_rented"]) == (16, 10)
+    per_gpu = evaluator(gpus=["h100"], pricing={"whole_nodes": False})
+    assert per_gpu.cost(Deployment.model_validate({"gpu": "h100", **five_tp2}), SUMMARY)["gpus_rented"] == 10
 
 
 def test_per_million_output_tokens_and_all_tokens():

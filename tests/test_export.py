@@ -84,6 +84,17 @@ def test_replicas_over_nodes_are_not_started_on_one_machine():
         render_shell(plan)
 
 
+@pytest.mark.parametrize("router, policy", [("round_robin", "round_robin"), ("power_of_two", "power_of_two"),
+                                            ("least_outstanding", "power_of_two")])
+def test_the_router_starts_the_policy_that_was_simulated(router, policy):
+    plan = launch_plan(point(router=router))
+    args = plan["router"]["args"]
+    assert args[args.index("--policy") + 1] == policy
+    assert any("does not offer" in note for note in plan["notes"]) == (router != policy)
+    dis = launch_plan(point(disaggregation=DIS, replicas=1, router=router))["router"]["args"]
+    assert dis[dis.index("--prefill-policy") + 1] == dis[dis.index("--decode-policy") + 1] == policy
+
+
 def test_speculative_config_json_survives_the_shell():
     spec = {"method": "eagle3", "num_speculative_tokens": 3, "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
             "acceptance_rate": None, "draft_tp": None}

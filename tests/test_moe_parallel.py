@@ -20,7 +20,9 @@ DEEPSEEK_V3 = get_model("deepseek-v3")
 
 def test_routed_experts_are_split_over_dp_x_tp_and_the_rest_is_replicated():
     m = DEEPSEEK_V3
-    experts = m.num_moe_layers * m.moe.num_experts * m.expert_params  # fp8: one byte each
+    # Block FP8: one byte per weight plus one fp32 scale per 128 x 128 block.
+    experts = m.num_moe_layers * m.moe.num_experts * m.expert_params * m.weight_scheme("fp8").weight_bytes_per_param
+    assert m.weight_scheme("fp8").weight_bytes_per_param == pytest.approx(1 + 4 / 128**2)
     one = weight_bytes(m, "fp8", tp=1).per_gpu_bytes
     dp8 = weight_bytes(m, "fp8", tp=1, dp=8).per_gpu_bytes
     tp8 = weight_bytes(m, "fp8", tp=8).per_gpu_bytes

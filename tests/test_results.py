@@ -37,8 +37,9 @@ def test_files_and_columns(job_dir):
 def test_html_is_self_contained(job_dir):
     html = (job_dir / "report.html").read_text()
     assert "Plotly.newPlot" in html and "Pareto front" in html
-    # plotly.js is inline: no script, style or image is fetched from anywhere.
-    assert not re.search(r"""<(script|link|img)[^>]*(src|href)=""", html)
+    # Nothing is fetched from anywhere: the one script it loads is plotly.js, written beside it.
+    assert re.findall(r"""<(?:script|link|img)[^>]*(?:src|href)=['"]([^'"]*)""", html) == ["plotly.min.js"]
+    assert (job_dir / "plotly.min.js").stat().st_size > 1_000_000 and len(html) < 1_000_000
 
 
 def test_report_flags_uncalibrated_gpus(job_dir):
@@ -77,3 +78,20 @@ def test_front_rows_on_uncalibrated_gpus_are_marked(tmp_path, serving):  # noqa:
     assert "l4 (UNCALIBRATED)" in (tmp_path / "out" / "report.html").read_text()
     assert main(["export", str(tmp_path / "out"), "--out", str(tmp_path / "export")]) == 0
     assert "# UNCALIBRATED" in (tmp_path / "export" / "node-0.sh").read_text()
+
+
+def test_unservable_load_names_the_capacity_not_the_slo(tmp_path, capsys):
+    """Most trials saturating is a capacity problem: the explanation says what each GPU sustains and
+    how many GPUs the asked rate needs, not only which SLO failed."""
+    from _optimizer_fixtures import TINY, write_workload
+
+    from servopt.optimizer.cli import main
+
+    data = {**TINY, "traffic": {**TINY["traffic"], "arrival": {"kind": "poisson", "rate_per_s": 400}},
+            "gpus": ["a100-80gb"], "limits": {"max_gpus": 2}, "budget": {"trials": 10}}
+    assert main(["optimize", str(write_workload(tmp_path / "w.yaml", data)), "--out", str(tmp_path / "out"),
+                 "--no-progress"]) == 2
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("- a100-80gb"))
+    assert "at most" in line and "400 requests/s would need about" in line
+    assert "Lower traffic.arrival.rate_per_s" in out and "inf s" not in out

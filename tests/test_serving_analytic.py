@@ -64,7 +64,7 @@ def test_p99_ttft_when_sequence_slots_bind(replicas):
     # the replicas pool their slots (a request waits only when all are full), which the estimate
     # models; a per-replica queue fed Poisson arrivals would put its P99 several times higher.
     tr = traffic({"kind": "poisson", "rate_per_s": 5.0 * replicas}, 2048, 256)
-    dep = deployment(max_num_seqs=16, replicas=replicas)
+    dep = deployment(max_num_seqs=16, replicas=replicas, router="least_outstanding")
     sim = run(dep, tr, n=3000).summary
     est = estimate(LLAMA_8B, dep, tr, GPU, PROFILE).summary
     assert est.mean_batch_size == pytest.approx(sim.mean_batch_size, rel=0.1)

@@ -40,6 +40,18 @@ def test_round_robin_alternates_and_least_outstanding_balances():
     assert lo.summary.tpot_s.p99 < 1.01 * rr.summary.tpot_s.p99
 
 
+def test_power_of_two_balances_like_the_vllm_router_and_reproduces_its_seed():
+    tr = traffic({"kind": "poisson", "rate_per_s": 36}, {"kind": "lognormal", "mean": 1000, "sigma": 1.0},
+                 {"kind": "lognormal", "mean": 300, "sigma": 1.2})
+    rr = run(deployment(replicas=3, router="round_robin"), tr, n=3000, whole_fleet=True)
+    two, again = (run(deployment(replicas=3, router="power_of_two"), tr, n=3000) for _ in range(2))
+    assert two.requests.equals(again.requests)
+    counts = np.bincount(two.requests.instance, minlength=3)
+    assert counts.min() > 0.25 * len(two.requests)
+    # The less loaded of two steers around a replica busy with long requests, as least_outstanding does.
+    assert two.summary.ttft_s.p99 < rr.summary.ttft_s.p99
+
+
 def test_a_round_robin_fleet_is_one_replica_fed_every_nth_arrival():
     fleet = deployment(replicas=6, router="round_robin")
     whole = run(fleet, poisson(60.0), n=3000, whole_fleet=True).summary

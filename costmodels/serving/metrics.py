@@ -288,18 +288,22 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
         "itl": _ci(itl_batches, itl.p99),
         "e2e": _ci(_batch_p99s(e2e), stats["e2e"].p99),
     }
+    wait = scheduled[measured][order] - a
+    saturated, reason = _saturation(a, e, wait, open_loop)
     if steady_state and n > 1:
-        span = float(np.ptp(e))
+        # A stable open-loop fleet serves what it is offered: the measured requests' arrival rate. The
+        # span of their finishes is longer by the spread of their latencies, which would read as less
+        # throughput; it is the measure only of a saturated fleet (what it gets through) and of
+        # closed-loop clients (who send as fast as requests finish).
+        span = float(np.ptp(a if open_loop and not saturated else e))
         rate = (n - 1) / span if span > 0 else math.nan
     else:
         rate = n / (window_end - window_start) if window_end > window_start else math.nan
     meets, attainment, slo_met = _slo_check({"ttft": ttft, "tpot": tpot, "e2e": e2e}, stats, slo)
-    wait = scheduled[measured][order] - a
     p99 = stats["ttft"].p99
     tail = ttft >= p99
     with np.errstate(invalid="ignore", divide="ignore"):
         queue_share = float(np.nanmean(np.clip(wait[tail] / ttft[tail], 0, 1))) if tail.any() else math.nan
-    saturated, reason = _saturation(a, e, wait, open_loop)
     c = records.columns
     steps = c["steps"]
     durations = records.durations_s

@@ -33,6 +33,8 @@ share of the arrivals (:func:`simulated_share`), so a simulation costs the same 
   replicas (beyond the seed-to-seed noise at 32), TPOT and end-to-end within noise.
   ``benchmarks/bench_simulator_fleet.py`` prints the P99 differences against
   simulating every replica.
+- ``power_of_two`` (the vLLM Router's: the less loaded of two replicas drawn at random) also
+  depends on every replica's state; it is simulated as least_outstanding is, with four replicas.
 
 Closed-loop clients are split with the replicas when they divide evenly; traces are replayed whole.
 
@@ -89,7 +91,7 @@ P99_TOLERANCE = 0.05
 WARMUP_SHARE = 0.10
 COOLDOWN_SHARE = 0.05
 # Replicas simulated for a fleet behind each router (see the module docstring).
-SIMULATED_REPLICAS = {"round_robin": 1, "least_outstanding": 4}
+SIMULATED_REPLICAS = {"round_robin": 1, "power_of_two": 4, "least_outstanding": 4}
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ class SimulationResult:
     activity: EngineActivity | None = None
 
 
-def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.random.Generator) -> list[Pool]:
+def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.random.Generator,
+                   seed: int = 0) -> list[Pool]:
     d = compiled.deployment
     lockstep = compiled.model.moe is not None
     pools = []
@@ -126,7 +129,7 @@ def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.ra
                 index += 1
             # An MoE model's data-parallel ranks step together (their MoE layers span all of them).
             groups.append([LockstepGroup(instance, lanes)] if role.dp > 1 and lockstep else lanes)
-        pools.append(Pool(groups, make_router(d.router), data_parallel=role.dp > 1))
+        pools.append(Pool(groups, make_router(d.router, seed + len(pools)), data_parallel=role.dp > 1))
     return pools
 
 
@@ -183,7 +186,7 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
                           block_size=d.block_size, prefix_caching=d.enable_prefix_caching, arrival_share=arrival_share,
                           context_source=compiled.context_source)
     table = RequestTable(drawn)
-    pools = _build_engines(compiled, table, rng)
+    pools = _build_engines(compiled, table, rng, seed)
     front, decode = pools[0], (pools[1] if len(pools) > 1 else None)
     cluster = Cluster(table, front, decode, compiled.transfer_s if decode else None, compiled.request_overhead_s,
                       compiled.tokenize_s_per_token)

@@ -10,10 +10,15 @@ from pathlib import Path
 
 import yaml
 
+from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
-from ...results import check_with_vllm, launch_plan, node_scripts, render_readme
+from ...results import check_commands_with_vllm, check_with_vllm, launch_plan, node_scripts, render_readme, with_configs
+from ...results._export_kubernetes import (
+    KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_manifests, kubernetes_manifests, render_kubernetes, render_kubernetes_readme,
+    safe_name, serve_argvs,
+)
 from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
 
 
@@ -26,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
     parser.add_argument("--pick", default="cheapest",
                         help="cheapest, fastest, or a trial number from the report's # column (default cheapest)")
-    parser.add_argument("--format", choices=["vllm", "json", "yaml", "sglang"], default="vllm",
-                        help="scripts (default), print the launch plan as JSON or YAML, or print "
+    parser.add_argument("--format", choices=["vllm", "kubernetes", "json", "yaml", "sglang"], default="vllm",
+                        help="scripts (default); Kubernetes manifests (kubernetes.yaml, also printed: pipe it to "
+                             "kubectl apply -f -); print the launch plan as JSON or YAML; or print "
                              "`python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, "
                              "from SGLang importable or $SERVOPT_SGLANG_PYTHON)")
     parser.add_argument("--out", default=None, metavar="FOLDER",
@@ -37,6 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vllm-python", default=None, metavar="PATH",
                         help="the Python of an environment with vLLM installed (default: $SERVOPT_VLLM_PYTHON, "
                         "this one, or ./.vllm-venv/bin/python)")
+    k8s = parser.add_argument_group("--format kubernetes")
+    k8s.add_argument("--name", default=None, help="prefix of every object's name (default: from the study and trial)")
+    k8s.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
+    k8s.add_argument("--image", default=None, help="the vLLM image (default: vllm/vllm-openai of the exported vLLM)")
+    k8s.add_argument("--router-image", default=None, help="the vLLM Router image (default: vllm/vllm-router)")
+    k8s.add_argument("--node-selector", action="append", default=None, metavar="KEY=VALUE",
+                     help="node label the pods need, instead of GPU feature discovery's nvidia.com/gpu.product "
+                          "(repeatable)")
+    k8s.add_argument("--hf-token-secret", default="hf-token",
+                     help="Secret whose key 'token' holds the Hugging Face token (optional; default hf-token)")
+    k8s.add_argument("--shm-size", default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
+    k8s.add_argument("--model-cache-pvc", default=None, metavar="CLAIM",
+                     help="PersistentVolumeClaim to keep downloaded weights in (default: an emptyDir per pod)")
     parser.set_defaults(handler=run)
 
 
@@ -87,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "sglang":
         return _export_sglang(args, front, point)
     plan = plan_for(front, point)
+    if args.format == "kubernetes":
+        return _export_kubernetes(args, front, point, plan)
     scripts = node_scripts(plan)
     if args.format == "json":
         print(json.dumps(plan, indent=2))
@@ -104,11 +125,67 @@ def run(args: argparse.Namespace) -> int:
             print(read_text(out / "README.md", "export README"), end="")
         print(f"# written to {out}: {', '.join(sorted(scripts))}, README.md, plan.json")
     if args.check:
-        version, problems = check_with_vllm(scripts, args.vllm_python)
+        configs = served_configs(plan)
+        version, problems = check_with_vllm(scripts, args.vllm_python, configs=configs)
         if problems:
             raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
         count = sum(text.count("vllm serve") for text in scripts.values())
-        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s)")
+        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s); "
+              f"{configs_checked(plan, configs)}")
+    return 0
+
+
+def kubernetes_options(args: argparse.Namespace, front: dict, trial: int) -> KubernetesOptions:
+    selector = None
+    if args.node_selector:
+        pairs = [item.partition("=") for item in args.node_selector]
+        if any(not sep for _, sep, _ in pairs):
+            raise InputError("--node-selector: expected KEY=VALUE, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")
+        selector = {key: value for key, _, value in pairs}
+    defaults = KubernetesOptions()
+    return KubernetesOptions(
+        name=args.name or safe_name(f"{front.get('study', 'servopt')}-t{trial}"), namespace=args.namespace,
+        image=args.image or defaults.image, router_image=args.router_image or defaults.router_image,
+        node_selector=selector, hf_token_secret=args.hf_token_secret, shm_size=args.shm_size,
+        model_cache_pvc=args.model_cache_pvc).check()
+
+
+def served_configs(plan: dict) -> dict:
+    """Model id -> the config files vLLM would read for it (``config_files``), for each model the plan serves."""
+    served = {instance["model"] for instance in plan["instances"]}
+    return {model: files for model in served if (files := config_files(model)) is not None}
+
+
+def configs_checked(plan: dict, configs: dict) -> str:
+    """What ``--check`` compared with vLLM's own reading of the served models' configs."""
+    served = {instance["model"] for instance in plan["instances"]}
+    quant = [m for m, files in configs.items() if files.quantization_from_config]
+    return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
+            f"--quantization against the method vLLM picks for {len(quant)}"
+            + ("" if len(quant) == len(served) else " (the others' formats come from their cards)"))
+
+
+def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan: dict) -> int:
+    options = kubernetes_options(args, front, plan["trial"])
+    vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
+    docs = kubernetes_manifests(plan, options, gpus_per_node=point["gpus_per_node"], vendor=vendor)
+    text = render_kubernetes(plan, docs)
+    out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+    write_text(out / "kubernetes.yaml", text)
+    write_text(out / "README-kubernetes.md", render_kubernetes_readme(plan, docs, options))
+    print(text, end="")
+    print(f"# written to {out}: kubernetes.yaml, README-kubernetes.md")
+    if args.check:
+        problems = check_manifests(docs)
+        if problems:
+            raise InputError("the manifests break the Kubernetes schemas: " + "; ".join(problems))
+        configs = served_configs(plan)
+        commands = with_configs(serve_argvs(docs), configs)
+        version, problems = check_commands_with_vllm(commands, args.vllm_python)
+        if problems:
+            raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
+        print(f"# --check: {len(docs)} objects valid against the Kubernetes {KUBERNETES_VERSION} schemas; vLLM {version}'s "
+              f"`vllm serve` parser accepts all {len(commands)} container command(s); {configs_checked(plan, configs)}")
     return 0
 
 

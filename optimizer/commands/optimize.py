@@ -13,7 +13,7 @@ from ...results import explain_empty, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
-from ..workload import Budget, load_workload
+from ..workload import Accuracy, Budget, load_workload
 from .common import positive_float, positive_int
 
 
@@ -23,15 +23,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="search deployments for a workload: Pareto front of cost vs P99 latency",
         description="Search deployments with Optuna (cost vs P99 latency under SLO, accuracy and memory "
         "constraints), re-check the front with a longer simulation, and write trials.csv, pareto.csv, "
-        "report.md and report.html. Rerunning the same job resumes it.",
+        "front.json, report.md and report.html. Rerunning the same job resumes it. Unless the workload says "
+        f"otherwise, a quantization may cost at most {Accuracy().max_drop_pct:g}% accuracy "
+        "(accuracy.max_drop_pct); docs/workload.md lists every key.",
     )
     parser.add_argument("workload", nargs="?", default=None,
                         help="workload YAML file (default: the built-in Llama-3.1-8B chat job)")
     parser.add_argument("--out", default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
     parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the workload file's name)")
     parser.add_argument("--storage", default=None, metavar="URL",
-                        help=f"SQLAlchemy URL of a shared study database (default: ${STORAGE_ENV}, else the workload's "
-                        "storage, else SQLite in the job folder); its password is never printed or saved")
+                        help=f"where the study lives: journal:///path/file or an SQLAlchemy URL of a shared database "
+                        f"(default: ${STORAGE_ENV}, else the workload's storage, else the journal file "
+                        "DIR/study.journal); a password in it is never printed or saved")
     parser.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="worker processes on this machine")
     parser.add_argument("--trials", type=positive_int, default=None, help="override budget.trials")
     parser.add_argument("--time", type=positive_float, default=None, metavar="SECONDS", help="override budget.time_s")

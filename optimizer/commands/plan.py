@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ...calibration.registry import load_profile
-from ...costmodels.architectures import resolve_model
+from ...costmodels.architectures import longer_context_fix, resolve_model
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GIB, load_catalog
 from ...costmodels.deployment import Deployment
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tp", type=positive_int, default=1, help="tensor parallel size (default 1)")
     parser.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel size (default 1)")
     parser.add_argument("--quant", choices=sorted(SCHEMES), default=None,
-                        help="weight quantization (default: implied by the model id, else the model dtype)")
+                        help="weight quantization (default: the checkpoint's own, read from its config, else the model dtype)")
     parser.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto", help="KV cache dtype")
     parser.add_argument("--context", type=positive_int, default=4096, help="tokens per request (prompt + output)")
     parser.add_argument("--concurrency", type=positive_int, default=1, help="requests resident at once")
@@ -51,7 +51,8 @@ def compute_plan(args: argparse.Namespace) -> dict:
     model = resolved.spec
     quant = args.quant or resolved.quantization or None
     if args.context > model.max_context:
-        raise InputError(f"--context {args.context} exceeds {model.name}'s maximum context of {model.max_context} tokens")
+        raise InputError(f"--context {args.context} exceeds what vLLM accepts for {resolved.requested}: "
+                         f"{longer_context_fix(model, resolved.requested, args.context)}")
     if args.tp * args.pp > 64:
         raise InputError(f"tp x pp = {args.tp * args.pp} GPUs is beyond what servopt plans for one replica (64)")
     profile = load_profile(gpu, args.profile)
@@ -82,8 +83,15 @@ def compute_plan(args: argparse.Namespace) -> dict:
     prefill_chunk = min(args.context, max_tokens)
     prefill_step = cost.step(Batch(prefill_tokens=[prefill_chunk]))
     dtype = math_dtype(plan.quantization, gpu)
+    fmt = model.checkpoint if model.checkpoint is not None and model.checkpoint.scheme == plan.quantization else None
     return {
         "model": model.name,
+        "requested": resolved.requested,
+        "config_source": resolved.origin,
+        "max_context": model.max_context,
+        "vllm_quantization": fmt.method if fmt else SCHEMES[plan.quantization].vllm_quantization,
+        "weights_format": fmt.describe() if fmt else SCHEMES[plan.quantization].description,
+        "kernels": fmt.kernels if fmt else None,
         "gpu": gpu.name,
         "tp": args.tp,
         "pp": args.pp,
@@ -139,6 +147,11 @@ def render(result: dict) -> str:
         f"{r['model']} on {r['gpu']} (tp={r['tp']}, pp={r['pp']}, weights {r['quantization']}, KV {r['kv_cache_dtype']}"
         f"{'' if r['kv_cache_stored_dtype'] == r['kv_cache_dtype'] else ' = ' + r['kv_cache_stored_dtype'] + ' (checkpoint KV scales)'}), "
         f"{r['concurrency']} x {r['context_tokens']} tokens",
+        f"  requested               {r['requested']}",
+        f"  config                  {r['config_source']}",
+        f"  max context             {r['max_context']:,} tokens (vLLM's limit for this config)",
+        f"  weights                 {r['weights_format']}; --quantization {r['vllm_quantization'] or '(none)'}"
+        + (f"; kernels: {r['kernels']}" if r["kernels"] else ""),
         "",
         "Memory",
         f"  weights                 {_gib(r['weights_bytes'])}  ({r['num_params'] / 1e9:.2f} B params; {_gib(r['weights_bytes_per_gpu']).strip()} {per_gpu})",

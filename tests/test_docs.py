@@ -1,0 +1,29 @@
+"""The file reference in docs/ is generated from the models, and current."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("build_schema_docs", ROOT / "scripts" / "build_schema_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_workload_reference_is_current():
+    builder = _builder()
+    assert (ROOT / "docs" / "workload.md").read_text() == builder.render(), (
+        "docs/workload.md is out of date: run python scripts/build_schema_docs.py")
+
+
+def test_reference_lists_every_key_and_every_length_distribution():
+    from servopt.optimizer.workload import Workload
+
+    text = (ROOT / "docs" / "workload.md").read_text()
+    assert all(f"| `{key}` |" in text for key in Workload.model_fields)
+    for kind in ("fixed", "uniform", "lognormal", "histogram", "dataset"):
+        assert f"[{kind}](#{kind}length)" in text
+    assert "| `max_drop_pct` | number | percent | `3.0` | >= 0, <= 100 |" in text
