@@ -213,9 +213,11 @@ class StepCostModel:
         self._full_layers = m.num_layers - self._sliding_layers
         self._spans_nodes = tp * self.pp * self.dp > self.gpu.nvlink_gpus
         self._version = parse_vllm_version(self.vllm_version)
-        self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu)
         self._layout = None if m.moe is None else ExpertLayout(
             m.moe.num_experts, m.moe.experts_per_token, self.dp, tp, self.expert_parallel)
+        # vLLM's expert-parallel size: the whole DP x TP group with --enable-expert-parallel, else 1.
+        ep_size = self._layout.group if self._layout is not None and self.expert_parallel else 1
+        self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu, ep_size, self._version)
         self.all2all_backend = self.all2all_backend or default_all2all_backend(self._version)
         if self.all2all_backend not in ALL2ALL_COLLECTIVES:
             raise InputError(f"all2all_backend '{self.all2all_backend}' is not one of "
