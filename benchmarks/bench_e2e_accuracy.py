@@ -61,6 +61,9 @@ def report_corpus(runs) -> None:
     skipped = pd.Series([r.skip for r in runs if r.skip]).value_counts()
     for reason, count in skipped.items():
         print(f"  skipped {count:3}: {reason}")
+    served_by_vllm = [r for r in runs if not r.skip.startswith("framework '")]
+    print(f"share of measured vLLM runs predicted at all: {len(done)} of {len(served_by_vllm)} "
+          f"({100 * len(done) / max(len(served_by_vllm), 1):.0f}%; target >= 90%)")
     groups = pd.Series(["/".join(r.group) for r in done]).value_counts()
     print("simulated runs per (model, GPU, dtype) group:")
     for group, count in groups.items():

@@ -1,9 +1,11 @@
-"""Simulator speed: wall time of 10,000 requests on one replica of an 8B model, decode steps per
-second, and how much faster the analytic estimate is.
+"""Simulator speed: CPU and wall time of 10,000 requests on one replica of an 8B model, decode steps
+per second, and how much faster the analytic estimate is.
 
 Run: ``python benchmarks/bench_simulator_speed.py`` (prints figures; takes about half a minute).
-Targets (issue 3): 10k requests in <= 1 s on a 2-core machine, >= 100,000 decode steps/s, and the
-analytic estimate >= 50x faster than the simulation.
+Targets: 10k requests in <= 0.3 s of CPU (issue 19; it was <= 1 s of wall time in issue 3),
+>= 100,000 decode steps/s, and the analytic estimate >= 50x faster than the simulation. Each figure
+is the best of three runs (CPU time is the process's, so other processes on a shared machine move
+it less than wall time, but they still do: say how loaded the machine was).
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ SCENARIOS = {
 }
 
 
-def best_of(fn, repeats: int = REPEATS) -> tuple[float, object]:
+def best_of(fn, repeats: int = REPEATS, clock=time.perf_counter) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         result = fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times), result
 
 
@@ -56,14 +58,16 @@ def main() -> None:
     model = get_model("llama-3.1-8b")
     deployment = Deployment(gpu="h100", max_model_len=16384)
     print(f"{REQUESTS} requests, Llama-3.1-8B on one H100 replica (best of {REPEATS} runs)\n")
-    print(f"{'scenario':62} {'wall s':>7} {'steps':>9} {'decode steps/s':>15} {'preempt':>8}")
-    walls = []
+    print(f"{'scenario':62} {'CPU s':>6} {'wall s':>7} {'steps':>9} {'decode steps/s':>15} {'preempt':>8}")
+    cpus = []
     for name, tr in SCENARIOS.items():
-        wall, result = best_of(lambda tr=tr: simulate(model, deployment, tr, gpu, profile, num_requests=REQUESTS))
-        walls.append(wall)
-        print(f"{name:62} {wall:7.3f} {result.steps:9d} {result.decode_steps / wall:15,.0f} "
+        run = lambda tr=tr: simulate(model, deployment, tr, gpu, profile, num_requests=REQUESTS)  # noqa: E731
+        cpu, _ = best_of(run, clock=time.process_time)
+        wall, result = best_of(run)
+        cpus.append(cpu)
+        print(f"{name:62} {cpu:6.3f} {wall:7.3f} {result.steps:9d} {result.decode_steps / cpu:15,.0f} "
               f"{result.summary.preemptions:8d}")
-    print(f"\nworst wall time {max(walls):.3f} s (target <= 1 s)")
+    print(f"\nworst CPU time {max(cpus):.3f} s, first scenario {cpus[0]:.3f} s (target <= 0.3 s)")
 
     print("\nanalytic estimate vs the default simulation (grows requests until P99 is stable)")
     print(f"{'scenario':62} {'simulate s':>10} {'estimate ms':>12} {'ratio':>7}")

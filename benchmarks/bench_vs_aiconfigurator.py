@@ -11,7 +11,12 @@ aiconfigurator is looked up in ``$AICONFIGURATOR``, then ``.aic-venv/bin/aiconfi
 checkout, then ``PATH``; without it, only servopt's figure is printed. Install it apart from servopt:
 
     python3 -m venv .aic-venv && .aic-venv/bin/pip install aiconfigurator==0.12.0
-    python benchmarks/bench_vs_aiconfigurator.py [--trials 150]
+    python benchmarks/bench_vs_aiconfigurator.py [--trials 150] [--hypervolume]
+
+With ``--hypervolume`` servopt also runs the job with 4x the trials, and the hypervolume of the
+first run's front (re-checked cost and P99 e2e, reference 1.1 x the nadir of both fronts) is
+printed as a share of the 4x run's (issue 19: >= 98%, at <= 0.5x aiconfigurator's CPU time).
+The model is resolved offline (HF_HUB_OFFLINE=1: servopt's catalog copy), as aiconfigurator's is.
 """
 
 from __future__ import annotations
@@ -25,8 +30,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import yaml
 from bench_optimizer_setup import ROOT, cli
+from bench_optimizer_hypervolume import hypervolume_2d
 
 WORKLOAD = {
     "model": "meta-llama/Llama-3.1-70B-Instruct",
@@ -39,9 +47,10 @@ WORKLOAD = {
 
 
 def cpu_s(argv: list[str], cwd: str) -> tuple[float, int, str]:
-    """User + system CPU seconds of a child process, its exit code and its output's last line."""
+    """User + system CPU seconds of a child process (and its children), its exit code and its
+    output's last line."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return seconds, done.returncode, (done.stdout.strip().splitlines() or [""])[-1]
@@ -67,16 +76,32 @@ def model_folder(directory: Path) -> Path:
     return folder
 
 
+def optimize(tmp: str, trials: int) -> tuple[float, np.ndarray]:
+    """servopt's CPU seconds for the job with ``trials``, and its front's (cost, P99 e2e) points."""
+    path = Path(tmp) / f"llama70b-h200-{trials}.yaml"
+    path.write_text(yaml.safe_dump({**WORKLOAD, "budget": {"trials": trials}}))
+    out = Path(tmp) / f"servopt-{trials}"
+    seconds, code, _ = cpu_s(cli(["optimize", str(path), "--out", str(out), "--no-progress", "--json"]), tmp)
+    front = pd.read_csv(out / "pareto.csv") if code in (0, 2) and (out / "pareto.csv").exists() else pd.DataFrame()
+    points = front[["cost_usd_per_hour", "p99_e2e_s"]].to_numpy(dtype=float) if len(front) else np.zeros((0, 2))
+    print(f"servopt optimize, {trials} trials: {seconds:.1f} CPU s (exit {code}, front of {len(points)})")
+    return seconds, points
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=150)
+    parser.add_argument("--hypervolume", action="store_true", help="also run 4x the trials and compare the fronts")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "llama70b-h200.yaml"
-        path.write_text(yaml.safe_dump({**WORKLOAD, "budget": {"trials": args.trials}}))
-        ours, code, _ = cpu_s(cli(["optimize", str(path), "--out", f"{tmp}/servopt", "--no-progress", "--json"]), tmp)
-        front = json.loads((Path(tmp) / "servopt" / "front.json").read_text())["points"] if code in (0, 2) else []
-        print(f"servopt optimize, {args.trials} trials: {ours:.1f} CPU s (exit {code}, front of {len(front)})")
+        ours, front = optimize(tmp, args.trials)
+        if args.hypervolume:
+            _, larger = optimize(tmp, 4 * args.trials)
+            both = np.vstack([front, larger])
+            if len(both) and len(larger):
+                reference = 1.1 * both.max(axis=0)
+                share = hypervolume_2d(front, reference) / hypervolume_2d(larger, reference)
+                print(f"front hypervolume {share:.1%} of the {4 * args.trials}-trial run's (goal >= 98%)")
         aic = find_aiconfigurator()
         if aic is None:
             print("aiconfigurator not installed (see the module docstring): no comparison")

@@ -46,8 +46,8 @@ from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
-from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
-from .bench_clients import SessionCache, routed_hits, vllm_bench_send_times
+from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version, resolve_engine
+from .bench_clients import SessionCache, VllmBenchServe, routed_hits
 from .silicon import REQUESTS_PER_CLIENT, silicon_run, weight_scheme
 from .tables import gpu_name_for
 
@@ -55,6 +55,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_E2E = ROOT.parent / "shared" / "data" / "measured" / "e2e"
 REPO_E2E = ROOT / "calibration" / "measured" / "e2e"
 BENCH_TABLES = ("vllm_bench_p99_dev.csv", "vllm_bench_a100_dennislee22.csv", "vllm_bench_public.csv")
+# A bench table's optional ``prefix_cache`` column: 'cold' (the server had not seen the prompts; runs
+# of one session still share its cache, :data:`SESSIONS`) or 'warm' (every prompt was served before).
+PREFIX_CACHE_STATES = ("cold", "warm")
 METRICS = ("ttft", "tpot", "itl")
 STATS = ("mean", "median", "p99")
 # Inter-node links of the sources' clusters (GB/s per GPU): Azure ND96asr_v4 has one 200 Gb/s HDR
@@ -219,7 +222,8 @@ def silicon_runs(path: Path, table: pd.DataFrame | None = None,
 
 # --- vllm bench serve rows ----------------------------------------------------------------------
 _FLAG_INT = {"max_num_seqs": r"--max-num-seqs[ =](\d+)", "max_num_batched_tokens": r"--max-num-batched-tokens[ =](\d+)",
-             "max_model_len": r"--max-model-len[ =](\d+)", "data_parallel": r"(?:--data-parallel-size|-dp)[ =](\d+)"}
+             "max_model_len": r"--max-model-len[ =](\d+)", "data_parallel": r"(?:--data-parallel-size|-dp)[ =](\d+)",
+             "num_scheduler_steps": r"--num-scheduler-steps[ =](\d+)"}
 
 
 def _flags(text: str) -> dict:
@@ -243,8 +247,12 @@ def _flags(text: str) -> dict:
         out["kv_cache_dtype"] = "fp8"
     if "--enable-expert-parallel" in text:
         out["expert_parallel"] = True
-    if "--enable-chunked-prefill" in text:
+    if "--no-enable-chunked-prefill" in text or "--enable-chunked-prefill=False" in text or "chunked prefill off" in text:
+        out["chunked_prefill"] = False
+    elif "--enable-chunked-prefill" in text:
         out["chunked_prefill"] = True
+    if "--enforce-eager" in text:
+        out["enforce_eager"] = True
     return out
 
 
@@ -363,6 +371,20 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
     data_parallel = flags.get("data_parallel") or (2 if "DP2" in _text(row.get("variant")) else 1)
     gpu_spec = get_gpu(gpu)
     tokens, seqs = default_batch_limits(gpu_spec, version)
+    # The run's release decides the flags its server left out (chunked prefill, prefix caching, the
+    # V0 budget), as vllm serve of that version did.
+    spec = resolved.spec
+    steps = flags.get("num_scheduler_steps", 1)
+    try:
+        engine = resolve_engine(
+            version, pp=pp, max_model_len=flags.get("max_model_len") or spec.max_context, mla=spec.mla is not None,
+            sliding_window=bool(spec.sliding_window and spec.num_sliding_layers),
+            chunked_prefill=flags.get("chunked_prefill"), prefix_caching=flags.get("prefix_caching"),
+            num_scheduler_steps=steps, enforce_eager=flags.get("enforce_eager", False),
+            max_num_seqs=flags.get("max_num_seqs", seqs))
+    except InputError as err:
+        return MeasuredRun(**base, skip=str(err))
+    tokens = engine.max_num_batched_tokens or tokens
     across = "no InfiniBand" in _text(row["gpu"]) or "no-ib" in ref
     deployment = Deployment(
         gpu=gpu, tp=tp, pp=pp, data_parallel_size=data_parallel, enable_expert_parallel=flags.get("expert_parallel", False),
@@ -370,16 +392,21 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
         quantization=resolved.quantization,
         max_num_seqs=flags.get("max_num_seqs", seqs), max_num_batched_tokens=flags.get("max_num_batched_tokens", tokens),
         max_model_len=flags.get("max_model_len"),
-        enable_prefix_caching=flags.get("prefix_caching", version >= (0, 8, 0)),
+        enable_prefix_caching=engine.prefix_caching, enable_chunked_prefill=engine.chunked_prefill,
+        enforce_eager=flags.get("enforce_eager", False), num_scheduler_steps=steps,
         kv_cache_dtype=flags.get("kv_cache_dtype", "auto"),
         internode_gbps=TCP_24GBIT_GBPS if across else INFINIBAND_HDR_GBPS, kv_cache_memory_gib=flags.get("kv_cache_memory_gib"),
         **({"gpu_memory_utilization": flags["gpu_memory_utilization"]} if "gpu_memory_utilization" in flags else {}),
     )
     rate = _number(row.get("request_rate"))
     rate = math.inf if not math.isfinite(rate) else rate
+    prefix_cache = _text(row.get("prefix_cache")).strip().lower() or "cold"
+    if prefix_cache not in PREFIX_CACHE_STATES:
+        raise InputError(f"{table} row {index}: prefix_cache '{prefix_cache[:20]}' is not one of "
+                         f"{', '.join(PREFIX_CACHE_STATES)} (leave it empty for cold)")
     extra = {"inputs": inputs, "outputs": outputs, "rate": rate, "dataset": dataset, "source_repo": source,
              "session": None, "version": version, "max_concurrency": _number(row.get("max_concurrency")),
-             "json_path": json_path}
+             "json_path": json_path, "prefix_cache": prefix_cache}
     rules = SESSIONS.get(source)
     if rules is not None:
         test = re.search(r"Test (\d+)", notes)
@@ -405,21 +432,20 @@ def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
     extra = run.extra
     inputs, outputs = extra["inputs"], extra["outputs"]
     concurrency = extra["max_concurrency"]
-    if math.isfinite(concurrency) and concurrency < len(inputs):
-        return run.__class__(**{**run.__dict__, "deployment": None,
-                                "skip": "a concurrency cap below the number of prompts (not simulated here)"})
-    send = vllm_bench_send_times(len(inputs), extra["rate"], seed=0, vllm_version=run.vllm_version)
+    client = VllmBenchServe(request_rate=extra["rate"], max_concurrency=int(concurrency) if math.isfinite(concurrency)
+                            else None, seed=0, vllm_version=run.vllm_version)
     keys = list(range(len(inputs)))
     cached = None
     if cache is not None and run.deployment.enable_prefix_caching:
+        if extra.get("prefix_cache") == "warm":
+            # The table says the server had served these prompts before the run.
+            cache.record(keys, inputs, outputs)
         # The tool's initial test prompt (request 0) runs alone just before the run.
         cache.warm(keys[0], inputs[0], outputs[0])
         ranks = run.deployment.replicas * run.deployment.data_parallel_size
         cached = routed_hits(cache.hits(keys, inputs), ranks, run.run_id).tolist()
         cache.record(keys, inputs, outputs)
-    records = {"arrival_s": send, "input_tokens": inputs, "output_tokens": outputs, "cached_tokens": cached}
-    traffic = Traffic.model_validate({"arrival": {"kind": "trace", "records": records}})
-    return run.__class__(**{**run.__dict__, "traffic": traffic})
+    return run.__class__(**{**run.__dict__, "traffic": client.traffic(inputs, outputs, cached)})
 
 
 BENCH_COLUMNS = ("model", "gpu", "vllm_version", "tp")
@@ -483,16 +509,22 @@ def load_corpus(shared_e2e: Path = SHARED_E2E, repo_e2e: Path = REPO_E2E) -> lis
     return runs
 
 
-def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
-    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``."""
-    from ..costmodels.serving import simulate
+def compiled_run(run: MeasuredRun, profile: PerformanceProfile):
+    """The run's deployment compiled for its model (the checkpoint's quantization where the run names none)."""
+    from ..costmodels.serving.compiled import compile_deployment
 
     resolved = resolve_model(run.model)
     deployment = run.deployment
     if deployment.quantization is None and resolved.quantization:
         deployment = deployment.model_copy(update={"quantization": resolved.quantization})
-    gpu = get_gpu(deployment.gpu)
-    summary = simulate(resolved.spec, deployment, run.traffic, gpu, profile, seed=seed).summary
+    return compile_deployment(resolved.spec, deployment, get_gpu(deployment.gpu), profile)
+
+
+def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
+    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``."""
+    from ..costmodels.serving.simulator import simulate_compiled
+
+    summary = simulate_compiled(compiled_run(run, profile), run.traffic, seed=seed).summary
     out = {"saturated": float(summary.saturated)}
     for metric in METRICS:
         stats = getattr(summary, f"{metric}_s")

@@ -129,10 +129,6 @@ class VllmMetrics:
         hist = self.histograms.get(metric)
         return hist.sum / hist.count if hist and hist.count > 0 else math.nan
 
-    def prefix_hit_rate(self) -> float:
-        queries = self.counters.get("prefix_queries")
-        return self.counters.get("prefix_hits", math.nan) / queries if queries else math.nan
-
     def since(self, before: VllmMetrics) -> VllmMetrics:
         """This scrape's counters and histograms minus an earlier scrape's: what happened in between."""
         counters = {k: v - before.counters.get(k, 0.0) for k, v in self.counters.items()}

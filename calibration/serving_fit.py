@@ -95,8 +95,14 @@ def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: di
         name = run.deployment.gpu
         if name not in profiles:
             profiles[name] = profile_for(get_gpu(name)).model_copy(update=params)
-        predicted = predict_run(run, profiles[name])
-        row = {"run_id": run.run_id, "group": "/".join(run.group), "model": run.group[0], "gpu": run.gpu,
+        failed = ""
+        try:
+            predicted = predict_run(run, profiles[name])
+        except InputError as err:  # the simulation cannot finish the run (a thrashing KV cache): no prediction
+            failed = str(err)
+            predicted = {"saturated": 1.0, **{f"{stat}_{metric}_ms": math.nan for metric in ("ttft", "tpot", "itl")
+                                              for stat in ("mean", "median", "p99")}}
+        row = {"run_id": run.run_id, "failed": failed, "group": "/".join(run.group), "model": run.group[0], "gpu": run.gpu,
                "moe": resolve_model(run.model).spec.moe is not None,
                "dtype": run.dtype, "engine": engine_of(run), "frontend": run.deployment.frontend,
                "protocol": run.protocol,

@@ -15,7 +15,9 @@ by aiconfigurator's generator, served, and benchmarked with aiperf. The aiconfig
 - **Client.** The aiperf request count is not recorded with the rows, so it is taken from the
   pipeline that deployed and benchmarked generated configurations at the time: aiconfigurator's
   ``aiconfigurator eval`` (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``, from #57,
-  2025-10-14, until #504 removed it on 2026-03-03) runs ``aiperf profile --concurrency C
+  2025-10-14, until #504 removed it on 2026-03-03; at commit 5e16187 the program it runs is
+  ``genai-perf profile``, the same flags, with perf_analyzer's concurrency manager under it) runs
+  ``aiperf profile --concurrency C
   --request-count 10C --warmup-request-count 2C --num-dataset-entries 12C --streaming`` against the chat
   endpoint with fixed ISL and OSL (``ignore_eos``, ``min_tokens`` = ``max_tokens`` = OSL), the recipe
   of Dynamo's own ``benchmarks/llm/perf.sh``. vLLM 0.12.0 is the engine of Dynamo 0.8.x
@@ -54,11 +56,14 @@ import pandas as pd
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.serving.traffic import Traffic
+from .bench_clients import AiperfConcurrency
 
 # aiconfigurator's generator: budget and context margin beyond the prompt (vllm.rule).
 GENERATOR_MARGIN_TOKENS = 1500
 # aiperf --request-count C x 10: aiconfigurator's eval pipeline and Dynamo's perf.sh (module docstring).
 REQUESTS_PER_CLIENT = 10
+# --warmup-request-count C x 2 (genai_perf_runner.py): waited for before profiling, so it moves nothing here.
+WARMUP_PER_CLIENT = 2
 # The shipped serving overheads are fitted to the rows of this ISL; the others are held out.
 SERVING_FIT_ISL = 1024
 
@@ -132,9 +137,6 @@ def silicon_run(row: dict, gpu: str | None = None, requests_per_client: int = RE
         max_model_len=isl + osl + GENERATOR_MARGIN_TOKENS, enable_prefix_caching=False,
         vllm_version=str(version) if isinstance(version, str) and version else "0.12.0", frontend="dynamo",
     )
-    traffic = Traffic.model_validate({
-        "arrival": {"kind": "closed_loop", "concurrency": concurrency, "requests_per_client": requests_per_client},
-        "input_tokens": {"kind": "fixed", "value": isl},
-        "output_tokens": {"kind": "fixed", "value": osl},
-    })
-    return SiliconRun(str(row["model_path"]), deployment, traffic)
+    count = concurrency * requests_per_client
+    client = AiperfConcurrency(concurrency, request_count=count, warmup_request_count=WARMUP_PER_CLIENT * concurrency)
+    return SiliconRun(str(row["model_path"]), deployment, client.traffic([isl] * count, [osl] * count))

@@ -274,7 +274,13 @@ class E2EValidator(Validator):
         runs = table_runs(Path(path), frame)
         return pd.DataFrame({"run": runs})
 
+    def __init__(self, profile_for: ProfileFor | None = None, explain: bool = False):
+        super().__init__(profile_for)
+        self.explain = explain
+
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        from .explain import explain_run
+
         records = []
         for run in table["run"]:
             record = {"id": run.extra.get("row_id", run.run_id), "gpu": run.gpu, "framework": "vllm", "model": run.model,
@@ -290,6 +296,8 @@ class E2EValidator(Validator):
                     predicted = predict_run(run, profile)
                     record.update({f"pred_{m}": v for m, v in predicted.items() if m in self.metrics})
                     record["calibrated"] = profile.calibrated
+                    if self.explain:
+                        record.update(explain_run(run, profile))
                 except InputError as err:
                     record["reason"] = str(err)
             records.append(record)

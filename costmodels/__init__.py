@@ -18,15 +18,25 @@ Example:
     True
 """
 
-from .architectures import ModelSpec, get_model, resolve_model
-from .deployment import Deployment
-from .errors import InputError
-from .hardware import GPUSpec, get_gpu, load_catalog
-from .memory import MemoryPlan, plan_memory
-from .profile import PerformanceProfile
-from .roofline import Batch, StepCostModel
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Batch", "Deployment", "GPUSpec", "InputError", "MemoryPlan", "ModelSpec", "PerformanceProfile",
-    "StepCostModel", "get_gpu", "get_model", "load_catalog", "plan_memory", "resolve_model",
-]
+from .faces import lazy_face
+
+# Each name and the module that defines it, imported when the name is first used (faces.py).
+_EXPORTS = {
+    "ModelSpec": ".architectures", "get_model": ".architectures", "resolve_model": ".architectures",
+    "Deployment": ".deployment", "InputError": ".errors", "GPUSpec": ".hardware", "get_gpu": ".hardware",
+    "load_catalog": ".hardware", "MemoryPlan": ".memory", "plan_memory": ".memory",
+    "PerformanceProfile": ".profile", "Batch": ".roofline", "StepCostModel": ".roofline",
+}
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .architectures import ModelSpec, get_model, resolve_model
+    from .deployment import Deployment
+    from .errors import InputError
+    from .hardware import GPUSpec, get_gpu, load_catalog
+    from .memory import MemoryPlan, plan_memory
+    from .profile import PerformanceProfile
+    from .roofline import Batch, StepCostModel

@@ -3,7 +3,7 @@
 Example:
     >>> d = Deployment.model_validate({"gpu": "h100", "tp": 2, "quantization": "fp8"})
     >>> d.num_gpus, d.kv_cache_dtype, d.enable_chunked_prefill
-    (2, 'auto', True)
+    (2, 'auto', None)
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from .quantization import WeightScheme
 from .vllm_defaults import (
     ALL2ALL_COLLECTIVES,
     BLOCK_SIZE,
-    ENABLE_CHUNKED_PREFILL,
-    ENABLE_PREFIX_CACHING,
     GPU_MEMORY_UTILIZATION,
     SCHEDULING_POLICIES,
     SCHEDULING_POLICY,
     gpu_memory_utilization,
     parse_vllm_version,
+    release,
 )
 
 # Bounds of what servopt models: beyond them a file is mistyped, and the simulator's work (one
@@ -35,6 +34,8 @@ MAX_SEQS = 2**20
 MAX_BATCHED_TOKENS = 2**24
 MIN_LINK_GBPS = 0.01  # 10 MB/s: slower than any datacenter link
 MAX_LINK_GBPS = 1e5
+# --num-scheduler-steps: vLLM took any count; beyond 64 a file is mistyped (the public runs used 10).
+MAX_SCHEDULER_STEPS = 64
 # How requests are spread over replicas (serving/router.py says what each does and which the vLLM
 # Router offers); servopt searches and exports round_robin unless a workload says otherwise.
 RouterPolicy = Literal["round_robin", "power_of_two", "least_outstanding"]
@@ -132,8 +133,13 @@ class Deployment(Spec):
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     max_num_seqs: Seqs | None = Field(default=None, description="default: vLLM's for the GPU")
     max_num_batched_tokens: BatchedTokens | None = Field(default=None, description="default: vLLM's for the GPU")
-    enable_chunked_prefill: bool = ENABLE_CHUNKED_PREFILL
-    enable_prefix_caching: bool = ENABLE_PREFIX_CACHING
+    enable_chunked_prefill: bool | None = Field(
+        default=None, description="default: the release's (V1: always; V0: only for max_model_len > 32768)")
+    enable_prefix_caching: bool | None = Field(default=None, description="default: the release's (V1 on, V0 off)")
+    enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager: no CUDA graphs, every kernel launched")
+    num_scheduler_steps: int = Field(
+        default=1, ge=1, le=MAX_SCHEDULER_STEPS,
+        description="vLLM --num-scheduler-steps (V0 multi-step scheduling, releases up to 0.10.0)")
     scheduling_policy: Literal[SCHEDULING_POLICIES] = Field(  # type: ignore[valid-type]
         default=SCHEDULING_POLICY,
         description="vLLM --scheduling-policy: fcfs, or priority (requests' priority field, lower first)")
@@ -162,6 +168,16 @@ class Deployment(Spec):
             version = parse_vllm_version(data.get("vllm_version"))
             data = {**data, "gpu_memory_utilization": gpu_memory_utilization(version)}
         return data
+
+    @model_validator(mode="after")
+    def _check_release(self) -> Deployment:
+        version = parse_vllm_version(self.vllm_version)
+        row = release(version)
+        if self.num_scheduler_steps > 1 and not row.multi_step:
+            raise ValueError(f"num_scheduler_steps: vLLM {'.'.join(map(str, version))} has no --num-scheduler-steps "
+                             f"(removed in 0.10.1: {row.cite('multi_step')}); leave it at 1 or give vllm_version "
+                             "0.10.0 or older")
+        return self
 
     @model_validator(mode="after")
     def _check_data_parallel(self) -> Deployment:

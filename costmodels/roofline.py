@@ -190,6 +190,9 @@ class StepCostModel:
     dp: int = 1
     expert_parallel: bool = False
     all2all_backend: str | None = None
+    graph_max_tokens: int = MAX_CUDAGRAPH_TOKENS
+    engine: str | None = None
+    num_scheduler_steps: int = 1
     _table_s: np.ndarray = field(init=False, repr=False)
     _table_compute_s: np.ndarray = field(init=False, repr=False)
 
@@ -225,7 +228,7 @@ class StepCostModel:
         if ALL2ALL_COLLECTIVES[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
             raise InputError(f"all2all_backend {self.all2all_backend} runs with tp 1 (one GPU per data-parallel "
                              "rank); use allgather_reducescatter with tp > 1")
-        self._engine = engine_generation(self._version, self.pp)
+        self._engine = self.engine or engine_generation(self._version, self.pp)
         self._async = self._engine == "v1" and async_scheduling(self._version, self.pp)
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
@@ -389,8 +392,8 @@ class StepCostModel:
         custom_max, symm_max = allreduce_limits(self.tp, self.gpu, self._version, nvlink=not across_nodes)
         custom = message <= custom_max
         kinds = {
-            "custom_graph": custom & (tokens <= MAX_CUDAGRAPH_TOKENS),
-            "custom_eager": custom & (tokens > MAX_CUDAGRAPH_TOKENS),
+            "custom_graph": custom & (tokens <= self.graph_max_tokens),
+            "custom_eager": custom & (tokens > self.graph_max_tokens),
             "symm_mem": ~custom & (message <= symm_max),
             "nccl": message > max(custom_max, symm_max),
         }
@@ -717,9 +720,13 @@ class ScalarStepTime:
         self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
                      c._pre_overhead, c._pre_overhead_per_seq)
         self._overhead = c.profile.engine_cpu_s(c._engine) if include_overhead else (0.0, 0.0)
+        # V0 multi-step scheduling (--num-scheduler-steps n) schedules and processes outputs once per
+        # n decode steps: each decode step pays 1/n of the engine's CPU time.
+        self._decode_overhead = tuple(x / c.num_scheduler_steps for x in self._overhead)
         self._async = c._async
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
+        self._lines: dict[tuple[int, int, int], tuple] = {}
         self._grow(len(cost._table_s) - 1)
 
     def _grow(self, top: int) -> None:
@@ -733,9 +740,10 @@ class ScalarStepTime:
             self._grow(max(num_tokens, num_sampled))
         return self._tokens[num_tokens] + self._lm_head[num_sampled]
 
-    def _with_overhead(self, gpu_s: float, num_sampled: int) -> float:
+    def _with_overhead(self, gpu_s: float, num_sampled: int, decode_only: bool = False) -> float:
         """The step's time: its GPU time plus the CPU time not hidden behind it (PerformanceProfile.step_overhead)."""
-        cpu_s = self._overhead[0] + self._overhead[1] * num_sampled
+        step_s, per_seq_s = self._decode_overhead if decode_only else self._overhead
+        cpu_s = step_s + per_seq_s * num_sampled
         return gpu_s + (max(cpu_s - gpu_s, 0.0) if self._async else cpu_s)
 
     def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
@@ -764,7 +772,7 @@ class ScalarStepTime:
                 pairs = prefill_pairs_windowed if windowed else prefill_pairs
                 kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
                 total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov + ov_seq * prefill_chunks)
-        return self._with_overhead(total, num_sampled)
+        return self._with_overhead(total, num_sampled, not prefill_chunks)
 
     def decode(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> float:
         """Time of a decode-only step of ``num_seqs`` sequences with summed context ``context``."""
@@ -779,23 +787,37 @@ class ScalarStepTime:
         line (it shrinks as the contexts grow, so a long run is timed slightly long).
         """
         q = num_seqs * query_per_seq
-        intercept = self._fixed(max(q, padded_tokens), q)
-        cc, cm, cq, ov, ov_seq = self._dec
-        ov = ov + ov_seq * num_seqs
+        key = (num_seqs, query_per_seq, padded_tokens)
+        terms = self._lines.get(key)
+        if terms is None:
+            terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens)
+        intercept = terms[0]
         slopes = [0.0, 0.0]
         limits = [math.inf, math.inf]
+        for windowed, kink, memory_slope, memory_intercept, compute_slope, compute_intercept in terms[1]:
+            if (context_windowed if windowed else context) < kink:
+                slopes[windowed] = memory_slope
+                intercept += memory_intercept
+                limits[windowed] = kink
+            else:
+                slopes[windowed] = compute_slope
+                intercept += compute_intercept
+        gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
+        intercept += self._with_overhead(gpu_now, q, True) - gpu_now
+        return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])
+
+    def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int) -> tuple:
+        """What a decode line of ``num_seqs`` sequences needs of each layer kind, in both regimes
+        (memory-bound below the kink, compute-bound above): the same for every context, so the event
+        loop computes it once per batch size."""
+        q = num_seqs * query_per_seq
+        fixed = self._fixed(max(q, padded_tokens), q)
+        cc, cm, cq, ov, ov_seq = self._dec
+        ov = ov + ov_seq * num_seqs
+        kinds = []
         for layers, windowed in self._kinds:
-            ctx = context_windowed if windowed else context
             compute_slope = cc * query_per_seq
             # Memory-bound until the context where per-pair compute overtakes KV reads (if ever).
             kink = cq * q / (compute_slope - cm) if compute_slope > cm else math.inf
-            if ctx < kink:
-                slopes[windowed] = layers * cm
-                intercept += layers * (cq * q + ov)
-                limits[windowed] = kink
-            else:
-                slopes[windowed] = layers * compute_slope
-                intercept += layers * ov
-        gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
-        intercept += self._with_overhead(gpu_now, q) - gpu_now
-        return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])
+            kinds.append((windowed, kink, layers * cm, layers * (cq * q + ov), layers * compute_slope, layers * ov))
+        return fixed, tuple(kinds)

@@ -40,13 +40,15 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from .errors import MAX_INT, InputError, one_line, quote
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_DEPTH = 32  # nesting of mappings and lists; servopt's own files need 5
 MAX_SPEC_BYTES = 4 * 2**20  # a YAML spec (PyYAML reads about 1 MB/s)
@@ -373,6 +375,8 @@ def read_csv_table(path: str | Path | TextIO, what: str, name: str | None = None
     Columns listed in ``columns`` are converted to float64 strictly (NaN where empty); the others
     stay text, with empty cells as NaN. ``required`` columns must be in the header.
     """
+    import pandas as pd  # here: pandas costs half a second of start-up, and few commands read CSV
+
     where = f"{what} '{shown(name or path)}'"
     previous = csv.field_size_limit()
     csv.field_size_limit(MAX_CELL_CHARS)
@@ -402,6 +406,8 @@ def read_csv_table(path: str | Path | TextIO, what: str, name: str | None = None
 
 def numeric_column(cells: pd.Series, number: Number, where: str, column: str) -> np.ndarray:
     """Text cells (NaN when empty) as float64, strictly: the first bad cell is reported by line and column."""
+    import pandas as pd
+
     if pd.api.types.is_numeric_dtype(cells) and not pd.api.types.is_bool_dtype(cells):  # parquet, already typed
         values = cells.to_numpy(dtype=float, na_value=np.nan)
         empty = pd.Series(np.isnan(values), index=cells.index)

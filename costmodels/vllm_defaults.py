@@ -34,6 +34,14 @@ Each rule cites where vLLM decides it:
   (``ThreadPoolExecutor(max_workers=1)`` in ``serving_engine.py``), so prompts wait for each other:
   :func:`tokenize_s_per_token`.
 
+**Releases as data.** What a release does when a flag is left out is one row of :data:`RELEASES`
+(:class:`VllmRelease`), read from vLLM's source at the release's tag; every field cites its line
+(``file@tag:line``; the files as the release's PyPI wheel ships them). :func:`release` picks the row
+of a version (the newest row at or before it), and :func:`resolve_engine` applies the rules that
+need more than the version: the V0 engine's long-context chunked prefill, the MLA rules of 0.7 and
+0.8, the V1 engine's fallbacks to V0 (pipeline parallelism, ``--num-scheduler-steps``, priority
+scheduling in 0.8).
+
 Example:
     >>> from servopt.costmodels.hardware import get_gpu
     >>> v = parse_vllm_version("0.12.0")
@@ -50,6 +58,7 @@ Example:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .errors import InputError
 from .hardware import GPUSpec
@@ -61,9 +70,6 @@ CURRENT_VLLM = "0.33.0"
 BLOCK_SIZE = 16
 # vLLM 0.33 default (0.9 up to 0.19, 0.92 from 0.20); see gpu_memory_utilization().
 GPU_MEMORY_UTILIZATION = 0.92
-# The V1 engine (the default from 0.8) chunks prefills and caches prefixes unless told not to.
-ENABLE_CHUNKED_PREFILL = True
-ENABLE_PREFIX_CACHING = True
 # --scheduling-policy: first come, first served unless "priority" is asked for.
 SCHEDULING_POLICIES = ("fcfs", "priority")
 SCHEDULING_POLICY = "fcfs"
@@ -106,6 +112,202 @@ def parse_vllm_version(text: str | None) -> VllmVersion:
     return int(major), int(minor), int(patch or 0)
 
 
+# --- releases as data ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VllmRelease:
+    """What ``vllm serve`` of one release line does by default (see the module docstring).
+
+    ``chunked_prefill``: 'long_context' (the V0 engine chunks only when ``max_model_len`` > 32768 and
+    the model has no sliding window, else not), 'forced' (the V1 engine up to 0.11 chunks whatever
+    the flag says), or 'default' (on unless ``--no-enable-chunked-prefill``). ``v0_chunked_tokens``:
+    the V0 token budget with chunked prefill on (without it the budget is
+    ``max(max_model_len, 2048)``, and so it is with chunked prefill under multi-step scheduling).
+    ``graph_max_seqs`` / ``graph_max_tokens``: CUDA graphs are captured for decode-only batches of up
+    to ``min(max_num_seqs, graph_max_seqs)`` sequences (V0), or for steps of up to
+    ``min(graph_seqs_factor x max_num_seqs, graph_max_tokens, max_num_batched_tokens)`` tokens (V1,
+    mixed steps included; ``graph_seqs_factor`` 0 means no per-sequence cap); larger steps, and
+    every step under ``--enforce-eager``, launch their kernels one by one. ``mla_unchunked``: MLA
+    models run without chunked prefill and prefix caching (``'forced'``: whatever the flags say;
+    ``'default'``: unless the flag asks for it). ``v1_fallbacks``: the deployment features that make
+    this release's V1 engine fall back to V0. ``sources`` cites each field.
+    """
+
+    since: VllmVersion
+    engine: str
+    chunked_prefill: str
+    v0_chunked_tokens: int
+    prefix_caching: bool
+    async_scheduling: bool
+    multi_step: bool
+    graph_max_seqs: int
+    graph_max_tokens: int
+    graph_seqs_factor: int
+    graph_max_tokens_blackwell: int
+    mla_unchunked: str
+    v1_fallbacks: tuple[str, ...]
+    sources: tuple[tuple[str, str], ...]
+
+    def cite(self, name: str) -> str:
+        """The source line of a field (``file@tag:line``)."""
+        return dict(self.sources).get(name, "")
+
+
+def _release(since: str, **fields) -> VllmRelease:
+    return VllmRelease(since=parse_vllm_version(since), **fields)
+
+
+# One row per release whose defaults differ from the row before; a version takes the newest row at
+# or before it. Lines are those of the release's wheel (vllm/...), which is the tag's tree.
+_V0 = dict(engine="v0", chunked_prefill="long_context", v0_chunked_tokens=512, prefix_caching=False,
+           async_scheduling=False, multi_step=True, graph_max_tokens=0, graph_seqs_factor=0,
+           graph_max_tokens_blackwell=0, mla_unchunked="", v1_fallbacks=())
+_V1 = dict(engine="v1", chunked_prefill="forced", v0_chunked_tokens=2048, prefix_caching=True, async_scheduling=False,
+           multi_step=True, graph_max_seqs=8192, graph_max_tokens=512, graph_seqs_factor=0,
+           graph_max_tokens_blackwell=512, mla_unchunked="default")
+_V1_LATE = {**_V1, "chunked_prefill": "default", "multi_step": False, "graph_seqs_factor": 2, "mla_unchunked": "",
+            "v1_fallbacks": ()}
+RELEASES: tuple[VllmRelease, ...] = (
+    _release("0.5.5", **_V0, graph_max_seqs=256, sources=(
+        ("chunked_prefill", "vllm/engine/arg_utils.py@v0.5.5:820 (use_long_context = max_model_len > 32768)"),
+        ("v0_chunked_tokens", "vllm/config.py@v0.5.5:901 (max_num_batched_tokens = 512); unchunked: :909"),
+        ("prefix_caching", "vllm/engine/arg_utils.py@v0.5.5:82 (enable_prefix_caching: bool = False)"),
+        ("multi_step", "vllm/engine/arg_utils.py@v0.5.5:121 (num_scheduler_steps: int = 1), :548 the flag"),
+        ("graph_max_seqs", "vllm/worker/model_runner.py@v0.5.5:64 (_BATCH_SIZES_TO_CAPTURE up to 8 x 32)"),
+    )),
+    _release("0.6.0", **_V0, graph_max_seqs=8192, sources=(
+        ("chunked_prefill", "vllm/engine/arg_utils.py@v0.6.3:936 (use_long_context = max_model_len > 32768)"),
+        ("v0_chunked_tokens", "vllm/config.py@v0.6.3:983 (512); multi-step or unchunked max(max_model_len, 2048): "
+                              ":979, :987"),
+        ("graph_max_seqs", "vllm/worker/model_runner.py@v0.6.3:73 (_BATCH_SIZES_TO_CAPTURE up to 8 x 1024, "
+                           "capped at max_num_seqs)"),
+    )),
+    _release("0.7.0", **{**_V0, "v0_chunked_tokens": 2048}, graph_max_seqs=8192, sources=(
+        ("v0_chunked_tokens", "vllm/config.py@v0.7.0:1460 (max_num_batched_tokens = 2048 with chunked prefill)"),
+    )),
+    _release("0.7.1", **{**_V0, "v0_chunked_tokens": 2048, "mla_unchunked": "forced"}, graph_max_seqs=8192, sources=(
+        ("mla_unchunked", "vllm/config.py@v0.7.1:3255, @v0.7.2:3273, @v0.7.3:3327 ('MLA is enabled; forcing "
+                          "chunked prefill and prefix caching to be disabled')"),
+    )),
+    _release("0.8.0", **_V1, v1_fallbacks=("pipeline_parallel", "num_scheduler_steps", "priority_scheduling"), sources=(
+        ("chunked_prefill", "vllm/engine/arg_utils.py@v0.8.3:1615 ('V1 always uses chunked prefills')"),
+        ("v0_chunked_tokens", "vllm/config.py@v0.8.3:1754 (_DEFAULT_MAX_NUM_BATCHED_TOKENS, 2048: :62)"),
+        ("prefix_caching", "vllm/engine/arg_utils.py@v0.8.3:1618 ('V1 enables prefix caching by default')"),
+        ("graph_max_tokens", "vllm/config.py@v0.8.3:3706 ([1, 2, 4] + range(8, 513, 8), up to max_num_batched_tokens)"),
+        ("mla_unchunked", "vllm/engine/arg_utils.py@v0.8.3:1552 ('Chunked prefill not supported for Multimodal or "
+                          "MLA in V0')"),
+        ("v1_fallbacks", "vllm/engine/arg_utils.py@v0.8.3:1363 (--scheduling-policy), :1368 (--num-scheduler-steps); "
+                         "@v0.8.0: pipeline parallelism ('PP is supported on V1, but off by default')"),
+    )),
+    _release("0.9.0", **_V1, v1_fallbacks=("num_scheduler_steps",), sources=(
+        ("v1_fallbacks", "vllm/engine/arg_utils.py@v0.9.0:1227 (--num-scheduler-steps); :1380 pipeline parallelism "
+                         "runs on V1 with the mp executor; priority scheduling no longer falls back"),
+    )),
+    _release("0.10.1", **{**_V1, "multi_step": False, "graph_seqs_factor": 2, "mla_unchunked": ""}, v1_fallbacks=(),
+             sources=(
+        ("multi_step", "vllm/engine/arg_utils.py@v0.10.0:803 has --num-scheduler-steps; @v0.10.1.1 has it no more"),
+        ("graph_max_tokens", "vllm/config/scheduler.py@v0.10.1.1:79; vllm/config/vllm.py@v0.12.0:1039 "
+                             "(min(max_num_seqs * 2, 512), then max_num_batched_tokens)"),
+    )),
+    _release("0.12.0", **_V1_LATE, sources=(
+        ("chunked_prefill", "vllm/engine/arg_utils.py@v0.12.0:1897 (the flag's default only when not given); "
+                            "@v0.11.0:1544 ('V1 always uses chunked prefills')"),
+    )),
+    _release("0.14.0", **{**_V1_LATE, "async_scheduling": True}, sources=(
+        ("async_scheduling", "vllm/config/vllm.py@v0.14.0:628 (async_scheduling = True when not set; :593 off with "
+                             "pipeline parallelism); vllm/config/scheduler.py@v0.12.0:131 (False)"),
+    )),
+    _release("0.33.0", **{**_V1_LATE, "async_scheduling": True, "graph_max_tokens_blackwell": 1024}, sources=(
+        ("graph_max_tokens_blackwell", "vllm/config/vllm.py@v0.33.0:2403 (1024 on data-center Blackwell, else 512; "
+                                       "512 everywhere at v0.20.0:1429)"),
+    )),
+)
+OLDEST_RELEASE = ".".join(map(str, RELEASES[0].since))
+
+
+def release(version: VllmVersion) -> VllmRelease:
+    """The release row that describes ``version`` (InputError before the oldest one servopt knows).
+
+    Example:
+        >>> release(parse_vllm_version("0.7.3")).mla_unchunked, release(parse_vllm_version("0.12.0")).engine
+        ('forced', 'v1')
+    """
+    if version < RELEASES[0].since:
+        raise InputError(f"vllm_version {'.'.join(map(str, version))}: servopt models vLLM releases from "
+                         f"{OLDEST_RELEASE} on; give vllm_version {OLDEST_RELEASE} or later")
+    return [r for r in RELEASES if r.since <= version][-1]
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """A deployment's engine as its release runs it: the generation, the resolved flags and the budget."""
+
+    engine: str
+    chunked_prefill: bool
+    prefix_caching: bool
+    async_scheduling: bool
+    max_num_batched_tokens: int | None  # the release's default budget where it depends on the model (V0)
+    graph_max_tokens: int  # largest step that replays a CUDA graph (0: none)
+    graph_decode_only: bool  # V0 captures decode-only batches (its prefill steps run eagerly)
+    reasons: tuple[str, ...] = ()
+
+
+def resolve_engine(version: VllmVersion, *, pp: int = 1, max_model_len: int, mla: bool = False,
+                   sliding_window: bool = False, chunked_prefill: bool | None = None,
+                   prefix_caching: bool | None = None, num_scheduler_steps: int = 1,
+                   scheduling_policy: str = "fcfs", enforce_eager: bool = False, speculative: bool = False,
+                   max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+                   blackwell: bool = False) -> EngineDefaults:
+    """What ``vllm serve`` of ``version`` runs for a deployment (``None`` flags: the release's default).
+
+    Example (vLLM 0.7.3 serving an MLA model turns chunked prefill off; 0.6.3 chunks a 128k-context model):
+        >>> v = parse_vllm_version
+        >>> e = resolve_engine(v("0.7.3"), max_model_len=8192, mla=True, chunked_prefill=True)
+        >>> e.engine, e.chunked_prefill, e.prefix_caching, e.max_num_batched_tokens
+        ('v0', False, False, 8192)
+        >>> resolve_engine(v("0.6.3"), max_model_len=131072).max_num_batched_tokens
+        512
+        >>> resolve_engine(v("0.8.3"), pp=2, max_model_len=8192).engine
+        'v0'
+    """
+    row = release(version)
+    reasons: list[str] = []
+    engine = row.engine
+    if engine == "v1":
+        wants = {"pipeline_parallel": pp > 1, "num_scheduler_steps": num_scheduler_steps > 1,
+                 "priority_scheduling": scheduling_policy != "fcfs"}
+        fallback = [name for name in row.v1_fallbacks if wants[name]]
+        if fallback:
+            engine = "v0"
+            reasons.append(f"vLLM {'.'.join(map(str, version))} falls back to the V0 engine for "
+                           f"{', '.join(fallback)} ({row.cite('v1_fallbacks')})")
+    if engine == "v0":
+        long_context = max_model_len > 32768 and not sliding_window and not speculative
+        chunked = long_context if chunked_prefill is None else chunked_prefill
+        cached = False if prefix_caching is None else prefix_caching
+        if mla and row.mla_unchunked:
+            if row.mla_unchunked == "forced" or chunked_prefill is None:
+                chunked = False
+            if row.mla_unchunked == "forced":
+                cached = False
+            reasons.append(f"MLA: chunked prefill off ({row.cite('mla_unchunked')})")
+        multi_step = num_scheduler_steps > 1
+        budget = row.v0_chunked_tokens if chunked and not multi_step else max(max_model_len, 2048)
+        # V0 replays graphs of decode-only batches up to max_num_seqs (and the release's capture list).
+        graph = 0 if enforce_eager else min(max_num_seqs, row.graph_max_seqs)
+        return EngineDefaults("v0", chunked, cached, False, budget, graph, True, tuple(reasons))
+    chunked = True if row.chunked_prefill == "forced" or chunked_prefill is None else chunked_prefill
+    cached = row.prefix_caching if prefix_caching is None else prefix_caching
+    tokens = max_num_batched_tokens or 2**31
+    graph = 0
+    if not enforce_eager:
+        graph = row.graph_max_tokens_blackwell if blackwell else row.graph_max_tokens
+        if row.graph_seqs_factor:
+            graph = min(graph, row.graph_seqs_factor * max_num_seqs)
+        graph = min(graph, tokens)
+    return EngineDefaults("v1", chunked, cached, row.async_scheduling and pp == 1, None, graph, False,
+                          tuple(reasons))
+
+
 # vLLM's DP load balancer scores a rank 4 x waiting + running requests and picks the lowest.
 DP_LB_WAITING_WEIGHT = 4
 # --all2all-backend values servopt models, and the NCCL collectives (dispatch, combine) each runs.
@@ -143,17 +345,17 @@ def gpu_memory_utilization(version: VllmVersion) -> float:
 
 
 def engine_generation(version: VllmVersion, pp: int) -> str:
-    """'v0' or 'v1': which engine serves. V1 is the default from 0.8; 0.8 still fell back to V0 for
-    pipeline parallelism without Ray ("Pipeline Parallelism without Ray distributed executor is not
-    supported by the V1 Engine. Falling back to V0"), which the mp executor supports from 0.9."""
-    if version < (0, 8, 0) or (version < (0, 9, 0) and pp > 1):
+    """'v0' or 'v1': which engine serves (the release row's, and V1's fallback to V0 for pipeline
+    parallelism where the release has it: :func:`resolve_engine` covers the other fallbacks)."""
+    row = release(version)
+    if row.engine == "v1" and pp > 1 and "pipeline_parallel" in row.v1_fallbacks:
         return "v0"
-    return "v1"
+    return row.engine
 
 
 def async_scheduling(version: VllmVersion, pp: int) -> bool:
     """Whether vLLM overlaps scheduling with the GPU by default (never with pipeline parallelism)."""
-    return version >= (0, 14, 0) and pp == 1
+    return release(version).async_scheduling and pp == 1
 
 
 def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tuple[int, int]:

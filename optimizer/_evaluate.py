@@ -33,13 +33,19 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.roofline import Batch, StepCostModel
 from ..costmodels.serving.compiled import CompiledDeployment
-from ..results._record import TrialRecord
+from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
 from ._engine import ServingEngine, Summary
 from ._problem import Problem
 
 SATURATION_RETRIES = 3
+# Successive halving's reduction factor between the short simulation and the search's: Optuna's
+# SuccessiveHalvingPruner default (reduction_factor=4).
+RUNG_FACTOR = 4
+# The smallest default short simulation: the P99's batch-means interval needs 100 measured requests
+# (10 batches of 10; metrics.py), and 200 leaves 170 after the warm-up and cool-down.
+MIN_RUNG_REQUESTS = 200
 SLO_CONSTRAINTS = {"slo_ttft": ("p99_ttft_s", "ttft"), "slo_tpot": ("p99_tpot_s", "tpot"), "slo_e2e": ("p99_e2e_s", "e2e")}
 # Every tenant class's own targets (traffic.classes[].slo), as one rule: the sum of the relative misses.
 CLASS_SLO_CONSTRAINT = "slo_classes"
@@ -70,6 +76,33 @@ def whole_nodes(workload, gpu) -> bool:
 def p99(summary: Summary, metric: str) -> float:
     """The P99 of ``ttft``, ``tpot``, ``itl`` or ``e2e`` in a simulator summary, in seconds."""
     return float(summary[f"{metric}_s"]["p99"])
+
+
+def p99_low(summary: Summary, metric: str) -> float:
+    """The lower end of a simulated P99's 95% interval (the P99 itself when the run gave none)."""
+    value = p99(summary, metric)
+    low = ((summary.get("p99_ci_s") or {}).get(metric) or [None])[0]
+    return min(float(low), value) if low is not None and math.isfinite(low) else value
+
+
+def simulation_rungs(fidelity) -> tuple[int, ...]:
+    """Requests of each simulation a trial may get: a short one first, then ``search_requests``
+    unless the short one settles it (:meth:`Evaluator.settled_early`). The short one is
+    ``fidelity.first_requests``, by default ``search_requests / RUNG_FACTOR`` when that is at least
+    :data:`MIN_RUNG_REQUESTS`; one rung when it is not, or when ``first_requests`` is at least
+    ``search_requests``.
+
+    Example:
+        >>> from servopt.optimizer.workload import Fidelity
+        >>> simulation_rungs(Fidelity()), simulation_rungs(Fidelity(search_requests=400))
+        ((375, 1500), (400,))
+    """
+    first = fidelity.first_requests
+    if first is None:
+        first = fidelity.search_requests // RUNG_FACTOR
+        if first < MIN_RUNG_REQUESTS:
+            return (fidelity.search_requests,)
+    return (first, fidelity.search_requests) if first < fidelity.search_requests else (fidelity.search_requests,)
 
 
 @dataclass(frozen=True)
@@ -156,15 +189,25 @@ class Preview:
 
 @dataclass
 class ScreenFront:
-    """(cost, estimated latency) of the simulated feasible configurations, for screening."""
+    """The simulated feasible configurations, for screening: their (cost, estimated latency), which
+    the estimate of a new candidate is compared with, and their (cost, simulated latency) at search
+    fidelity, which a short simulation of one is compared with."""
 
     points: list[tuple[float, float]] = field(default_factory=list)
+    simulated: list[tuple[float, float]] = field(default_factory=list)
 
     def add(self, cost: float, latency_s: float) -> None:
         self.points.append((cost, latency_s))
 
+    def add_simulated(self, cost: float, latency_s: float) -> None:
+        self.simulated.append((cost, latency_s))
+
     def dominated(self, cost: float, latency_s: float, margin: float) -> bool:
         return any(c <= cost and l * (1 + margin) <= latency_s for c, l in self.points)
+
+    def dominated_simulated(self, cost: float, latency_s: float) -> bool:
+        """Whether a configuration that costs no more simulated no slower than ``latency_s``."""
+        return any(c <= cost and l <= latency_s for c, l in self.simulated)
 
 
 class Evaluator:
@@ -458,7 +501,7 @@ class Evaluator:
             record["estimate_objectives"] = list(estimate_values) if estimate_values else None
             if not scored.summary.get("saturated") and estimate_values and slo_ok and not dominated:
                 try:
-                    simulated = self.predict(model, compiled, w.fidelity.search_requests, w.seed)
+                    simulated, settled = self.simulate_rungs(model, compiled, screen)
                 except InputError as err:  # keep the estimate, and say why it was not simulated
                     amounts["simulator"] = 1.0
                     reasons.append(f"simulator: {err}")
@@ -466,6 +509,8 @@ class Evaluator:
                     scored = simulated
                     record.update(simulation=scored.summary, simulated_requests=scored.requests,
                                   fidelity="simulate", n_minus_1=scored.n_minus_1)
+                    if settled:
+                        record["screened_out"] = settled
             elif dominated:
                 record["screened_out"] = "estimate dominated by a simulated configuration that costs no more"
             amounts.update(scored.violations)
@@ -489,7 +534,43 @@ class Evaluator:
         })
         if screen is not None and record["feasible"] and record["fidelity"] == "simulate":
             screen.add(*record["estimate_objectives"])
+            if record["simulated_requests"] == w.fidelity.search_requests and values is not None:
+                screen.add_simulated(*values)
         return TrialOutcome(values, amounts, TrialRecord.model_validate(record))
+
+    def simulate_rungs(self, model: str, compiled: CompiledDeployment,
+                       screen: ScreenFront | None) -> tuple[Prediction, str | None]:
+        """Simulate with the requests of each rung (:func:`simulation_rungs`, every candidate with the
+        same seed: common random numbers) until one settles it: the last rung's prediction, and why
+        a shorter rung settled it (None when the search's full length ran)."""
+        w = self.problem.workload
+        rungs = simulation_rungs(w.fidelity)
+        for requests in rungs:
+            scored = self.predict(model, compiled, requests, w.seed)
+            if requests != rungs[-1]:
+                settled = self.settled_early(scored, screen)
+                if settled:
+                    return scored, settled
+        return scored, None
+
+    def settled_early(self, scored: Prediction, screen: ScreenFront | None) -> str | None:
+        """Why a short simulation settles a candidate (None when a longer one must run): its fleet
+        saturates, or the 95% interval of its P99 lies wholly above an SLO target, or a simulated
+        configuration that costs no more is faster than the interval's lower end. A candidate whose
+        interval straddles a target or the simulated front runs the next rung."""
+        summary, slo = scored.summary, self.problem.workload.slo
+        head = f"settled by {scored.requests} simulated requests: "
+        if summary.get("saturated"):
+            return head + "the fleet saturates"
+        for attr, metric in SLO_CONSTRAINTS.values():
+            target = getattr(slo, attr)
+            if target is not None and p99_low(summary, metric) > target:
+                return head + f"the P99 {metric.upper()} interval lies above the SLO"
+        if screen is not None and scored.values is not None and scored.feasible:
+            latency = self.problem.workload.objective.latency
+            if screen.dominated_simulated(scored.values[0], p99_low(summary, latency)):
+                return head + "a simulated configuration that costs no more is faster than its P99 interval"
+        return None
 
     def _estimate_fleet(self, candidate: Candidate, model: str,
                         compiled: CompiledDeployment) -> tuple[CompiledDeployment, Summary]:

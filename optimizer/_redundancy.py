@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from ..costmodels.serving import SLO
-from ..results._record import Summary, summary_p99
+from ..results import Summary, summary_p99
 
 CONSTRAINT = "slo_n_minus_1"
 

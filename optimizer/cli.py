@@ -14,13 +14,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from pydantic import ValidationError
 
 from ..costmodels.errors import InputError, format_validation_error, one_line
 from ..costmodels.userfiles import shown
-from .commands import COMMAND_MODULES
+from .commands import COMMANDS, command_module
 
 EXIT_INPUT_ERROR = 2
 MAX_MESSAGE_CHARS = 2000
@@ -28,27 +27,48 @@ EXIT_BROKEN_PIPE = 128 + 13  # the status of a process that SIGPIPE ended
 
 
 def servopt_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("servopt")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (reading the installed
+    packages' metadata costs start-up time)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {servopt_version()}")  # on stdout, as argparse's own version action prints
+        parser.exit()
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command or, given the arguments, of the command they name only (the
+    others listed by name and help, their modules not imported: a command starts without paying
+    for the others' imports)."""
     parser = argparse.ArgumentParser(
         prog="servopt",
         description="Search-based deployment optimizer for LLM inference: predict cost and latency "
         "distributions, search deployments, export vLLM launch flags.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {servopt_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(subparsers)
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    for name, (module, summary) in COMMANDS.items():
+        if name in subparsers.choices:  # a module that registers several commands
+            continue
+        if chosen is None or (chosen in COMMANDS and COMMANDS[chosen][0] == module):
+            command_module(name).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -44,7 +44,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import ensure_folder, read_text, write_text
 from ..costmodels.userfiles import parse_json, shown
-from ..results._record import Recheck, TrialRecord, TrialResult
+from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
@@ -149,7 +149,7 @@ class JobOutcome:
 
 @dataclass
 class Job:
-    """One optimize job. ``storage`` defaults to SQLite in ``out_dir``; ``study`` to the workload name."""
+    """One optimize job. ``storage`` defaults to a journal file in ``out_dir``; ``study`` to the workload name."""
 
     workload: Workload
     out_dir: str | Path
@@ -383,7 +383,7 @@ class Job:
     # --- reading back -----------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
         """Everything the results package needs: the trials and re-checks as typed records
-        (:mod:`servopt.results._record`), the front, and the job's settings as plain data."""
+        (:class:`servopt.results.TrialRecord`), the front, and the job's settings as plain data."""
         study = self.open_study(create=False)
         problem = self.problem
         trials = [

@@ -40,7 +40,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99
+from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
 from ._sampler import DistinctSampler
 
@@ -256,11 +256,14 @@ def prepare_study(study: optuna.Study, objective: dict[str, str]) -> None:
 def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFront) -> None:
     """Reload finished trials: their summaries go to the caches, simulated feasible ones to the
     screen, so a resumed or second worker repeats no simulation."""
+    search_requests = evaluator.problem.workload.fidelity.search_requests
     for trial in evaluated_trials(study):
         record = trial.user_attrs[RECORD_ATTR]
         evaluator.remember(record)
         if record.get("feasible") and record.get("fidelity") == "simulate" and record.get("estimate_objectives"):
             screen.add(*record["estimate_objectives"])
+            if record.get("simulated_requests") == search_requests and trial.values:
+                screen.add_simulated(*trial.values)
 
 
 @dataclass
@@ -322,13 +325,6 @@ class FrontCandidate:
     equivalents: tuple[int, ...] = ()
 
 
-def _p99_low(summary: dict[str, Any], metric: str) -> float:
-    """The lower end of a simulated P99's 95% interval (the P99 itself when the run gave none)."""
-    value = p99(summary, metric)
-    low = ((summary.get("p99_ci_s") or {}).get(metric) or [None])[0]
-    return min(float(low), value) if low is not None and math.isfinite(low) else value
-
-
 def within_interval(record: dict[str, Any], slo: Any) -> bool:
     """Whether a simulated trial misses only SLOs that its P99's interval straddles (the miss may be
     the noise of a short run): every broken rule is an SLO whose target lies above the lower end of
@@ -336,7 +332,7 @@ def within_interval(record: dict[str, Any], slo: Any) -> bool:
     broken = record.get("violations") or {}
     if not broken or not set(broken) <= set(SLO_CONSTRAINTS):
         return False
-    return all(_p99_low(record["simulation"], SLO_CONSTRAINTS[name][1]) <= getattr(slo, SLO_CONSTRAINTS[name][0])
+    return all(p99_low(record["simulation"], SLO_CONSTRAINTS[name][1]) <= getattr(slo, SLO_CONSTRAINTS[name][0])
                for name in broken)
 
 

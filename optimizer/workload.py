@@ -148,10 +148,16 @@ class Budget(Spec):
 
 
 class Fidelity(Spec):
-    """Simulated requests: per promising trial, and when the final front is re-checked."""
+    """Simulated requests: per promising trial (a short simulation first, the search's length only for
+    trials it does not settle), and when the final front is re-checked."""
 
     search_requests: int = Field(default=1500, ge=50, le=100_000)
     final_requests: int = Field(default=6000, ge=50, le=100_000)
+    first_requests: int | None = Field(
+        default=None, ge=50, le=100_000,
+        description="a short simulation first: a trial whose P99 interval lies above an SLO, or that a simulated "
+        "configuration costing no more beats, stops there; default search_requests / 4 (at least 200, else one "
+        "simulation); search_requests or more: one simulation")
     screen_margin: float = Field(
         default=0.25, ge=0, le=100,
         description="simulate a trial unless its estimate is this much worse than a simulated one, or than an SLO",

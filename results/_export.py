@@ -122,6 +122,11 @@ def engine_args(d: dict[str, Any], role: dict[str, Any], quantization: str | Non
     args.append("--enable-prefix-caching" if d["enable_prefix_caching"] else "--no-enable-prefix-caching")
     if d.get("scheduling_policy") == "priority":
         args += ["--scheduling-policy", "priority"]
+    if d.get("enforce_eager"):
+        args.append("--enforce-eager")
+    if d.get("num_scheduler_steps", 1) > 1:
+        # Only releases up to 0.10.0 have the flag (Deployment refuses it for later ones).
+        args += ["--num-scheduler-steps", str(d["num_scheduler_steps"])]
     if d.get("speculative"):
         args += ["--speculative-config", json.dumps(speculative_config(d["speculative"]), separators=(",", ":"))]
     return args

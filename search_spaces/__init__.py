@@ -17,7 +17,8 @@ from ._context import ModelChoice, SpaceContext, SpeculationChoice, WeightsOptio
 from ._domains import Choices, Domain, FloatRange, IntRange
 from ._knobs import AGGREGATED, DISAGGREGATED, KNOBS, SPECULATION_OFF, Knob
 from ._repair import PRUNERS, REPAIRS, Pruner, Repair
-from ._space import Candidate, SearchSpace
+from ._candidate import Candidate
+from ._space import SearchSpace
 
 __all__ = [
     "AGGREGATED", "CONSTRAINTS", "Candidate", "Choices", "Constraint", "DISAGGREGATED", "Domain", "FloatRange",

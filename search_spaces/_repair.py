@@ -27,15 +27,25 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from ..costmodels.quantization import support_problem
+from ..costmodels.serving import CompiledDeployment
+from ._candidate import Candidate
 from ._context import SpaceContext
 from ._domains import Choices, Domain, Value
 from ._knobs import DISAGGREGATED, SPECULATION_OFF
 
-if TYPE_CHECKING:
-    from ._space import SearchSpace
+
+class SearchSpace(Protocol):
+    """What a repair reads of the search space (:class:`~servopt.search_spaces.SearchSpace`), named
+    here so that the space can hold its repairs without the two modules importing each other."""
+
+    ctx: SpaceContext
+
+    def domain(self, name: str) -> Domain: ...
+
+    def compile(self, candidate: Candidate, replicas: int = 1) -> CompiledDeployment: ...
 
 
 class Repair:
@@ -87,8 +97,6 @@ class SmallestFittingTP(Repair):
     KNOB_ROLES: ClassVar[dict[str, str]] = {"tp": "replica", "prefill_tp": "prefill", "decode_tp": "decode"}
 
     def apply(self, values: dict[str, Value], space: SearchSpace) -> dict[str, Value]:
-        from ._space import Candidate
-
         ctx = space.ctx
         model = str(values.get("model", next(iter(ctx.models))))
         heads, node = ctx.models[model].spec.num_attention_heads, ctx.node_size(str(values["gpu"]))

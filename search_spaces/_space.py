@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,29 +13,12 @@ from ..costmodels.deployment import ROUTER, Deployment, DisaggregationConfig, Sp
 from ..costmodels.errors import InputError, did_you_mean
 from ..costmodels.vllm_defaults import SCHEDULING_POLICY
 from ..costmodels.serving.compiled import CompiledDeployment
+from ._candidate import Candidate
 from ._constraints import CONSTRAINTS, Constraint, Violation
 from ._context import SpaceContext
 from ._domains import Domain, Value, narrow
 from ._knobs import DISAGGREGATED, KNOBS, SPECULATION_OFF, HeadroomKnob, Knob, ReplicasKnob
 from ._repair import PRUNERS, REPAIRS, Pruner, Repair
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One point of the space: the value of every active knob (pinned ones included)."""
-
-    values: Mapping[str, Value]
-
-    def __getitem__(self, name: str) -> Value:
-        return self.values[name]
-
-    def get(self, name: str, default: Value | None = None) -> Value | None:
-        return self.values.get(name, default)
-
-    @property
-    def key(self) -> tuple:
-        """Hashable identity, for caching repeated points."""
-        return tuple(sorted(self.values.items()))
 
 
 class SearchSpace:
@@ -88,10 +70,6 @@ class SearchSpace:
     # --- reading -------------------------------------------------------------------------------
     def domain(self, name: str) -> Domain:
         return self._domains[name]
-
-    @property
-    def replicas_searched(self) -> bool:
-        return any(isinstance(k, ReplicasKnob) for k in self.knobs)
 
     def describe(self) -> dict[str, str]:
         """Knob -> its domain in words (pinned knobs show their value; values left out, with why)."""
@@ -226,14 +204,6 @@ class SearchSpace:
             if violation is not None:
                 found.append(violation)
         return found
-
-    def scored_key(self, params: Mapping[str, Value]) -> tuple | None:
-        """The identity of the point that drawn parameters are scored as (after pinned values and
-        the repair), or None when they leave an active knob without a value."""
-        try:
-            return self.repair(self.fixed(params)).key
-        except InputError:
-            return None
 
     # --- repair --------------------------------------------------------------------------------
     def repair(self, candidate: Candidate) -> Candidate:

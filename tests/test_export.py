@@ -298,9 +298,12 @@ def test_vllm_parser_accepts_the_scripts():
                "vllm_quantization": "compressed-tensors", "kv_cache_auto": "auto", "source": "catalog", "format": ""}
     scripts = {}
     for i, p in enumerate([point(speculative=spec, replicas=1), point(weights=weights, quantization="int8"),
-                           point(disaggregation=DIS, replicas=2), point(tp=8, pp=2, replicas=1, quantization="bf16")]):
+                           point(disaggregation=DIS, replicas=2), point(tp=8, pp=2, replicas=1, quantization="bf16"),
+                           point(enforce_eager=True)]):
         scripts.update({f"{i}-{k}": v for k, v in node_scripts(launch_plan(p)).items()})
     version, problems = check_with_vllm(scripts)
     assert problems == [] and version.startswith("0.")
     bad = {"x.sh": "vllm serve m/x --port 1 --max-num-seqs lots\n"}
     assert check_with_vllm(bad)[1]
+    # Multi-step scheduling left vLLM in 0.10.1: the target release refuses the flag, as servopt does.
+    assert check_with_vllm({"y.sh": "vllm serve m/x --port 1 --num-scheduler-steps 8\n"})[1]

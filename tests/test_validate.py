@@ -108,3 +108,44 @@ def test_bad_tables_exit_2(tmp_path, capsys, content, message):
     path.write_text(content)
     assert main(["validate", "--memory", str(path)]) == 2
     assert message in capsys.readouterr().err
+
+
+BENCH_HEAD = ("model,gpu,vllm_version,tp,dataset,input_len,output_len,num_prompts,request_rate,mean_ttft_ms,"
+              "mean_tpot_ms,prefix_cache\n")
+BENCH_ROW = "meta-llama/Llama-3.1-8B-Instruct,NVIDIA H100 80GB HBM3,0.12.0,1,random,4096,64,40,4.0,60,8,{}\n"
+
+
+def test_e2e_prefix_cache_column_says_the_server_saw_the_prompts(tmp_path):
+    """A table's prefix_cache column 'warm' says every prompt was served before: its full blocks hit
+    the prefix cache, so the predicted TTFT falls well below the cold run's."""
+    from servopt.calibration.corpus import predict_run, table_runs
+    from servopt.calibration.registry import load_profile
+    from servopt.costmodels.hardware import get_gpu
+
+    path = tmp_path / "bench.csv"
+    path.write_text(BENCH_HEAD + BENCH_ROW.format("cold") + BENCH_ROW.format("warm"))
+    cold, warm = table_runs(path, pd.read_csv(path))
+    cached = warm.traffic.arrival.records.cached_tokens
+    assert min(cached) >= 4096 - 16 and sum(cold.traffic.arrival.records.cached_tokens) <= 4096  # the test prompt
+    profile = load_profile(get_gpu("h100"))
+    assert predict_run(warm, profile)["mean_ttft_ms"] < 0.5 * predict_run(cold, profile)["mean_ttft_ms"]
+
+
+def test_e2e_prefix_cache_column_with_an_unknown_state_exits_2(tmp_path, capsys):
+    path = tmp_path / "bench.csv"
+    path.write_text(BENCH_HEAD + BENCH_ROW.format("lukewarm"))
+    assert main(["validate", "--e2e", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "prefix_cache 'lukewarm'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_explain_splits_each_predicted_mean_into_its_parts(tmp_path, capsys):
+    """--explain: client, queueing, kernels, collectives and host add up to each row's predicted mean."""
+    path = tmp_path / "bench.csv"
+    path.write_text(BENCH_HEAD + BENCH_ROW.format("cold"))
+    result = run_json(["validate", "--e2e", str(path), "--explain"], capsys)
+    (row,) = result["explained"]
+    for metric in ("ttft", "tpot"):
+        parts = sum(row[f"{metric}_{p}_ms"] for p in ("client", "queueing", "kernels", "collectives", "host"))
+        assert parts == pytest.approx(row[f"pred_mean_{metric}_ms"], rel=1e-6)
+    assert row["ttft_client_ms"] > 0 and row["ttft_collectives_ms"] == 0 and row["tpot_client_ms"] == 0

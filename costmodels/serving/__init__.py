@@ -29,12 +29,25 @@ Example:
     {'ttft': 1.0}
 """
 
-from .analytic import estimate, estimate_compiled
-from .compiled import CompiledDeployment, compile_deployment
-from .metrics import LatencyStats, ServingSummary
-from .simulator import SimulationResult, simulate, simulate_compiled
-from .slo import SLO
-from .traffic import Traffic, read_trace
+from typing import TYPE_CHECKING
 
+from ..faces import lazy_face
+
+# Each name and the module that defines it, imported when the name is first used (costmodels/faces.py).
+_EXPORTS = {
+    "estimate": ".analytic", "estimate_compiled": ".analytic", "CompiledDeployment": ".compiled",
+    "compile_deployment": ".compiled", "LatencyStats": ".metrics", "ServingSummary": ".metrics",
+    "SimulationResult": ".simulator", "simulate": ".simulator", "simulate_compiled": ".simulator",
+    "SLO": ".slo", "Traffic": ".traffic", "read_trace": ".traffic",
+}
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
 __all__ = ["simulate", "estimate", "simulate_compiled", "estimate_compiled", "compile_deployment", "CompiledDeployment",
            "SimulationResult", "ServingSummary", "LatencyStats", "SLO", "Traffic", "read_trace"]
+
+if TYPE_CHECKING:
+    from .analytic import estimate, estimate_compiled
+    from .compiled import CompiledDeployment, compile_deployment
+    from .metrics import LatencyStats, ServingSummary
+    from .simulator import SimulationResult, simulate, simulate_compiled
+    from .slo import SLO
+    from .traffic import Traffic, read_trace

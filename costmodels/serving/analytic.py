@@ -70,7 +70,7 @@ from .predictor import StepComposition
 from .prefix_cache import retained_history
 from .priority import ClassLoad, class_waits
 from .queueing import NO_WAIT, Wait, gg_wait
-from .requests import DrawnRequests, RequestTable, draw_requests, session_history
+from .requests import DrawnRequests, draw_requests, session_history
 from .compiled import CompiledDeployment, Role, compile_deployment
 from .simulator import SimulationResult
 from .slo import SLO
@@ -502,7 +502,7 @@ class EngineModel:
         if chunk > 0:
             rows.append(self._composition(b, chunk))
         columns = {name: np.asarray([getattr(r, name) for r in rows], dtype=float)
-                   for name in StepComposition.__dataclass_fields__}
+                   for name in StepComposition._fields}
         flags = self.predictor.compute_bound(columns).astype(float)
         weights = np.asarray([1 - share, share][: len(rows)])
         return float(np.dot(flags, weights) / weights.sum()) if weights.sum() > 0 else 0.0
@@ -849,7 +849,7 @@ def estimate_compiled(compiled: CompiledDeployment, traffic: Traffic, slo: SLO |
         queueing_share_p99_ttft=math.nan if saturated else lat.queue_share + (extra_wait / ttft.p99 if extra_wait else 0.0),
         notes=tuple(notes), classes=classes,
     )
-    return SimulationResult(summary, RequestTable.empty_frame())
+    return SimulationResult(summary)
 
 
 def _slo_figures(stats: dict[str, LatencyStats], slo: SLO | None) -> tuple[float | None, bool | None]:

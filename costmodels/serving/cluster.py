@@ -96,10 +96,16 @@ class Pool:
 
 @dataclass
 class ClosedLoop:
-    """``concurrency`` clients, each sending its next request ``think_time_s`` after the last finished."""
+    """``concurrency`` clients, each sending its next request ``think_time_s`` after the last finished.
+
+    With ``schedule_s`` the requests also have send times (an open-loop schedule behind a cap of
+    ``concurrency`` in flight, as ``vllm bench serve --max-concurrency`` sends them): request ``i``
+    goes at its scheduled time or when a slot frees, whichever is later.
+    """
 
     concurrency: int
     think_time_s: float
+    schedule_s: list[float] | None = None
 
 
 class Cluster:
@@ -116,6 +122,22 @@ class Cluster:
         self.transfer_s = transfer_s
         self.engines = front.engines + (decode.engines if decode else [])
 
+    def _front_end_queue(self, arrivals: list[tuple[float, int, int]], group_of: dict[int, int]) -> list[tuple]:
+        """The enqueue events of arrivals (in time order) that all go to the front pool's one replica:
+        each waits for the tokenizer after the previous one, then reaches the engine
+        ``request_overhead_s`` later (what the ARRIVAL events would have scheduled one by one)."""
+        front, table = self.front, self.table
+        per_token, latency = self.tokenize_s_per_token, self.request_overhead_s
+        free = front.front_end_free_s[0]
+        out = []
+        for time_s, rid, _ in arrivals:
+            free = (time_s if time_s > free else free) + per_token * table.prompt[rid]
+            out.append((free + latency, rid, ENQUEUE))
+            group_of[rid] = 0
+        front.front_end_free_s[0] = free
+        front.pending[0] += len(out)
+        return out
+
     def run(self, arrival_s: list[float] | None, closed_loop: ClosedLoop | None, max_plans: int | None = None,
             follow_ups: bool = False) -> None:
         """Simulate until every request has finished (see the module docstring); :class:`WorkLimitReached`
@@ -128,22 +150,27 @@ class Cluster:
         n = table.size
         latency, per_token = self.request_overhead_s, self.tokenize_s_per_token
         front, decode = self.front, self.decode
+        schedule = closed_loop.schedule_s if closed_loop is not None else None
         if closed_loop is not None:
             first = min(closed_loop.concurrency, n)
-            events = [(0.0, rid, ARRIVAL) for rid in range(first)]
             for rid in range(first):
-                table.arrival_s[rid] = 0.0
+                table.arrival_s[rid] = schedule[rid] if schedule is not None else 0.0
+            events = [(table.arrival_s[rid], rid, ARRIVAL) for rid in range(first)]
             next_rid = first
         else:
             events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
             next_rid = n
-        heapq.heapify(events)
         group_of: dict[int, int] = {}
         engines = self.engines
         # Pipeline lanes share their stages: a lane's period depends on the others' current work, so
         # their plans stop at every event, where the others' work may change.
         lanes = [e for e in engines if getattr(e, "stages", None) is not None]
         staged = {id(e) for e in lanes}
+        if closed_loop is None and not follow_ups and not lanes and len(front.groups) == 1:
+            # Every arrival is known and there is no routing choice to make: each request's time at
+            # the engine follows from the replica's tokenizer queue alone, so it is queued directly.
+            events = self._front_end_queue(sorted(events), group_of)
+        heapq.heapify(events)
         inf = math.inf
         plans = 0
         budget = max_plans if max_plans is not None else inf
@@ -177,7 +204,8 @@ class Cluster:
                     dirty.append(_hand_over(front.engine_in(group, time_s), rid, time_s, False))
                 else:
                     dirty.append(_hand_over(decode.engine_in(decode.route_group(time_s), time_s), rid, time_s, True))
-                dirty.extend(lane for lane in lanes if lane.plan is None)
+                if lanes:
+                    dirty.extend(lane for lane in lanes if lane.plan is None)
                 continue
             if not planned:
                 break
@@ -197,6 +225,8 @@ class Cluster:
                     heapq.heappush(events, (ready, rid, HANDOFF))
                 elif closed_loop is not None and next_rid < n:
                     start = end + closed_loop.think_time_s
+                    if schedule is not None:
+                        start = max(start, schedule[next_rid])
                     table.arrival_s[next_rid] = start
                     heapq.heappush(events, (start, next_rid, ARRIVAL))
                     next_rid += 1

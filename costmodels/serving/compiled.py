@@ -44,7 +44,7 @@ from ..profile import PerformanceProfile
 from ..quantization import MODEL_DTYPE_SCHEME
 from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
-from ..vllm_defaults import default_batch_limits, parse_vllm_version, tokenize_s_per_token
+from ..vllm_defaults import EngineDefaults, default_batch_limits, parse_vllm_version, resolve_engine, tokenize_s_per_token
 from .predictor import StepTimePredictor
 from .scheduler import EngineLimits
 
@@ -100,6 +100,7 @@ class CompiledDeployment:
     request_overhead_s: float = 0.0
     tokenize_s_per_token: float = 0.0
     error: str | None = None
+    engine: EngineDefaults | None = None
 
     @property
     def context_source(self) -> str:
@@ -209,11 +210,23 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
     d = deployment
     version = parse_vllm_version(d.vllm_version)
     default_tokens, default_seqs = default_batch_limits(gpu, version)
-    max_tokens = d.max_num_batched_tokens or default_tokens
     max_seqs = d.max_num_seqs or default_seqs
     max_model_len = d.max_model_len or model.max_context
     if max_model_len > model.max_context:
         raise InputError(f"max_model_len {max_model_len} exceeds {model.name}'s context of {model.max_context} tokens")
+    # What the release runs: its engine, the chunked-prefill and prefix-caching flags it resolves to
+    # (the compiled deployment carries them), its V0 budget and its CUDA-graph sizes.
+    engine = resolve_engine(
+        version, pp=d.pp, max_model_len=max_model_len, mla=model.mla is not None,
+        sliding_window=bool(model.sliding_window and model.num_sliding_layers), chunked_prefill=d.enable_chunked_prefill,
+        prefix_caching=d.enable_prefix_caching, num_scheduler_steps=d.num_scheduler_steps,
+        scheduling_policy=d.scheduling_policy, enforce_eager=d.enforce_eager, speculative=d.speculative is not None,
+        max_num_seqs=max_seqs, max_num_batched_tokens=d.max_num_batched_tokens or default_tokens,
+        blackwell=gpu.architecture == "blackwell")
+    max_tokens = d.max_num_batched_tokens or engine.max_num_batched_tokens or default_tokens
+    if (d.enable_chunked_prefill, d.enable_prefix_caching) != (engine.chunked_prefill, engine.prefix_caching):
+        d = d.model_copy(update={"enable_chunked_prefill": engine.chunked_prefill,
+                                 "enable_prefix_caching": engine.prefix_caching})
     quantization = d.quantization or MODEL_DTYPE_SCHEME[model.dtype]
     if d.disaggregation is None:
         specs = [("replica", 1, d.tp, max_seqs, max_tokens)]
@@ -232,7 +245,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
         link = gpu.interconnect_bytes_per_s if same_node else p.rdma_gbps * 1e9
         # Each TP rank sends its shard over its own link.
         transfer = link * min(p.prefill_tp, p.decode_tp)
-    common = dict(model=model, deployment=d, gpu=gpu, max_model_len=max_model_len, quantization=quantization,
+    common = dict(model=model, deployment=d, gpu=gpu, max_model_len=max_model_len, quantization=quantization, engine=engine,
                   transfer_bytes_per_s=transfer, request_overhead_s=profile.front_end_latency_s(d.frontend),
                   tokenize_s_per_token=tokenize_s_per_token(version, d.frontend))
     roles, speculation = [], None
@@ -259,11 +272,13 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
             cost = cache._get(
                 cache.costs, (id(model), gpu.name, id(profile), quantization, d.kv_cache_dtype, tp, d.pp,
                               d.internode_gbps, d.vllm_version, d.data_parallel_size, d.enable_expert_parallel,
-                              d.all2all_backend), (model, profile),
+                              d.all2all_backend, engine.graph_max_tokens, engine.engine, d.num_scheduler_steps),
+                (model, profile),
                 lambda: StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
                                       internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
                                       dp=d.data_parallel_size, expert_parallel=d.enable_expert_parallel,
-                                      all2all_backend=d.all2all_backend))
+                                      all2all_backend=d.all2all_backend, graph_max_tokens=engine.graph_max_tokens,
+                                      engine=engine.engine, num_scheduler_steps=d.num_scheduler_steps))
             limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
                                   prefill_only=name == "prefill", scheduling_policy=d.scheduling_policy)
             predictor = cache._get(cache.predictors, (id(cost), id(spec)), (cost, spec),

@@ -26,10 +26,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from ..errors import InputError, unknown_name_error
+
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 
@@ -50,13 +50,11 @@ def catalog() -> dict[str, dict]:
     return yaml.safe_load((DATA / "datasets.yaml").read_text())
 
 
-def dataset_names() -> list[str]:
-    return sorted(catalog())
-
-
 @lru_cache(maxsize=None)
 def dataset(name: str) -> LengthTable:
     """The shipped table ``name`` (InputError naming the known ones otherwise)."""
+    import pandas as pd  # on first use: pandas costs half a second of start-up
+
     meta = catalog().get(name)
     if meta is None:
         raise unknown_name_error("dataset", name, catalog())

@@ -17,18 +17,15 @@ coordinating several engines can re-plan when an earlier event (a new arrival) c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import InputError
-from .predictor import StepTimePredictor
+from .predictor import StepComposition, StepTimePredictor
 from .requests import DECODE, WAITING
 from .scheduler import RunPlan, Scheduler, StepPlan
 
-RECORD_FIELDS = (
-    "start_s", "steps", "first_s", "slope_s", "itl_decodes", "num_running", "kv_tokens", "num_decode_seqs",
-    "decode_context", "decode_context_windowed", "prefill_tokens", "prefill_chunks", "prefill_pairs",
-    "prefill_pairs_windowed", "prefill_kv_tokens", "prefill_kv_tokens_windowed",
-)
+RECORD_FIELDS = ("start_s", "steps", "first_s", "slope_s", "itl_decodes", "num_running", "kv_tokens",
+                 *StepComposition._fields)
 
 
 class PipelineStages:
@@ -52,7 +49,7 @@ class PipelineStages:
         return max(pass_s, (pass_s + self.others_s(lane)) / self.lanes)
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     """The next piece of work of one engine: one step, or a run of identical decode steps."""
 
@@ -189,8 +186,8 @@ class Engine:
         steps = min(plan.steps, steps_starting_before(time_s - plan.start_s, plan.first_s, plan.slope_s))
         total = steps * plan.first_s + plan.slope_s * steps * (steps - 1) / 2
         last = plan.first_s + plan.slope_s * (steps - 1)
-        return replace(plan, end_s=plan.start_s + total, last_start_s=plan.start_s + total - last, steps=steps,
-                       pass_s=plan.pass_s - plan.slope_s * (plan.steps - steps))
+        return Plan(plan.start_s, plan.start_s + total, plan.start_s + total - last, None, plan.run, steps,
+                    plan.first_s, plan.slope_s, plan.pass_s - plan.slope_s * (plan.steps - steps))
 
     def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
         line = self.predictor.decode_line(run.num_seqs, run.context, run.context_windowed)
@@ -220,12 +217,9 @@ class Engine:
         if plan.step is not None:
             step = plan.step
             finished = sched.apply_step(step, plan.start_s, plan.end_s)
-            c = step.composition
-            self.records.append((
-                plan.start_s, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
-                c.num_decode_seqs, c.decode_context, c.decode_context_windowed, c.prefill_tokens, c.prefill_chunks,
-                c.prefill_pairs, c.prefill_pairs_windowed, c.prefill_kv_tokens, c.prefill_kv_tokens_windowed,
-            ))
+            # RECORD_FIELDS: the step's own fields, then its composition's in their order.
+            self.records.append((plan.start_s, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
+                                 *step.composition))
         else:
             run, k = plan.run, plan.steps
             # The run's mid-point stands for all its steps in the per-step statistics.

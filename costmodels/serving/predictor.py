@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,9 +31,9 @@ from ..roofline import DecodeLine, ScalarStepTime, StepCostModel, aggregates_fro
 from ..speculation import Speculation
 
 
-@dataclass(frozen=True)
-class StepComposition:
-    """The sums a step's time depends on (one step, scalars)."""
+class StepComposition(NamedTuple):
+    """The sums a step's time depends on (one step, scalars). A named tuple: the event loop builds one
+    per simulated step and copies its fields into the step's record."""
 
     num_decode_seqs: int
     decode_context: float

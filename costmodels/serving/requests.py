@@ -19,14 +19,19 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ..errors import InputError
-from .traffic import Traffic, check_context, sample_lengths
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .traffic import Traffic
 
 # Request states.
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -81,6 +86,7 @@ class _Sessions:
 def _draw_sessions(traffic: Traffic, n: int, rng: np.random.Generator, limit: int) -> _Sessions:
     """``n`` requests of whole conversations: each turn's prompt is the previous prompt and answer
     plus its new message; a session ends when its next turn (prompt and answer) would pass ``limit``."""
+    from .traffic import sample_lengths  # see draw_requests
     arrival = traffic.arrival
     lengths, shares = traffic.class_lengths(), traffic.class_shares
     cols: dict[str, list] = {k: [] for k in ("start", "input", "output", "class", "session", "think")}
@@ -127,6 +133,7 @@ def session_history(prompt: np.ndarray, output: np.ndarray, follow_up: np.ndarra
 
 def _draw_lengths(traffic: Traffic, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Prompt and output lengths of ``n`` generated requests, and their classes (None without)."""
+    from .traffic import sample_lengths  # see draw_requests
     if traffic.classes is None:
         return *sample_lengths(traffic.input_tokens, traffic.output_tokens, rng, n), None
     classes = rng.choice(len(traffic.classes), size=n, p=traffic.class_shares)
@@ -151,8 +158,10 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     the traffic is refused (:func:`~servopt.costmodels.serving.traffic.check_context`; ``context_source``
     says where ``max_model_len`` comes from). A shared prefix, or a trace's own ``cached_tokens``, is a
     prefix-cache hit of whole blocks, at most the prompt minus one token (vLLM always computes the last
-    prompt token). Sessions end at the context limit instead (:class:`~servopt.costmodels.serving.traffic.SessionArrival`).
+    prompt token); so is a prompt the server saw before (``traffic.prompt_cache``). Sessions end at the context limit instead (:class:`~servopt.costmodels.serving.traffic.SessionArrival`).
     """
+    # Imported here: the scheduler reads this module's request states without the traffic models.
+    from .traffic import check_context
     arrival: np.ndarray | None = None
     trace_cached: np.ndarray | None = None
     classes = sessions = None
@@ -192,7 +201,16 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     outputs = np.minimum(raw_outputs, limit - inputs)
     clipped = int(np.count_nonzero((inputs < raw_inputs) | (outputs < raw_outputs)))
     cached = np.zeros_like(inputs)
-    if prefix_caching and trace_cached is not None:
+    seen = traffic.prompt_cache
+    if seen is not None and seen.kind == "repeated" and sessions is None:
+        # A finite prompt set: request i resends prompt i mod N, with its length.
+        first = np.arange(n) % seen.distinct_prompts
+        inputs, outputs = inputs[first], outputs[first]
+    if prefix_caching and seen is not None:
+        again = np.ones(n, dtype=bool) if seen.kind == "warm" or seen.seen_before else \
+            np.arange(n) >= seen.distinct_prompts
+        cached = np.where(again, inputs, 0)
+    elif prefix_caching and trace_cached is not None:
         cached = np.minimum(np.asarray(trace_cached, dtype=np.int64), inputs)
     elif prefix_caching and traffic.shared_prefix_fraction > 0:
         cached = np.floor(traffic.shared_prefix_fraction * inputs)
@@ -203,7 +221,8 @@ def draw_requests(traffic: Traffic, num_requests: int | None, rng: np.random.Gen
     extra = {}
     if sessions is not None:
         extra = {"session": sessions.session, "follow_up": sessions.follow_up, "think_s": sessions.think_s}
-    return DrawnRequests(arrival, inputs, outputs, cached, clipped, shared_prefix=trace_cached is None and sessions is None,
+    return DrawnRequests(arrival, inputs, outputs, cached, clipped,
+                         shared_prefix=trace_cached is None and sessions is None and seen is None,
                          classes=classes, priority=priority, num_classes=len(traffic.class_shares), **extra)
 
 
@@ -260,6 +279,8 @@ class RequestTable:
 
     def frame(self) -> pd.DataFrame:
         """One row per request (times in seconds)."""
+        import pandas as pd  # on first use: pandas costs half a second of start-up
+
         frame = pd.DataFrame({
             "arrival_s": self.arrival_s,
             "scheduled_s": self.scheduled_s,

@@ -93,7 +93,7 @@ class BlockCounter:
         return cls(counts.tolist(), float(plan.layout.groups), plan.block_size)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepPlan:
     """One scheduled step: who is preempted, which chunks run, and the step's sums."""
 
@@ -106,7 +106,7 @@ class StepPlan:
     kv_tokens: float
 
 
-@dataclass
+@dataclass(slots=True)
 class RunPlan:
     """A fixed decode-only batch that can advance ``max_steps`` steps (before time limits)."""
 
@@ -255,7 +255,8 @@ class Scheduler:
                 n = min(remaining, budget)
                 if n < remaining and not lim.chunked_prefill:
                     break
-                need = self._own_blocks(rid, done + n) + max(self._shared_blocks(rid) - self.shared_blocks, 0)
+                shared = counts[t.cached[rid]] if t.cached_shared[rid] else 0
+                need = counts[done + n] - shared + (shared - self.shared_blocks if shared > self.shared_blocks else 0)
                 if need > room and not exact:
                     exact = True
                     room = self._exact_room(chunks)
@@ -364,11 +365,15 @@ class Scheduler:
         else:
             horizon_matters = budget > 0 and seats > 0
         heap, t = self.finish_heap, self.table
-        while heap and (t.state[heap[0][1]] != DECODE or t.finish_tick[heap[0][1]] != heap[0][0]):
+        state, finish_tick = t.state, t.finish_tick
+        while heap and (state[heap[0][1]] != DECODE or finish_tick[heap[0][1]] != heap[0][0]):
             heapq.heappop(heap)
         max_steps = heap[0][0] - self.tick
-        windowed, growing, window_steps = self.windowed_sum()
-        max_steps = min(max_steps, max(window_steps, 1))
+        if self.window is None:
+            windowed, growing = self.decode_context, self.num_decode
+        else:
+            windowed, growing, window_steps = self.windowed_sum()
+            max_steps = min(max_steps, max(window_steps, 1))
         max_steps = self._steps_before_blocks_run_out(max_steps)
         if max_steps < 1:
             return None
@@ -381,8 +386,9 @@ class Scheduler:
         remaining = t.prompt[rid] + t.generated[rid] - done
         if remaining > budget and not self.limits.chunked_prefill:
             return False
-        n = min(remaining, budget)
-        need = self._own_blocks(rid, done + n) + max(self._shared_blocks(rid) - self.shared_blocks, 0)
+        n = remaining if remaining < budget else budget
+        shared = counts[t.cached[rid]] if t.cached_shared[rid] else 0
+        need = counts[done + n] - shared + (shared - self.shared_blocks if shared > self.shared_blocks else 0)
         room = self.limits.num_blocks - self._used_upper(1.0)
         return need <= room or need <= self._exact_room([])
 
@@ -444,7 +450,7 @@ class Scheduler:
     # --- applying --------------------------------------------------------------------------------
     def apply_step(self, plan: StepPlan, start_s: float, end_s: float) -> list[int]:
         """Carry a planned step out; returns the requests that finished (or were handed off)."""
-        t = self.table
+        t, counts = self.table, self.blocks.table
         for victim in plan.victims:
             self._preempt(victim, start_s)
         # The admitted requests by id: under priority scheduling a request that arrived while the step
@@ -462,15 +468,15 @@ class Scheduler:
             self.prefilling.append(rid)
             t.state[rid] = PREFILL
             # A hand-off arrives with its prompt's KV already in place.
-            self.prefill_blocks += self._own_blocks(rid, t.computed[rid])
-            self.prefill_context += t.computed[rid]
+            computed = t.computed[rid]
+            shared = counts[t.cached[rid]] if t.cached_shared[rid] else 0
+            self.prefill_blocks += counts[computed] - shared
+            self.prefill_context += computed
             if math.isnan(t.scheduled_s[rid]):
                 t.scheduled_s[rid] = start_s
-            shared = self._shared_blocks(rid)
             if shared > self.shared_blocks:
                 self.shared_blocks = shared
         finished = self._advance_decodes(1, end_s)
-        counts = self.blocks.table
         for rid, n in plan.chunks:
             done = t.computed[rid]
             t.computed[rid] = done + n

@@ -56,11 +56,13 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from ..architectures import ModelSpec
 from ..deployment import Deployment
@@ -80,6 +82,9 @@ from .scheduler import BlockCounter, Scheduler
 from .slo import SLO
 from .traffic import Traffic
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 INITIAL_REQUESTS = 2000
 MAX_REQUESTS = 32000
 # Work bound: engine plans (one step, or a closed-form run of decode steps) per simulated request,
@@ -96,15 +101,21 @@ SIMULATED_REPLICAS = {"round_robin": 1, "power_of_two": 4, "least_outstanding": 
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """A simulated run: the summary, one row per request (times in seconds), how many engine
-    steps were simulated (``decode_steps`` of them ran decodes), and, when asked for, what the
-    engines did (:mod:`.activity`)."""
+    """A simulated run: the summary, the requests as simulated (``requests``: one row per request,
+    times in seconds), how many engine steps were simulated (``decode_steps`` of them ran decodes),
+    and, when asked for, what the engines did (:mod:`.activity`). An analytic estimate has no
+    requests."""
 
     summary: ServingSummary
-    requests: pd.DataFrame
+    table: RequestTable | None = field(default=None, repr=False, compare=False)
     steps: int = 0
     decode_steps: int = 0
     activity: EngineActivity | None = None
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        """One row per request, built when first read (the search reads only the summary)."""
+        return self.table.frame() if self.table is not None else RequestTable.empty_frame()
 
 
 def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.random.Generator,
@@ -193,6 +204,8 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     closed = None
     if traffic.arrival.kind == "closed_loop":
         closed = ClosedLoop(traffic.arrival.concurrency, traffic.arrival.think_time_s)
+    elif traffic.arrival.kind == "trace" and traffic.arrival.max_concurrency is not None:
+        closed = ClosedLoop(traffic.arrival.max_concurrency, 0.0, schedule_s=list(table.arrival_s))
     try:
         cluster.run(table.arrival_s if closed is None else None, closed,
                     max_plans=max(MIN_PLANS, PLANS_PER_REQUEST * table.size), follow_ups=table.sessions)
@@ -213,7 +226,7 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     steps = sum(r[1] for e in engines for r in e.records)
     decode_steps = sum(r[1] for e in engines for r in e.records if r[7])
     activity = engine_activity(engines, table, measured, summary.itl_s.p99) if with_activity else None
-    return SimulationResult(summary, table.frame(), int(steps), int(decode_steps), activity)
+    return SimulationResult(summary, table, int(steps), int(decode_steps), activity)
 
 
 def _session_note(table: RequestTable, block_size: int, prefix_caching: bool) -> str:

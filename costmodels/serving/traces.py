@@ -35,12 +35,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..errors import MAX_TOKENS, InputError, quote
 from ..userfiles import Number, json_number, numeric_column, read_csv_table, read_jsonl_records, shown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIME_UNITS = ("s", "ms", "us")
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -147,6 +150,8 @@ class _Columns:
 
     def datetimes_s(self, column: str, where: str) -> np.ndarray:
         """Datetime cells as seconds since the Unix epoch (naive times are UTC)."""
+        import pandas as pd  # on first use: pandas costs half a second of start-up
+
         if self.jsonl:
             raise InputError(f"{where}: Azure traces are CSV files; this one is JSON Lines")
         cells = self.values[column].astype("string").str.strip()
@@ -198,6 +203,8 @@ def _unit_for(fmt: TraceFormat, column: str, requested: str | None, where: str) 
 def _check_unit(raw: np.ndarray, unit: str, stated: bool, where: str, column: str) -> None:
     """Refuse times that are clearly in another unit than ``unit`` (see the module docstring); when
     the workload ``stated`` the unit, only epochs of another unit are refused."""
+    import pandas as pd
+
     first = float(raw.min())
     for other, scale in SECONDS_PER_UNIT.items():
         if other != unit and EPOCH_RANGE_S[0] <= first * scale <= EPOCH_RANGE_S[1]:

@@ -171,6 +171,10 @@ class TraceArrival(Spec):
     time_scale: float = Field(default=1.0, ge=1e-3, le=1e3, description="multiply arrival times (0.5 = twice the rate)")
     start_s: float = Field(default=0.0, ge=0, le=MAX_TRACE_SPAN_S, description="replay from this many seconds in")
     duration_s: float | None = Field(default=None, gt=0, le=MAX_TRACE_SPAN_S, description="replay this long")
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=MAX_CONCURRENCY,
+        description="at most this many requests in flight: a request goes at its time or when one finishes, "
+                    "whichever is later (vllm bench serve --max-concurrency)")
 
     @model_validator(mode="after")
     def _one_source(self) -> TraceArrival:
@@ -515,9 +519,6 @@ class SessionArrival(Spec):
         """Turns of independent sessions superpose into nearly Poisson requests (queueing formulas)."""
         return 1.0
 
-    def session_starts_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.cumsum(rng.exponential(1.0 / self.rate_per_s, n))
-
 
 Arrival = Annotated[PoissonArrival | GammaArrival | ClosedLoopArrival | TraceArrival | SessionArrival,
                     Field(discriminator="kind")]
@@ -554,6 +555,36 @@ class TrafficClass(Spec):
         return _with_columns(data)
 
 
+class PromptCache(Spec):
+    """Prompts the server has seen before, so vLLM's prefix cache holds them (with prefix caching on).
+
+    ``warm``: every prompt was sent before (a rerun of a benchmark against a server that kept its
+    cache): each finds all its full blocks cached. ``repeated``: the client sends a finite set of
+    ``distinct_prompts`` prompts over and over, request ``i`` the set's prompt ``i mod
+    distinct_prompts`` with its length (``vllm bench serve`` with a fixed ``--seed`` resends the same
+    prompts in every run; a dataset of N entries cycled): a prompt's first sending computes it
+    (unless ``seen_before``: an earlier run sent the set) and every later one hits its full blocks.
+    Evictions are not followed: the set's blocks are taken to fit in the KV cache.
+
+    Example:
+        >>> PromptCache(kind="repeated", distinct_prompts=100).seen_before
+        False
+    """
+
+    kind: Literal["warm", "repeated"]
+    distinct_prompts: int | None = Field(default=None, ge=1, le=MAX_BENCHMARK_REQUESTS,
+                                         description="repeated: how many distinct prompts the client cycles")
+    seen_before: bool = Field(default=False, description="repeated: an earlier run already sent the set")
+
+    @model_validator(mode="after")
+    def _check(self) -> PromptCache:
+        if self.kind == "repeated" and self.distinct_prompts is None:
+            raise ValueError("prompt_cache.distinct_prompts: required with kind 'repeated' (the size of the prompt set)")
+        if self.kind == "warm" and (self.distinct_prompts is not None or self.seen_before):
+            raise ValueError("prompt_cache: kind 'warm' takes no distinct_prompts or seen_before (every prompt is cached)")
+        return self
+
+
 class Traffic(Spec):
     """What a deployment must serve.
 
@@ -569,6 +600,8 @@ class Traffic(Spec):
     shared_prefix_fraction: float = Field(
         default=0.0, ge=0, lt=1, description="share of each prompt that a prefix cache can reuse"
     )
+    prompt_cache: PromptCache | None = Field(
+        default=None, description="prompts the server saw before (warm, or a repeated finite prompt set)")
     max_context: int | None = Field(default=None, ge=2, le=MAX_TOKENS, description="prompt + output are clipped to this")
 
     @model_validator(mode="before")
@@ -583,6 +616,8 @@ class Traffic(Spec):
             self._check_classes()
         elif kind != "trace" and (self.input_tokens is None or self.output_tokens is None):
             raise ValueError("input_tokens and output_tokens are required unless arrival.kind is 'trace'")
+        if kind == "sessions" and self.prompt_cache is not None:
+            raise ValueError("prompt_cache: sessions cache each conversation's history themselves; leave it out")
         if kind == "sessions" and self.shared_prefix_fraction > 0:
             raise ValueError("shared_prefix_fraction: with sessions, prefix-cache hits come from each conversation's "
                              "history; a prefix shared by every session is not modelled with them, leave it out")

@@ -14,12 +14,13 @@ from ...costmodels.architectures import resolve_model
 from ...costmodels.outfiles import write_text
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
+from . import COMMANDS
 from .common import add_hardware_args, load_deployment
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "calibrate", help="microbenchmark a GPU, fit a performance profile, import measurements",
+        "calibrate", help=COMMANDS["calibrate"][1],
         description="Calibrate servopt's cost model: `run` times GEMM, attention, copy and all-reduce kernels, "
         "`fit` turns kernel tables into a profile JSON, `import` converts aiconfigurator's database or fits the "
         "per-step overhead to a `vllm bench serve` result.",

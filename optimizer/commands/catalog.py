@@ -10,14 +10,15 @@ import pandas as pd
 from ...calibration.registry import shipped_profile
 from ...costmodels.architectures import preset_models
 from ...costmodels.hardware import load_catalog
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    gpus = subparsers.add_parser("gpus", help="list known GPUs with peaks, memory and prices")
+    gpus = subparsers.add_parser("gpus", help=COMMANDS["gpus"][1])
     gpus.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
     gpus.add_argument("--json", action="store_true")
     gpus.set_defaults(handler=run_gpus)
-    models = subparsers.add_parser("models", help="list model presets")
+    models = subparsers.add_parser("models", help=COMMANDS["models"][1])
     models.add_argument("--json", action="store_true")
     models.set_defaults(handler=run_models)
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...costmodels.deployment import Deployment
-from ...costmodels.errors import validate_spec
-from ...costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS
-from ...costmodels.userfiles import read_yaml_mapping, shown
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...costmodels.deployment import Deployment
+
+# The modules behind these helpers are imported where they are used, so that a command's --help
+# and its argument checks start without them.
 
 
 def positive_int(text: str) -> int:
@@ -23,6 +26,8 @@ def positive_int(text: str) -> int:
 
 def request_count(text: str) -> int:
     """Requests to simulate: a positive integer up to what one run can hold."""
+    from ...costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS
+
     value = positive_int(text)
     if value > MAX_BENCHMARK_REQUESTS:
         raise argparse.ArgumentTypeError(f"at most {MAX_BENCHMARK_REQUESTS:,} requests in one run, got {value:,}")
@@ -50,6 +55,10 @@ def add_hardware_args(parser: argparse.ArgumentParser) -> None:
 def load_deployment(path: str | Path) -> Deployment:
     """Read and validate a deployment YAML file (the fields themselves, or under a top-level
     ``deployment:`` key); errors name the field."""
+    from ...costmodels.deployment import Deployment
+    from ...costmodels.errors import validate_spec
+    from ...costmodels.userfiles import read_yaml_mapping, shown
+
     raw = read_yaml_mapping(path, "deployment file")
     if set(raw) == {"deployment"} and isinstance(raw["deployment"], dict):
         raw = raw["deployment"]

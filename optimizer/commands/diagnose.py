@@ -20,6 +20,7 @@ from ...costmodels.hardware import load_catalog
 from ...costmodels.outfiles import ensure_folder, write_text
 from ...costmodels.serving import SLO
 from ..workload import parse_workload
+from . import COMMANDS
 from .common import add_hardware_args
 from .predict import _finite, load_deployment
 
@@ -31,7 +32,7 @@ SEED_HISTOGRAM_BINS = 100
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "diagnose",
-        help="say what limits a live deployment, from its vllm bench serve results (and /metrics)",
+        help=COMMANDS["diagnose"][1],
         description="Simulate the load that `vllm bench serve` sent a live deployment, print measured against "
         "predicted P50/P99 of TTFT, TPOT, ITL and end-to-end, name the bottleneck (none, saturated, kv_pressure, "
         "prefill_interference, under_batching, memory_bound_decode) from the evidence, and simulate concrete "

@@ -14,17 +14,17 @@ from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import read_text, write_text
-from ...results import check_commands_with_vllm, check_with_vllm, launch_plan, node_scripts, render_readme, with_configs
-from ...results._export_kubernetes import (
-    KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_manifests, kubernetes_manifests, render_kubernetes, render_kubernetes_readme,
-    safe_name, serve_argvs,
+from ...results import (
+    KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_commands_with_vllm, check_manifests, check_with_sglang,
+    check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes, render_kubernetes_readme,
+    render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
 )
-from ...results._export_sglang import check_with_sglang, render_sglang, sglang_plan
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "export", help="write vLLM launch scripts (one per node, plus the router) for a point of a job's front",
+        "export", help=COMMANDS["export"][1],
         description="Write vLLM launch scripts for a point of the front into a folder: node-N.sh per node, "
         "router.sh when several instances sit behind the vLLM Router, README.md with the order to start them, "
         "and plan.json. A single-node, single-instance deployment's script is also printed.")

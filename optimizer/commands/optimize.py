@@ -14,13 +14,14 @@ from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
 from ..workload import Accuracy, Budget, load_workload
+from . import COMMANDS
 from .common import positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "optimize",
-        help="search deployments for a workload: Pareto front of cost vs P99 latency",
+        help=COMMANDS["optimize"][1],
         description="Search deployments with Optuna (cost vs P99 latency under SLO, accuracy and memory "
         "constraints), re-check the front with a longer simulation, and write trials.csv, pareto.csv, "
         "front.json, report.md and report.html. Rerunning the same job resumes it. Unless the workload says "

@@ -14,13 +14,14 @@ from ...costmodels.quantization import SCHEMES, math_dtype
 from ...costmodels.roofline import Batch
 from ...costmodels.serving.compiled import compile_deployment
 from ...costmodels.vllm_defaults import CURRENT_VLLM, GPU_MEMORY_UTILIZATION
+from . import COMMANDS
 from .common import add_hardware_args, positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="memory fit, KV cost per request, and step times of a model on a GPU",
+        help=COMMANDS["plan"][1],
         description="Memory breakdown, maximum concurrency and roofline step times of one replica.",
     )
     parser.add_argument("--model", required=True, help="preset alias, Hugging Face id, or path to config.json")

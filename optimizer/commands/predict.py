@@ -6,21 +6,20 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-
-from ...calibration.registry import load_profile
-from ...costmodels.architectures import resolve_model
-from ...costmodels.hardware import load_catalog
-from ...costmodels.serving import estimate, simulate
-from ...costmodels.serving.traffic import Traffic
-from ..workload import load_workload
+from . import COMMANDS
 from .common import add_hardware_args, load_deployment, request_count
+
+if TYPE_CHECKING:
+    from ...costmodels.deployment import Deployment
+    from ...costmodels.serving.traffic import Traffic
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "predict",
-        help="simulate one deployment under a workload: P50/P90/P99 of TTFT, TPOT, ITL, end-to-end",
+        help=COMMANDS["predict"][1],
         description="Predict the latency distribution, throughput and goodput of one deployment serving the "
         "workload's traffic (discrete-event simulation of vLLM's scheduler on the roofline cost model).",
     )
@@ -64,6 +63,13 @@ def _finite(value):
 
 def compute_prediction(args: argparse.Namespace) -> dict:
     """Everything ``predict`` reports, as a JSON-ready dict (seconds, requests/s, tokens/s)."""
+    # Imported here, not at the top: `servopt predict --help` starts without them.
+    from ...calibration.registry import load_profile
+    from ...costmodels.architectures import resolve_model
+    from ...costmodels.hardware import load_catalog
+    from ...costmodels.serving import estimate, simulate
+    from ..workload import load_workload
+
     workload_path = Path(args.workload)
     workload = load_workload(workload_path)
     deployment = load_deployment(args.deployment)

@@ -8,10 +8,11 @@ import json
 from ...results import write_results
 from .._storage import STORAGE_ENV
 from ..job import Job
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="regenerate trials.csv, pareto.csv and the reports of a job folder")
+    parser = subparsers.add_parser("report", help=COMMANDS["report"][1])
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
     parser.add_argument("--storage", default=None, metavar="URL",
                         help=f"the study's storage URL, when job.json keeps it without its password (or set "

@@ -12,12 +12,13 @@ from ...calibration.registry import read_profile
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
 from ...costmodels.outfiles import write_text
+from . import COMMANDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="score servopt's predictions against measured kernel, memory or end-to-end tables",
+        help=COMMANDS["validate"][1],
         description="Predict every row of the measured tables given and print the median and p90 absolute "
         "percentage error per slice (GPU, framework, model or op, precision). Rows that cannot be predicted "
         "are counted and listed with the reason.",
@@ -31,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="use this profile for every GPU instead of the shipped ones")
     parser.add_argument("--out", default=None, metavar="CSV", help="write one row per input row: measured, predicted, reason")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--explain", action="store_true",
+                        help="split every e2e row's predicted mean TTFT and TPOT into client, queueing, kernels, "
+                             "collectives and host")
     parser.set_defaults(handler=run)
 
 
@@ -57,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     profile_for = _profile_for(args.profile)
     predictions, scores = [], []
     for kind, path in jobs:
-        validator = VALIDATORS[kind](profile_for)
+        validator = VALIDATORS[kind](profile_for, **({"explain": True} if kind == "e2e" and args.explain else {}))
         predicted = validator.predict(validator.read(path)).assign(table=kind, file=str(path))
         predictions.append(predicted)
         scores.append(validator.score(predicted))
@@ -74,10 +78,35 @@ def run(args: argparse.Namespace) -> int:
             "overall": overall.to_dict("records"),
             "rows": len(predicted), "predicted": len(predicted) - len(skipped),
             "not_predicted": skipped[["table", "file", "id", "reason"]].to_dict("records"),
+            **({"explained": explained(predicted).to_dict("records")} if args.explain else {}),
         }, indent=2, default=str))
         return 0
     print(render(pd.concat([summary, overall], ignore_index=True), predicted, skipped, args.out))
+    if args.explain:
+        print(render_explained(explained(predicted)))
     return 0
+
+
+def explained(predicted: pd.DataFrame) -> pd.DataFrame:
+    """The e2e rows' measured and predicted means with the parts of each prediction (ms)."""
+    from ...calibration.explain import PARTS
+
+    parts = [f"{m}_{p}_ms" for m in ("ttft", "tpot") for p in PARTS]
+    rows = predicted[(predicted["table"] == "e2e") & predicted.get("ttft_kernels_ms", pd.Series(dtype=float)).notna()]
+    columns = ["id", "measured_mean_ttft_ms", "pred_mean_ttft_ms", "measured_mean_tpot_ms", "pred_mean_tpot_ms"]
+    return rows.reindex(columns=columns + parts).reset_index(drop=True)
+
+
+def render_explained(frame: pd.DataFrame) -> str:
+    from ...calibration.explain import PARTS
+
+    lines = ["", "predicted means by part (ms): " + ", ".join(PARTS)]
+    for r in frame.to_dict("records"):
+        for metric in ("ttft", "tpot"):
+            split = "  ".join(f"{p} {r[f'{metric}_{p}_ms']:8.2f}" for p in PARTS)
+            lines.append(f"  {str(r['id'])[-44:]:<44} {metric.upper()} measured {r[f'measured_mean_{metric}_ms']:8.1f} "
+                         f"predicted {r[f'pred_mean_{metric}_ms']:8.1f} = {split}")
+    return "\n".join(lines)
 
 
 def render(summary: pd.DataFrame, predicted: pd.DataFrame, skipped: pd.DataFrame, out: str | None) -> str:
