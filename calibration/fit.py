@@ -525,8 +525,9 @@ def family_fits(table: pd.DataFrame) -> list[FamilyFit]:
     fits += [MoeFit(kernel) for kernel in sorted(moe["dtype"].dropna().unique())]
     # Hopper's block-FP8 Triton experts (vLLM's kernel without expert parallelism), where the table
     # times them beside FlashInfer's.
-    block_sources = moe.loc[moe["dtype"] == "fp8_block", "kernel_source"].fillna("")
-    if block_sources.str.contains("triton", regex=False).any() and not block_sources.str.contains("triton").all():
+    block_sources = moe.loc[moe["dtype"] == "fp8_block", "kernel_source"].fillna("").astype(str)
+    triton = block_sources.str.contains("triton", regex=False)
+    if triton.any() and not triton.all():
         fits.append(MoeFit("fp8_block", source="triton", key="fp8_block_triton"))
     fits += [AttentionFit("prefill"), AttentionFit("decode"), AllReduceFit(), NcclCollectiveFit()]
     return fits
