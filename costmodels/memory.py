@@ -128,8 +128,12 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, 
         experts = model.num_moe_layers * model.moe.num_experts * model.expert_params
         mlp_layers += model.num_moe_layers * model.moe_layer_params - experts
     linear = model.num_layers * attention + mlp_layers
-    # Layers the checkpoint leaves in the model dtype (ModelSpec.unquantized_layers; mxfp4: all of them).
-    unquantized_linear = min(_unquantized_linear_params(model, quantization, tp), linear)
+    # Layers the checkpoint leaves in the model dtype (ModelSpec.unquantized_layers). mxfp4 quantizes
+    # no linear layer at all (vLLM has no mxfp4 linear method): every weight but the experts' is 16-bit.
+    if quantization == "mxfp4":
+        unquantized_linear = linear
+    else:
+        unquantized_linear = min(_unquantized_linear_params(model, quantization, tp), linear)
     quantized = linear + experts - unquantized_linear
     embed = model.embedding_params
     head = model.lm_head_params
