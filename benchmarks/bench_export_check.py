@@ -1,18 +1,19 @@
 """Every front point of the built-in job and of every example, exported and checked.
 
 Runs ``servopt optimize`` (a reduced trial budget, same search) for the default job and each file in
-examples/, then for every point of each front ``servopt export --check`` (the launch scripts, parsed
-by vLLM's own ``vllm serve`` parser; each command's ``--max-model-len`` against vLLM's own reading of
-the model's config, ``_get_and_verify_max_len``, and its ``--quantization`` against the method vLLM
-picks for the checkpoint's config, ``ModelConfig._verify_quantization``, where the config carries the
-checkpoint's metadata: a checkpoint whose format is its card's is counted apart) and ``servopt export --format kubernetes --check`` (every
-manifest validated offline against the Kubernetes schemas and the LeaderWorkerSet CRD schema, every
-container's command parsed by vLLM's parser), and prints one line per point and the counts. Then the
-payloads of tests/test_export.py, planted in a local checkpoint folder's name: a small job on that
-folder, every front point exported to manifests, the YAML read back, and every container that runs
-a shell run with stub executables first on PATH; it counts the payloads that ran (injections).
-Needs vLLM in a separate environment (``.vllm-venv`` or ``SERVOPT_VLLM_PYTHON``) and
-kubernetes-validate (the test extra).
+examples/, then exports every point of each front as launch scripts and as Kubernetes manifests. Every
+``vllm serve`` command, of the scripts and of the containers, is checked by vLLM 0.33 itself: its
+``vllm serve`` parser and, where servopt has the served model's config, vLLM's own reading of it
+(``_get_and_verify_max_len`` on the command's ``--max-model-len``; ``ModelConfig._verify_quantization``
+where the config carries the checkpoint's own metadata: the ``--quantization`` must be the method vLLM
+picks; a checkpoint whose format is its card's is counted apart). The commands are checked in one batch
+(one vLLM start); the first point of each job also runs ``servopt export --check`` as a user would.
+Every manifest is validated offline against the Kubernetes schemas and the LeaderWorkerSet CRD schema.
+It prints one line per point and the counts. Then the payloads of tests/test_export.py, planted in a
+local checkpoint folder's name: a small job on that folder, every front point exported to manifests,
+the YAML read back, and every container that runs a shell run with stub executables first on PATH; it
+counts the payloads that ran (injections). Needs vLLM in a separate environment (``.vllm-venv`` or
+``SERVOPT_VLLM_PYTHON``) and kubernetes-validate (the test extra).
 
     python benchmarks/bench_export_check.py [--trials 60] [--out DIR]
 """
@@ -24,7 +25,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -35,7 +35,7 @@ import yaml
 
 from servopt.costmodels.architectures import config_files
 from servopt.optimizer.cli import main as servopt
-from servopt.results import check_commands_with_vllm, with_configs
+from servopt.results import check_commands_with_vllm, serve_commands, with_configs
 from servopt.results._export_kubernetes import (
     KUBERNETES_VERSION, LWS_EXAMPLE_ENV, check_manifests, container_words, serve_argvs,
 )
@@ -61,8 +61,8 @@ def main() -> None:
     env_before = {k for k in os.environ if k.startswith("SERVOPT_")}
     jobs = [("default", None)] + [(p.stem, p) for p in sorted((ROOT / "examples").glob("*.yaml"))]
     failures = checked = k8s_failures = manifests = 0
-    commands: list[dict] = []  # every container's vllm serve command, parsed by vLLM once at the end
-    lengths = quantizations = card_formats = 0
+    shell: list[dict] = []  # every launch script's vllm serve command, checked by vLLM once at the end
+    commands: list[dict] = []  # every container's vllm serve command, likewise
     for name, path in jobs:
         start = time.perf_counter()
         folder = out / name
@@ -73,47 +73,56 @@ def main() -> None:
             failures += 1
             continue
         points = json.loads((folder / "front.json").read_text())["points"]
-        for point in points:
-            code, text = run(["export", str(folder), "--pick", str(point["trial"]), "--check",
+        for i, point in enumerate(points):
+            # The first point of each job runs `export --check` as a user runs it; the others' commands
+            # join one batch for vLLM (one vLLM start: the same checks, minutes fewer per point).
+            check = ["--check"] if i == 0 else []
+            code, text = run(["export", str(folder), "--pick", str(point["trial"]), *check,
                               "--out", str(folder / f"export-{point['trial']}")])
             verdict = [line for line in text.splitlines() if "--check" in line or "error" in line]
             weights = point.get("weights") or {}
             checked += 1
             failures += code != 0
-            counts = re.search(r"config of (\d+)/(\d+) model\(s\), --quantization against the method vLLM picks for (\d+)",
-                               verdict[-1] if verdict else "")
-            if counts:
-                lengths += int(counts[1])
-                quantizations += int(counts[3])
-                card_formats += int(counts[2]) - int(counts[3])
+            scripts = {p.name: p.read_text() for p in sorted((folder / f"export-{point['trial']}").glob("*.sh"))}
+            shell += labelled(serve_commands(scripts), f"{name} trial {point['trial']}")
             print(f"{name:<22} trial {point['trial']:>4} {point['deployment']['quantization']:<6} "
                   f"{weights.get('serve_id', point['serve_id']):<58} "
-                  f"{'ok' if code == 0 else 'REJECTED'}: {verdict[-1] if verdict else text.strip()[-200:]}")
+                  + (f"{'ok' if code == 0 else 'REJECTED'}: {verdict[-1] if verdict else text.strip()[-200:]}" if check
+                     else f"{'exported' if code == 0 else 'FAILED: ' + text.strip()[-200:]}"))
             code, text = run(["export", str(folder), "--pick", str(point["trial"]), "--format", "kubernetes",
                               "--out", str(folder / f"k8s-{point['trial']}")])
             docs = list(yaml.safe_load_all((folder / f"k8s-{point['trial']}" / "kubernetes.yaml").read_text()))
             problems = check_manifests(docs) if code == 0 else [text.strip()[-300:]]
             k8s_failures += bool(problems)
-            argvs = serve_argvs(docs)
-            configs = {c["argv"][2]: files for c in argvs if (files := config_files(c["argv"][2])) is not None}
-            commands += [{**c, "label": f"{name} trial {point['trial']}: {c['label']}"}
-                         for c in with_configs(argvs, configs)]
+            commands += labelled(serve_argvs(docs), f"{name} trial {point['trial']}")
             manifests += len(docs)
             print(f"{'':<22} kubernetes: {len(docs)} objects, {'valid' if not problems else problems}")
         print(f"{name}: {len(points)} front points in {time.perf_counter() - start:.0f} s")
     leaked = {k for k in os.environ if k.startswith("SERVOPT_")} - env_before
-    print(f"{checked} exports checked, {failures} failed; --max-model-len checked against vLLM's reading of the "
-          f"model config for {lengths}, --quantization against vLLM's pick for {quantizations} ({card_formats} "
-          f"served checkpoints have card formats, parser and registry only); environment variables set: "
-          f"{sorted(leaked) or 'none'}")
+    version, rejected = check_commands_with_vllm(shell)
+    failures += len(rejected)
+    with_config = [c for c in shell if c.get("config")]
+    by = {kind: sum(1 for c in with_config if c.get("quantization_from") == kind) for kind in ("config", "card")}
+    print(f"{checked} exports, {len(shell)} vllm serve commands, {len(rejected)} rejected by vLLM {version}: its parser, "
+          f"and for {len(with_config)} commands vLLM's reading of the model config (--max-model-len within "
+          f"_get_and_verify_max_len), --quantization equal to the method vLLM picks for {by['config']} checkpoints' "
+          f"own metadata and {by['card']} checkpoints' metadata as their cards state it "
+          f"({len(with_config) - by['config'] - by['card']} 16-bit); environment variables set: "
+          f"{sorted(leaked) or 'none'}" + "".join(f"\n  {r}" for r in rejected))
     version, rejected = check_commands_with_vllm(commands)
     print(f"{checked} Kubernetes exports: {manifests} objects, {k8s_failures} exports with an object invalid against "
           f"the Kubernetes {KUBERNETES_VERSION} schemas; {len(commands)} container commands, {len(rejected)} rejected "
-          f"by vLLM {version}'s parser" + "".join(f"\n  {r}" for r in rejected))
+          f"by vLLM {version}'s parser and its reading of the model config" + "".join(f"\n  {r}" for r in rejected))
     k8s_failures += len(rejected)
     injections, exported = planted(out / "payloads")
     print(f"payloads: {len(PAYLOADS)}, Kubernetes exports of their jobs: {exported}, injections: {injections}")
     sys.exit(1 if failures or k8s_failures or injections else 0)
+
+
+def labelled(argvs: list[dict], label: str) -> list[dict]:
+    """Commands with the config files of the models they serve (as ``export --check`` sends them), labelled by point."""
+    configs = {c["argv"][2]: files for c in argvs if len(c["argv"]) > 2 and (files := config_files(c["argv"][2]))}
+    return [{**c, "label": f"{label}: {c['label']}"} for c in with_configs(argvs, configs)]
 
 
 def planted(out: Path) -> tuple[int, int]:
@@ -122,6 +131,7 @@ def planted(out: Path) -> tuple[int, int]:
               "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
               "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
     injections = exported = 0
+    out.mkdir(parents=True, exist_ok=True)
     stubs = _stub_path(out)
     for i, payload in enumerate(PAYLOADS):
         marker = out / f"pwned-{i}"
@@ -145,8 +155,9 @@ def planted(out: Path) -> tuple[int, int]:
             exported += code == 0
             docs = list(yaml.safe_load_all((job / f"k8s-{point['trial']}" / "kubernetes.yaml").read_text()))
             for doc in docs:
-                lwt = doc["spec"].get("leaderWorkerTemplate", {})
-                templates = ([doc["spec"]["template"]] if doc["kind"] == "Deployment" else
+                spec = doc.get("spec") or {}  # objects without a spec (ConfigMaps) run nothing
+                lwt = spec.get("leaderWorkerTemplate", {})
+                templates = ([spec["template"]] if doc["kind"] == "Deployment" else
                              [lwt["leaderTemplate"], lwt["workerTemplate"]] if lwt else [])
                 for template in templates:
                     words = container_words(template["spec"]["containers"][0], LWS_EXAMPLE_ENV)

@@ -14,7 +14,8 @@ Jobs:
   (lognormal, sigma 0.3), outputs ~300 (lognormal, sigma 0.3), P99 TTFT 1 s / TPOT 60 ms, H100,
   H200 and A100 (default search space and budget).
 - ``8b-tight-tpot``: Llama-3.1-8B-Instruct at 30 req/s, 2,000-token prompts, 250-token outputs,
-  P99 TTFT 0.5 s / TPOT 25 ms on H100 and A100: many fleets sit just at the TPOT target.
+  P99 TTFT 0.5 s / TPOT 25 ms on L40S and H200 (both priced per GPU, so fleets of every size
+  compete): many fleets sit just at the TPOT target.
 - ``qwen-32b-bursty``: Qwen2.5-32B-Instruct, gamma arrivals (CV 2) at 6 req/s, ShareGPT-like
   lengths, P99 TTFT 2 s / TPOT 50 ms on H100 and L40S: bursts make short runs look better than
   long ones.
@@ -31,6 +32,8 @@ import os
 import resource
 import tempfile
 import time
+
+import optuna
 
 from servopt.costmodels.deployment import Deployment
 from servopt.optimizer.job import Job
@@ -51,7 +54,7 @@ JOBS = {
         "traffic": {"arrival": {"kind": "poisson", "rate_per_s": 30},
                     "input_tokens": {"kind": "fixed", "value": 2000}, "output_tokens": {"kind": "fixed", "value": 250}},
         "slo": {"p99_ttft_s": 0.5, "p99_tpot_s": 0.025},
-        "gpus": ["h100", "a100-80gb"],
+        "gpus": ["l40s", "h200"],
     },
     "qwen-32b-bursty": {
         "model": "Qwen/Qwen2.5-32B-Instruct",
@@ -100,8 +103,8 @@ def run_job(name: str, trials: int | None) -> bool:
               f"at {workload.fidelity.final_requests} requests; {spent:.1f} CPU s, {wall:.1f} s wall")
         if search_cheapest is not None:
             check = rechecks.get(search_cheapest)
-            verdict = "not re-checked" if check is None else ("passed" if check["feasible"] else
-                                                              f"FAILED ({check['reason']})")
+            verdict = "not re-checked (a re-checked point as cheap and faster passed)" if check is None else (
+                "passed" if check["feasible"] else f"FAILED ({check['reason']})")
             print(f"  search's cheapest feasible: trial {search_cheapest} at {values[search_cheapest][0]:.4g}: "
                   f"its re-check {verdict}")
         if not front:
@@ -140,6 +143,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None, help="override each job's trial budget")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models from servopt's catalog
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     results = {name: run_job(name, args.trials) for name in args.jobs}
     print(f"\n{sum(results.values())} of {len(results)} jobs: the reported cheapest is the cheapest confirmed")
     if not all(results.values()):

@@ -30,9 +30,12 @@ example each (the case number reproduces it: ``--only N``).
 from __future__ import annotations
 
 import argparse
+import bz2
 import copy
+import gzip
 import io
 import json
+import lzma
 import os
 import random
 import re
@@ -50,6 +53,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every case reads local files only: a model id must resolve from the shipped catalog, not wait on the Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 VALID, INVALID, EITHER = "valid", "invalid", "either"
 DEEP = 1000
 
@@ -229,6 +234,9 @@ class Case:
     needle: str | None = None
     check: Callable[[str], str] | None = None
     copy_from: Path | None = None  # a folder copied in first (a finished optimize job)
+    setup: Callable[[Path], None] | None = None  # makes what files cannot hold: a FIFO, a link, a folder
+    forbidden: tuple[str, ...] = ()  # text no output and no file of the folder may hold (a password)
+    after: Callable[[Path], str] | None = None  # what must hold of the folder afterwards ('' when it does)
 
 
 @dataclass
@@ -652,10 +660,10 @@ def _trace_mutation(rng, mutation: str, rows: list[tuple[float, int, int]]) -> t
         return [[1.7e12 + t * 1000, i, o] for t, i, o in rows], {}, INVALID, "time_unit"
     if mutation == "far_arrival":
         rows[rng.randrange(len(rows))][0] = 1e300
-        return rows, {}, INVALID, "spans"
+        return rows, {"time_unit": "s"}, INVALID, "spans"
     column = rng.choice([1, 2])
     rows[rng.randrange(len(rows))][column] = 0 if mutation == "zero_tokens" else 10**12
-    return rows, {}, INVALID, ["input", "output"][column - 1]
+    return rows, {"time_unit": "s"}, INVALID, ["input", "output"][column - 1]
 
 
 def case_trace_csv(rng: random.Random) -> Case:
@@ -665,9 +673,11 @@ def case_trace_csv(rng: random.Random) -> Case:
     if rng.random() < 0.3:
         mutation = rng.choice(extra)
         mutated, arrival, expect, needle = _trace_mutation(rng, mutation, rows)
-        if arrival:  # milliseconds said by time_unit (with a column name that says no unit) or by the name
+        if mutation == "times_in_ms_with_unit":  # said by time_unit (a column name saying no unit) or by the name
             header = ["timestamp", *header[1:]] if rng.random() < 0.5 else ["arrival_ms", *header[1:]]
             arrival = arrival if header[0] == "timestamp" else {}
+        else:
+            arrival = {}  # arrival_s says the unit
         files = {"t.csv": _csv(header, [[str(c) for c in r] for r in mutated]), "w.yaml": _trace_workload("t.csv", **arrival)}
     else:
         mutation, text, expect, needle = mutate_table(rng, "trace_csv", header, [[str(c) for c in r] for r in rows])
@@ -713,7 +723,8 @@ def case_trace_jsonl(rng: random.Random) -> Case:
         records = [{"timestamp": t, "input_len": i, "output_len": o} for t, i, o in rows]
         keys = {"timestamp": False, "input_len": True, "output_len": True}
     mutation = rng.choice(JSONL_MUTATIONS + (TRACE_EXTRA[:4] if not mooncake else []))
-    expect, needle, arrival = VALID, None, {}
+    # A plain trace's "timestamp" says no unit: the workload states it (Mooncake's is the format's).
+    expect, needle, arrival = VALID, None, ({} if mooncake else {"time_unit": "s"})
     if mutation in TRACE_EXTRA:
         mutated, arrival, expect, needle = _trace_mutation(rng, mutation, rows)
         records = [{"timestamp": t, "input_len": i, "output_len": o} for t, i, o in mutated]
@@ -803,22 +814,657 @@ def case_job(rng: random.Random, job_dir: Path) -> Case:
                 copy_from=job_dir)
 
 
+# --- issue 21: hostile inputs of kinds the mutations above do not make ----------------------------
+# Each kind below makes one class of the issue anew from a seed (other files, fields, commands and
+# values than the issue's), with the oracle written from what the formats and the docs say.
+METRICS_FIXTURE = ROOT / "tests" / "data" / "diagnose" / "metrics_vllm_0_25_1_loaded.txt"
+D_BENCH = {**D_PLAIN, "max_model_len": 16384}
+DIAGNOSE = ["diagnose", "r.json", "--deployment", "d.yaml", "--json"]
+SPECIAL_FILES = ["fifo", "device", "folder", "link_to_device", "link_loop", "oversized"]
+SPECIAL_NEEDLES = {"fifo": "FIFO", "device": "device", "folder": "folder", "link_to_device": "device",
+                   "link_loop": "symbolic links", "oversized": "MiB"}
+# Size caps of the readers (costmodels/userfiles.py, calibration/prometheus.py): one byte over each.
+CAPS = {"yaml": 4 * 2**20, "json": 512 * 2**20, "data": 8 * 2**30, "metrics": 64 * 2**20}
+
+
+def _special(kind: str, name: str, cap: int) -> Callable[[Path], None]:
+    """A setup that puts ``kind`` in place of the file ``name``."""
+    def setup(folder: Path) -> None:
+        path = folder / name
+        path.unlink(missing_ok=True)
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":  # endless zeros
+            os.symlink("/dev/zero", path)
+        elif kind == "folder":
+            path.mkdir()
+        elif kind == "link_to_device":  # endless random bytes
+            os.symlink("/dev/urandom", path)
+        elif kind == "link_loop":
+            os.symlink(name, path)
+        else:  # a sparse file one byte over the cap: refused by its size, never read
+            with open(path, "wb") as stream:
+                stream.truncate(cap + 1)
+    return setup
+
+
+def case_special_file(rng: random.Random) -> Case:
+    """An input file that is not a regular file of a readable size: the reader refuses it at once."""
+    kind = rng.choice(SPECIAL_FILES)
+    rows = [[str(c) for c in r] for r in _trace_rows(rng)]
+    target, files, argv, cap = rng.choice([
+        ("w.yaml", {"d.yaml": _yaml(D_PLAIN)}, [*PREDICT, "--analytic"], CAPS["yaml"]),
+        ("d.yaml", {"w.yaml": _yaml(W_OPEN)}, [*PREDICT, "--analytic"], CAPS["yaml"]),
+        ("t.csv", {"w.yaml": _trace_workload("t.csv"), "d.yaml": _yaml(D_PLAIN)}, PREDICT, CAPS["data"]),
+        ("t.jsonl", {"w.yaml": _trace_workload("t.jsonl", time_unit="s"), "d.yaml": _yaml(D_PLAIN)}, PREDICT,
+         CAPS["data"]),
+        ("m.txt", {"r.json": json.dumps(_bench(rng)), "d.yaml": _yaml(D_BENCH)}, [*DIAGNOSE, "--metrics", "m.txt"],
+         CAPS["metrics"]),
+        ("p.json", {"w.yaml": _yaml(W_OPEN), "d.yaml": _yaml(D_PLAIN)}, [*PREDICT, "--analytic", "--profile", "p.json"],
+         CAPS["json"]),
+        ("hw.yaml", {"w.yaml": _yaml(W_OPEN), "d.yaml": _yaml(D_PLAIN)},
+         [*PREDICT, "--analytic", "--hardware", "hw.yaml"], CAPS["yaml"]),
+        ("r.json", {"d.yaml": _yaml(D_BENCH)}, DIAGNOSE, CAPS["json"]),
+        ("table.csv", {}, ["validate", "--memory", "table.csv", "--json"], CAPS["data"]),
+    ])
+    files = {**files, "t.csv": _csv(["arrival_s", "input_tokens", "output_tokens"], rows)} if target != "t.csv" else files
+    return Case(0, "special_file", f"{kind}:{target}", files, argv, INVALID, SPECIAL_NEEDLES[kind],
+                setup=_special(kind, target, cap))
+
+
+COMPRESSORS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
+COMPRESSED_MUTATIONS = ["valid", "valid", "multi_member", "wrong_suffix", "plain_named", "unnamed", "truncated",
+                        "corrupted", "bomb"]
+
+
+def case_compressed(rng: random.Random) -> Case:
+    """A compressed trace: read whole when it is what its name says; every damage, disguise or bomb
+    refused naming the file."""
+    jsonl = rng.random() < 0.4
+    rows = _trace_rows(rng)
+    if jsonl:
+        text = "".join(json.dumps({"timestamp": t, "input_len": i, "output_len": o}) + "\n" for t, i, o in rows)
+    else:
+        text = _csv(["arrival_s", "input_tokens", "output_tokens"], [[str(c) for c in r] for r in rows])
+    suffix = rng.choice(list(COMPRESSORS))
+    mutation = rng.choice(COMPRESSED_MUTATIONS)
+    data = COMPRESSORS[suffix](text.encode())
+    name, expect, needle = ("t.jsonl" if jsonl else "t.csv") + suffix, INVALID, None
+    if mutation in ("valid", "multi_member"):
+        expect = VALID
+        if mutation == "multi_member":  # gzip, bzip2 and xz all read concatenated streams as one
+            cut = len(text) // 2
+            data = COMPRESSORS[suffix](text[:cut].encode()) + COMPRESSORS[suffix](text[cut:].encode())
+    elif mutation == "wrong_suffix":
+        other = rng.choice([s for s in COMPRESSORS if s != suffix])
+        data, needle = COMPRESSORS[other](text.encode()), "is named"
+    elif mutation == "plain_named":
+        data, needle = text.encode(), "is named"
+    elif mutation == "unnamed":
+        name, needle = "t.jsonl" if jsonl else "t.csv", "compressed but its name"
+    elif mutation == "truncated":
+        data = data[: rng.randrange(10, len(data) - 4)]
+    elif mutation == "corrupted":
+        at = rng.randrange(len(data) // 3, len(data) - 8)
+        data = data[:at] + bytes(b ^ 0xA5 for b in data[at:at + 4]) + data[at + 4:]
+    else:  # a small file of one row repeated, expanding past every plausible trace: refused as it is read
+        first, row = text.splitlines(keepends=True)[:2]
+        body = (first if jsonl else first + row) + row * (24 * 2**20 // len(row))
+        data, needle = COMPRESSORS[suffix](body.encode()), "expands"
+    arrival = {"time_unit": "s"} if jsonl else {}
+    files = {name: data, "w.yaml": _trace_workload(name, **arrival), "d.yaml": _yaml(D_PLAIN)}
+    return Case(0, "compressed", f"{mutation}{suffix}", files, PREDICT, expect, needle,
+                _requests_check(TRACE_ROWS) if expect == VALID else None)
+
+
+YAML11_MUTATIONS = ["octal", "octal", "base60", "huge_int", "hex", "plus_sign"]
+
+
+def case_yaml11(rng: random.Random) -> Case:
+    """A whole number of a YAML file spelled as YAML 1.1 and 1.2 read differently (refused naming the
+    field), too large for any float (refused), or in a spelling both read alike (read)."""
+    base, primary, files, argv = rng.choice([
+        (W_OPEN, "w.yaml", {"d.yaml": _yaml(D_PLAIN)}, [*PREDICT, "--analytic"]),
+        (W_CLOSED, "w.yaml", {"d.yaml": _yaml(D_PLAIN)}, PREDICT),
+        (D_PLAIN, "d.yaml", {"w.yaml": _yaml(W_OPEN)}, [*PREDICT, "--analytic"]),
+        (D_PP, "d.yaml", {"w.yaml": _yaml(W_OPEN)}, [*PREDICT, "--analytic"]),
+    ])
+    data = copy.deepcopy(base)
+    whole = [p for p in _paths(data) if type(_get(data, p)) is int and _get(data, p) >= 8]
+    path = rng.choice(whole)
+    value, mutation = _get(data, path), rng.choice(YAML11_MUTATIONS)
+    if mutation == "octal":  # 010 is 8 in YAML 1.1 and 10 in YAML 1.2; 09 is no octal (then text)
+        spelling, expect = "0" + str(value), INVALID
+    elif mutation == "base60":
+        spelling, expect = f"{value // 60}:{value % 60:02d}", INVALID
+    elif mutation == "huge_int":
+        spelling, expect = "1" + "0" * rng.randrange(309, 420), INVALID
+    elif mutation == "hex":
+        spelling, expect = hex(value), VALID
+    else:
+        spelling, expect = f"+{value}", VALID
+    _set(data, path, "__SPELLING__")
+    text = _yaml(data).replace("'__SPELLING__'", spelling).replace("__SPELLING__", spelling)
+    check = HAS_TTFT if "--analytic" in argv else _requests_check(32)
+    return Case(0, "yaml11", mutation, {**files, primary: text}, argv, expect, _name(path),
+                check if expect == VALID else None)
+
+
+UNIT_MUTATIONS = ["few_ms", "mooncake_no_hash", "ambiguous_s", "fast_seconds", "stated_ms", "stated_s",
+                  "case_columns", "rival_columns", "epoch_s_said_ms", "beside_missing", "beside"]
+
+
+def _arrivals(rng: random.Random, n: int, gap: tuple[float, float], integer: bool) -> list[float]:
+    times, t = [], rng.uniform(0, gap[1])
+    for _ in range(n):
+        times.append(round(t) if integer else round(t, 6))
+        t += rng.uniform(*gap)
+    return times
+
+
+def case_units(rng: random.Random) -> Case:
+    """Traces whose time unit is stated, singled out by the numbers, or neither: read in that unit, or
+    refused asking for time_unit (never guessed), however few the rows."""
+    mutation = rng.choice(UNIT_MUTATIONS)
+    n = rng.randrange(3, 20) if mutation == "few_ms" else rng.randrange(20, 80)
+    lengths = [(rng.randint(100, 2000), rng.randint(10, 200)) for _ in range(n)]
+    header, arrival, expect, needle, name = ["timestamp", "input_tokens", "output_tokens"], {}, INVALID, "time_unit", "t.csv"
+    workload_name, argv = "w.yaml", PREDICT
+    if mutation == "few_ms":  # milliseconds, gaps of 0.2-3 s: no unit fits seconds
+        times = _arrivals(rng, n, (200, 3000), True)
+    elif mutation == "mooncake_no_hash":  # Mooncake's columns and unit, without the hash_ids that name the format
+        times = _arrivals(rng, n, (1, 60), True)
+        name = "t.jsonl"
+        records = [{"timestamp": t, "input_length": i, "output_length": o} for t, (i, o) in zip(times, lengths)]
+    elif mutation == "ambiguous_s":
+        times = _arrivals(rng, n, (0.2, 20), False)
+    elif mutation == "fast_seconds":  # 20-100 requests/s: as milliseconds 20-100 us apart, no trace's gap
+        times, expect, needle = _arrivals(rng, n, (0.01, 0.05), False), VALID, None
+    elif mutation in ("stated_ms", "stated_s"):
+        unit = mutation[-2:].lstrip("_")
+        times = _arrivals(rng, n, (1, 60) if unit == "ms" else (0.2, 20), unit == "ms")
+        arrival, expect, needle = {"time_unit": unit}, VALID, None
+    elif mutation in ("case_columns", "rival_columns"):
+        times = _arrivals(rng, n, (0.01, 0.05), False)
+        extra = rng.choice(["ARRIVAL_S", "Arrival_s"]) if mutation == "case_columns" else "prompt_tokens"
+        header, needle = ["arrival_s", "input_tokens", "output_tokens", extra], "could hold"
+    elif mutation == "epoch_s_said_ms":
+        times = [1.7e9 + t for t in _arrivals(rng, n, (0.2, 5), False)]
+        arrival, needle = {"time_unit": "ms"}, "Unix timestamps"
+    else:  # a relative path is relative to the workload file, and looked for nowhere else
+        times = _arrivals(rng, n, (0.2, 20), False)
+        arrival, workload_name = {"time_unit": "s"}, "sub/w.yaml"
+        argv = ["predict", "sub/w.yaml", "--deployment", "d.yaml", "--json"]
+        expect, needle = (VALID, None) if mutation == "beside" else (INVALID, "does not exist")
+    if name == "t.csv":
+        rows = [[str(t), str(i), str(o)] + ([str(i)] if len(header) == 4 else []) for t, (i, o) in zip(times, lengths)]
+        trace = _csv(header, rows)
+    else:
+        trace = "".join(json.dumps(r) + "\n" for r in records)
+    where = "sub/" + name if mutation == "beside" else name
+    files = {where: trace, workload_name: _trace_workload(name, **arrival), "d.yaml": _yaml(D_PLAIN)}
+    return Case(0, "units", mutation, files, argv, expect, needle, _requests_check(n) if expect == VALID else None)
+
+
+PROFILE_GPUS = {"h100": "h100", "h200": "h200", "a100-80gb": "a100-80gb", "l40s": "l40s", "b200": "b200"}
+
+
+def case_profile_gpu(rng: random.Random) -> Case:
+    """A --profile fitted for one GPU given for a deployment on another: refused; on the same GPU, by
+    any of its names: read."""
+    fitted = rng.choice(list(PROFILE_GPUS))
+    same = rng.random() < 0.4
+    deployed = fitted if same else rng.choice([g for g in PROFILE_GPUS if g != fitted])
+    spelled = deployed.upper().replace("-", "_") if rng.random() < 0.5 else deployed
+    profile = (ROOT / "calibration" / "profiles" / f"{fitted}.json").read_text()
+    files = {"p.json": profile, "w.yaml": _yaml(W_OPEN), "d.yaml": _yaml({**D_PLAIN, "gpu": spelled})}
+    argv = [*PREDICT, "--analytic", "--profile", "p.json"]
+    return Case(0, "profile_gpu", "same" if same else "other", files, argv, VALID if same else INVALID,
+                None if same else "fitted for", HAS_TTFT if same else None)
+
+
+CATALOG_NAMES = ["h100", "H100_SXM", "a100-80gb", "l40s", "h200", "b200", "l4"]
+SHADOW_MUTATIONS = ["alias_of_catalog", "name_with_base", "alias_twice", "override_takes_alias", "fresh_alias",
+                    "override_price"]
+
+
+def case_shadow(rng: random.Random) -> Case:
+    """A hardware file may add GPUs and change known ones; a name or alias of another GPU it may not take."""
+    mutation = rng.choice(SHADOW_MUTATIONS)
+    taken = rng.choice(CATALOG_NAMES)
+    new = {"base": rng.choice(["h100", "a100-80gb"]), "memory_gib": 70.0, "price_per_gpu_hour": 1.5}
+    expect, needle, gpu = INVALID, "already", taken
+    if mutation == "alias_of_catalog":
+        gpus = {"lab-gpu": {**new, "aliases": [taken]}}
+    elif mutation == "name_with_base":
+        gpus = {taken.swapcase(): new}
+    elif mutation == "alias_twice":
+        gpus = {"lab-a": {**new, "aliases": ["shared-x"]}, "lab-b": {**new, "aliases": ["shared-x"]}}
+        gpu = "shared-x"
+    elif mutation == "override_takes_alias":
+        other = rng.choice([n for n in ("h200", "l40s", "b200") if n != taken.lower()])
+        gpus = {other: {"aliases": [taken]}}
+    elif mutation == "fresh_alias":
+        gpus, gpu, expect, needle = {"lab-gpu": {**new, "aliases": ["my-lab-card"]}}, "my-lab-card", VALID, None
+    else:
+        gpus, gpu, expect, needle = {taken: {"price_per_gpu_hour": 3.25}}, taken, VALID, None
+    files = {"hw.yaml": _yaml({"gpus": gpus}), "w.yaml": _yaml(W_OPEN), "d.yaml": _yaml({**D_PLAIN, "gpu": gpu})}
+    return Case(0, "shadow", mutation, files, [*PREDICT, "--analytic", "--hardware", "hw.yaml"], expect, needle,
+                HAS_TTFT if expect == VALID else None)
+
+
+SCRAPE_MUTATIONS = ["duplicate_series", "duplicate_reordered_labels", "kv_out_of_range", "bad_le", "nan_counter",
+                    "shuffle", "extra_series", "crlf", "other_engine"]
+
+
+def _read_kv(expected: float | None) -> Callable[[str], str]:
+    def read(d: dict) -> str:
+        got = (d.get("metrics") or {}).get("kv_cache_usage")
+        return "" if got == expected else f"KV-cache usage read as {got}, not {expected}"
+    return _json_check(read)
+
+
+def case_scrape(rng: random.Random) -> Case:
+    """A vLLM /metrics scrape: a series twice (counts doubled if summed), a gauge outside its range, a
+    bucket bound or value that is no number: refused naming the line; reordered, extra, CRLF: read."""
+    lines = METRICS_FIXTURE.read_text().splitlines()
+    samples = [i for i, line in enumerate(lines) if line.startswith("vllm:")]
+    kv_line = next(i for i in samples if lines[i].startswith("vllm:kv_cache_usage_perc"))
+    kv = float(lines[kv_line].rsplit(" ", 1)[1])
+    mutation = rng.choice(SCRAPE_MUTATIONS)
+    expect, needle, newline = INVALID, None, "\n"
+    if mutation == "duplicate_series":
+        i = rng.choice(samples)
+        lines.insert(rng.randrange(len(lines) + 1), lines[i])
+        needle = "repeats the series"
+    elif mutation == "duplicate_reordered_labels":
+        i = rng.choice([j for j in samples if lines[j].count("=") >= 2])
+        name, rest = lines[i].split("{", 1)
+        labels, value = rest.rsplit("} ", 1)
+        parts = labels.split('",')
+        parts = [p if p.endswith('"') else p + '"' for p in parts]
+        lines.append(f"{name}{{{','.join(reversed(parts))}}} {value}")
+        needle = "repeats the series"
+    elif mutation == "kv_out_of_range":
+        value = rng.choice([1.5, 97.0, 100.0, -0.5])
+        lines[kv_line] = lines[kv_line].rsplit(" ", 1)[0] + f" {value}"
+        needle = f"line {kv_line + 1}"
+    elif mutation == "bad_le":
+        buckets = [i for i in samples if "_bucket{" in lines[i]]
+        i = rng.choice(buckets)
+        lines[i] = re.sub(r'le="[^"]*"', 'le="' + rng.choice(["abc", "", "1,5", "0.5s", "∞"]) + '"', lines[i])
+        needle = "bucket bound"
+    elif mutation == "nan_counter":
+        i = rng.choice([j for j in samples if lines[j].startswith(("vllm:num_preemptions_total",
+                                                                    "vllm:prompt_tokens_total"))])
+        lines[i] = lines[i].rsplit(" ", 1)[0] + " " + rng.choice(["NaN", "-Inf", "+Inf", "-3"])
+        needle = f"line {i + 1}"
+    else:
+        expect = VALID
+        if mutation == "shuffle":
+            rng.shuffle(lines)
+        elif mutation == "extra_series":
+            lines += ["# HELP process_cpu_seconds_total CPU time.", "process_cpu_seconds_total 12.5",
+                      'python_info{version="3.12"} 1', ""]
+        elif mutation == "crlf":
+            newline = "\r\n"
+        else:  # a second engine's KV gauge: the scrape reports the fuller one
+            other = lines[kv_line].replace('engine="0"', 'engine="1"').rsplit(" ", 1)[0] + f" {kv / 2}"
+            lines.append(other)
+    files = {"m.txt": newline.join(lines) + newline, "r.json": json.dumps(_bench(rng)), "d.yaml": _yaml(D_BENCH)}
+    return Case(0, "scrape", mutation, files, [*DIAGNOSE, "--metrics", "m.txt"], expect, needle,
+                _read_kv(kv) if expect == VALID else None)
+
+
+BENCH_EXTREMES = ["huge_int", "huge_int_entry", "empty_lists", "short_lists", "table_huge_cell"]
+BENCH_TABLE = ROOT / "calibration" / "measured" / "e2e" / "vllm_bench_public.csv"
+BENCH_TABLE_NUMBERS = ["num_gpus", "tp", "num_prompts", "request_rate", "completed", "duration_s", "mean_ttft_ms",
+                       "p99_itl_ms", "output_throughput"]
+
+
+def case_bench_extremes(rng: random.Random) -> Case:
+    """A vllm bench serve result with a number beyond every float, or per-request lists empty or
+    shorter than the completed requests: refused naming the key, in every command that reads it."""
+    data = _bench(rng)
+    mutation = rng.choice(BENCH_EXTREMES)
+    huge = "1" + "0" * rng.randrange(309, 400)
+    if mutation == "table_huge_cell":  # the same numbers as a table of results (validate --e2e)
+        header, rows = _read_rows(BENCH_TABLE, 3)
+        column = rng.choice(BENCH_TABLE_NUMBERS)
+        rows[rng.randrange(len(rows))][header.index(column)] = rng.choice([huge, "-" + huge, "1e400"])
+        return Case(0, "bench_extremes", mutation, {"table.csv": _csv(header, rows)},
+                    ["validate", "--e2e", "table.csv", "--json"], INVALID, column)
+    if mutation == "huge_int":
+        key = rng.choice(["completed", "num_prompts", "total_input_tokens", "total_output_tokens", "duration",
+                          "median_ttft_ms", "request_rate"])
+        data[key], needle = "__HUGE__", key
+    elif mutation == "huge_int_entry":
+        key = rng.choice(["input_lens", "output_lens", "ttfts"])
+        data[key][rng.randrange(len(data[key]))], needle = "__HUGE__", key
+    elif mutation == "empty_lists":
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "errors"):
+            data[key] = []
+        needle = "input_lens"
+    else:
+        keep = rng.randrange(1, data["completed"])
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "errors"):
+            data[key] = data[key][:keep]
+        needle = "input_lens"
+    text = json.dumps(data).replace('"__HUGE__"', huge)
+    argv = rng.choice([DIAGNOSE, ["calibrate", "import", "--vllm-bench", "r.json", "--deployment", "d.yaml", "--out",
+                                  "fitted.json"]])
+    return Case(0, "bench_extremes", mutation, {"r.json": text, "d.yaml": _yaml(D_BENCH)}, argv, INVALID, needle)
+
+
+# (command, flag, whole number?, low, high, low open?, the rest of the command line); a valid value runs
+# only where the command is quick (plan; predict's estimate).
+CLI_FLAGS = [
+    ("predict", "--seed", True, 0, 2**32 - 1, False, ["w.yaml", "--deployment", "d.yaml", "--analytic", "--json"]),
+    ("predict", "--requests", True, 1, 200_000, False, ["w.yaml", "--deployment", "d.yaml", "--json"]),
+    ("diagnose", "--bench-seed", True, 0, 2**32 - 1, False, ["r.json", "--deployment", "d.yaml", "--json"]),
+    ("plan", "--concurrency", True, 1, 2**20, False, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
+    ("plan", "--tp", True, 1, 512, False, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
+    ("plan", "--context", True, 1, 10**7, False, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
+    ("plan", "--max-num-seqs", True, 1, 2**20, False, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
+    ("plan", "--gpu-memory-utilization", False, 0, 1, True, ["--model", "llama-3.1-8b", "--gpu", "h100", "--json"]),
+    ("optimize", "--jobs", True, 1, 1024, False, ["w.yaml", "--out", "out", "--no-progress"]),
+    ("optimize", "--trials", True, 1, 10**6, False, ["w.yaml", "--out", "out", "--no-progress"]),
+    ("optimize", "--time", False, 0, 365 * 86400, True, ["w.yaml", "--out", "out", "--no-progress"]),
+]
+CLI_VALUES = ["-1", "0", "1", "7", "10**k", "-10**k", "1.5", "2.0", "1e3", "nan", "inf", "-inf", "", " ", "²", "0x10",
+              "1_000", "⁴", "12abc", "0.5"]
+
+
+def _accepted(text: str, whole: bool, low: float, high: float, low_open: bool) -> bool:
+    """What the flag's documented type and bounds accept (Python's int() and float() spellings)."""
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        return False
+    inside = (low < value if low_open else low <= value) and value <= high
+    return inside and (whole or value == value and abs(value) != float("inf"))
+
+
+def case_cli_numbers(rng: random.Random) -> Case:
+    """A numeric flag given out of its bounds, in a spelling no number has, or absurdly large: one line
+    naming the flag and exit 2; inside its bounds: run."""
+    command, flag, whole, low, high, low_open, rest = rng.choice(CLI_FLAGS)
+    text = rng.choice(CLI_VALUES).replace("10**k", "1" + "0" * rng.choice([7, 12, 29, 40, 400, 5000]))
+    ok = _accepted(text, whole, low, high, low_open)
+    if ok and (command == "optimize" or (flag == "--requests" and int(text) > 400) or
+               (flag == "--context" and int(text) > 100_000) or (flag == "--concurrency" and int(text) > 4096)):
+        text = "-1"  # a valid value would run a whole search (or a long simulation): not a quick case
+        ok = False
+    files = {"w.yaml": _yaml(W_OPEN), "d.yaml": _yaml(D_PLAIN if command != "diagnose" else D_BENCH),
+             "r.json": json.dumps(_bench(rng))}
+    argv = [command, *rest[:1], flag, text, *rest[1:]] if command in ("predict", "optimize", "diagnose") else \
+        [command, flag, text, *rest]
+    expect = EITHER if ok else INVALID  # a valid value may still be refused by the model (a TP of 7)
+    return Case(0, "cli_numbers", f"{flag}={text[:12]}", files, argv, expect, None if ok else flag)
+
+
+STORAGE_MUTATIONS = ["memory", "journal_device", "journal_folder", "journal_fifo", "password_user", "password_encoded",
+                     "password_query", "password_key_encoded", "password_at", "password_in_workload"]
+
+
+def case_storage(rng: random.Random) -> Case:
+    """A storage URL that cannot hold a study (in memory, a device, a folder, a FIFO): refused; one with a
+    password in any spelling libpq takes, to a server that is not there: refused, the password in no
+    output and no file."""
+    mutation = rng.choice(STORAGE_MUTATIONS)
+    secret = "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789") for _ in range(14))
+    host = "127.0.0.1:1/studies"  # nothing listens on port 1: refused at once
+    workload = dict(W_OPTIMIZE)
+    setup, forbidden, needle = None, (), None
+    if mutation == "memory":
+        url = rng.choice(["sqlite://", "sqlite:///:memory:", "sqlite:///file::memory:?cache=shared",
+                          "sqlite:///x.db?mode=memory"])
+        needle = "in-memory"
+    elif mutation == "journal_device":
+        url, needle = "journal:///dev/" + rng.choice(["null", "zero", "full"]), "not a regular file"
+    elif mutation in ("journal_folder", "journal_fifo"):
+        url, needle = "journal:j.journal", "not a regular file"
+        setup = (lambda f: (f / "j.journal").mkdir()) if mutation == "journal_folder" else \
+            (lambda f: os.mkfifo(f / "j.journal"))
+    else:
+        forbidden = (secret,)
+        encoded = "".join(f"%{ord(c):02X}" if rng.random() < 0.3 else c for c in secret)
+        url = {"password_user": f"postgresql+psycopg2://servopt:{secret}@{host}",
+               "password_encoded": f"postgresql+psycopg2://servopt:{encoded}%40x@{host}",
+               "password_query": f"postgresql+psycopg2://servopt@{host}?sslmode=disable&password={secret}",
+               "password_key_encoded": f"postgresql+psycopg2://servopt@{host}?PassW%6Frd={secret}",
+               "password_at": f"postgresql+psycopg2://servopt:{secret[:7]}@{secret[7:]}@{host}",
+               "password_in_workload": f"postgresql+psycopg2://servopt:{secret}@{host}"}[mutation]
+        if mutation == "password_at":
+            forbidden = (secret[:7], secret[7:])
+    argv = ["optimize", "w.yaml", "--out", "out", "--no-progress"]
+    if mutation == "password_in_workload":
+        workload["storage"] = url
+    else:
+        argv += ["--storage", url]
+    return Case(0, "storage", mutation, {"w.yaml": _yaml(workload)}, argv, INVALID, needle, setup=setup,
+                forbidden=forbidden)
+
+
+OUT_MUTATIONS = ["optimize_foreign_folder", "optimize_file", "import_folder", "import_fifo", "calibrate_run_folder",
+                 "validate_folder", "export_foreign_folder", "import_new_file"]
+
+
+def case_out_paths(rng: random.Random, job_dir: Path) -> Case:
+    """An --out that is the wrong kind of thing: a folder of someone else's files, a file where a folder
+    goes, a folder or FIFO where a file goes: refused naming the user's path, before any work."""
+    mutation = rng.choice(OUT_MUTATIONS)
+    files = {"w.yaml": _yaml(W_OPTIMIZE), "r.json": json.dumps(_bench(rng)), "d.yaml": _yaml(D_BENCH),
+             "keep/notes.txt": "mine"}
+    table = (ROOT / "tests" / "data" / "vllm_memory_profiles_dev.csv").read_text()
+    copy_from, setup, expect, needle, check = None, None, INVALID, None, None
+    importing = ["calibrate", "import", "--vllm-bench", "r.json", "--deployment", "d.yaml", "--out"]
+    if mutation == "optimize_foreign_folder":
+        argv, needle = ["optimize", "w.yaml", "--out", "keep", "--no-progress"], "holds other files"
+    elif mutation == "optimize_file":
+        argv, needle = ["optimize", "w.yaml", "--out", "keep/notes.txt", "--no-progress"], "not a folder"
+    elif mutation == "import_folder":
+        argv, needle = [*importing, "keep"], "'keep' is a folder"
+    elif mutation == "import_fifo":
+        argv, needle, setup = [*importing, "pipe.json"], "FIFO", (lambda f: os.mkfifo(f / "pipe.json"))
+    elif mutation == "calibrate_run_folder":
+        argv, needle = ["calibrate", "run", "--device", "cpu", "--quick", "--out", "keep"], "'keep' is a folder"
+    elif mutation == "validate_folder":
+        files["table.csv"] = table
+        argv, needle = ["validate", "--memory", "table.csv", "--out", "keep"], "'keep' is a folder"
+    elif mutation == "export_foreign_folder":
+        argv, needle, copy_from = ["export", "job", "--out", "keep"], "holds other files", job_dir
+    else:
+        argv, expect, check = [*importing, "new/fitted.json"], VALID, (lambda out: "" if "step overhead fitted" in out
+                                                                      else "no fit reported")
+    return Case(0, "out_paths", mutation, files, argv, expect, needle, check, copy_from=copy_from, setup=setup,
+                after=lambda f: "" if (f / "keep" / "notes.txt").read_text() == "mine" else "a user's file was changed")
+
+
+def _local_model(folder: Path, name: str) -> None:
+    """A checkpoint folder with a config.json (a shipped config, without servopt's notes)."""
+    config = json.loads((ROOT / "costmodels" / "data" / "models" / "meta-llama--Llama-3.2-1B-Instruct.json").read_text())
+    config.pop("_servopt")
+    (folder / name).mkdir()
+    (folder / name / "config.json").write_text(json.dumps(config))
+
+
+def case_model_ids(rng: random.Random) -> Case:
+    """A model id or local folder that begins with '-' (a launch command would take it for an option):
+    refused; the same folder written as ./-x: read."""
+    name = rng.choice(["--trust-remote-code", "-x", "--model=evil", "-"])
+    dotted = rng.random() < 0.4
+    workload = {**W_OPEN, "model": f"./{name}" if dotted else name}
+    return Case(0, "model_ids", "dotted" if dotted else "dash", {"w.yaml": _yaml(workload), "d.yaml": _yaml(D_PLAIN)},
+                [*PREDICT, "--analytic"], VALID if dotted else INVALID, None if dotted else "begins with '-'",
+                HAS_TTFT if dotted else None, setup=lambda f: _local_model(f, name))
+
+
+FRONT_MUTATIONS = ["points_not_list", "point_not_object", "no_serve_id", "metric_text", "no_gpu", "negative_trial",
+                   "zero_gpus_per_node", "roles_not_list", "objective_missing", "pick"]
+PICKS = ["²", "-1", "+1", " 1", "1.0", "1e3", "٣", "0x1", "", "cheapest ", "9" * 40]
+
+
+def case_front(rng: random.Random, job_dir: Path) -> Case:
+    """front.json edited into another shape, or --pick given what is no trial number: one line, exit 2."""
+    front = json.loads((job_dir / "front.json").read_text())
+    mutation = rng.choice(FRONT_MUTATIONS)
+    argv = ["export", "job", "--format", rng.choice(["json", "yaml", "vllm", "sglang"])]
+    point = front["points"][0] if front["points"] else {}
+    needle = None
+    if mutation == "points_not_list":
+        front["points"], needle = {"0": point}, "points"
+    elif mutation == "point_not_object":
+        front["points"], needle = [rng.choice([5, "x", None, [point]])], "points"
+    elif mutation == "no_serve_id":
+        point.pop("serve_id", None)
+        needle = "serve_id"
+    elif mutation == "metric_text":
+        key = rng.choice(list(point.get("metrics") or {"cost_usd_per_hour": 0}))
+        point.setdefault("metrics", {})[key], needle = "cheap", key
+    elif mutation == "no_gpu":
+        point.get("deployment", {}).pop("gpu", None)
+        needle = "gpu"
+    elif mutation == "negative_trial":
+        point["trial"], needle = -rng.randrange(1, 10**6), "trial"
+    elif mutation == "zero_gpus_per_node":
+        point["gpus_per_node"], needle = 0, "gpus_per_node"
+    elif mutation == "roles_not_list":
+        point["roles"], needle = rng.choice([{"role": "replica"}, "replica", [5]]), "roles"
+    elif mutation == "objective_missing":
+        front["workload"].pop("objective", None)
+        needle = "objective"
+    else:
+        argv += ["--pick", rng.choice(PICKS)]
+        needle = "--pick"
+    return Case(0, "front", mutation, {"job/front.json": json.dumps(front)}, argv, INVALID, needle, copy_from=job_dir)
+
+
+JOURNAL_MUTATIONS = ["torn_tail", "torn_record_appended", "old_torn_mid_file", "planted_link", "planted_lock_link",
+                     "fifo", "garbage"]
+VICTIM = "victim's data, not a journal\n"
+
+
+def _finished_trials(journal: Path) -> int:
+    import optuna
+
+    from servopt.optimizer._storage import journal_url, open_storage
+
+    storage = open_storage(journal_url(journal))
+    name = optuna.get_all_study_summaries(storage)[0].study_name
+    study = optuna.load_study(study_name=name, storage=storage)
+    return sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+
+
+def _own_journal(folder: Path) -> None:
+    """Point the copied job's job.json at the copy's own journal (it names the original's)."""
+    from servopt.optimizer._storage import journal_url
+
+    path = folder / "job" / "job.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "storage": journal_url(folder / "job" / "study.journal")}))
+
+
+def case_journal(rng: random.Random, job_dir: Path) -> Case:
+    """A job's study.journal cut mid-line (a full disk, a kill), left torn mid-file by an older servopt,
+    replaced by a link, a FIFO or another file: reports read every whole record, or refuse in one line;
+    the target of a planted link stays as it was."""
+    mutation = rng.choice(JOURNAL_MUTATIONS)
+    data = (job_dir / "study.journal").read_bytes()
+    before = _finished_trials(job_dir / "study.journal")
+    lines = data.split(b"\n")[:-1]
+    files: dict[str, str | bytes] = {"job/victim.txt": VICTIM}
+    setup, expect, needle, after = _own_journal, VALID, None, None
+    if mutation == "torn_tail":
+        last = lines[-1]
+        files["job/study.journal"] = data[: len(data) - 1 - rng.randrange(1, len(last))]
+    elif mutation == "torn_record_appended":
+        files["job/study.journal"] = data + lines[rng.randrange(len(lines))][: rng.randrange(1, 40)]
+    elif mutation == "old_torn_mid_file":
+        i = rng.randrange(1, len(lines))
+        lines[i] = lines[rng.randrange(len(lines))][: rng.randrange(5, 30)] + lines[i]
+        files["job/study.journal"] = b"\n".join(lines) + b"\n"
+    elif mutation in ("planted_link", "planted_lock_link"):
+        name = "study.journal" if mutation == "planted_link" else "study.journal.lock"
+
+        def setup(folder: Path, name: str = name) -> None:
+            _own_journal(folder)
+            (folder / "job" / name).unlink(missing_ok=True)
+            os.symlink("victim.txt", folder / "job" / name)
+        expect, needle = INVALID, "symbolic link"
+    elif mutation == "fifo":
+        def setup(folder: Path) -> None:
+            _own_journal(folder)
+            (folder / "job" / "study.journal").unlink()
+            os.mkfifo(folder / "job" / "study.journal")
+        expect, needle = INVALID, "FIFO"
+    else:
+        files["job/study.journal"] = bytes(rng.randrange(256) for _ in range(300))
+        expect, needle = INVALID, "journal"
+
+    def after(folder: Path) -> str:
+        if (folder / "job" / "victim.txt").read_text() != VICTIM:
+            return "the target of a planted link was written"
+        if expect == VALID and _finished_trials(folder / "job" / "study.journal") < before - 1:
+            return "finished trials were lost"
+        return ""
+    check = _json_check(lambda d: "" if "report.md" in d else "no report written")
+    return Case(0, "journal", mutation, files, ["report", "job", "--json"], expect, needle, check if expect == VALID
+                else None, copy_from=job_dir, setup=setup, after=after)
+
+
+FORMULA_NAMES = ["=HYPERLINK(1)", "+1+1", "-2+3", "@SUM(A1)", "=cmd|' /C calc'!A0"]
+
+
+def _no_formula_cells(folder: Path) -> str:
+    import csv as csv_module
+
+    for name in ("trials.csv", "pareto.csv"):
+        with open(folder / "out" / name, newline="") as stream:
+            for row in csv_module.reader(stream):
+                bad = next((c for c in row if c[:1] in ("=", "+", "@", "\t", "\r")
+                            or c[:1] == "-" and not re.fullmatch(r"-[0-9.e+-]+|-inf", c)), None)
+                if bad is not None:
+                    return f"{name} holds the formula cell {bad[:30]!r}"
+    return ""
+
+
+def case_formula(rng: random.Random) -> Case:
+    """A GPU named like a spreadsheet formula reaches trials.csv and pareto.csv as text, never a formula."""
+    name = rng.choice(FORMULA_NAMES)
+    hardware = {"gpus": {name: {"base": "h100", "price_per_gpu_hour": 2.0}}}
+    workload = {**W_OPTIMIZE, "gpus": {name: {}}}
+    files = {"w.yaml": _yaml(workload), "hw.yaml": _yaml(hardware)}
+    argv = ["optimize", "w.yaml", "--out", "out", "--hardware", "hw.yaml", "--no-progress", "--json"]
+    return Case(0, "formula", name[:6], files, argv, EITHER, None,
+                after=lambda f: _no_formula_cells(f) if (f / "out" / "trials.csv").exists() else "")
+
+
 KINDS: list[tuple[str, float]] = [
     ("workload", 10), ("classes", 6), ("sessions", 6), ("deployment", 8), ("hardware", 6), ("profile", 8),
     ("bench", 5), ("trace_csv", 8), ("trace_jsonl", 8), ("azure", 6), ("e2e", 6), ("memory", 6), ("kernel", 6),
     ("job", 4), ("optimize", 1),
+    # issue 21's classes
+    ("special_file", 4), ("compressed", 4), ("yaml11", 3), ("units", 4), ("profile_gpu", 2), ("shadow", 2),
+    ("scrape", 3), ("bench_extremes", 2), ("cli_numbers", 4), ("storage", 2), ("out_paths", 2), ("model_ids", 1),
+    ("front", 2), ("journal", 2), ("formula", 0.5),
 ]
+# Kinds built on the finished optimize job that the run makes first.
+ON_JOB = ("job", "out_paths", "front", "journal")
 
 
-def build_cases(seed: int, count: int, job_dir: Path) -> list[Case]:
+def build_cases(seed: int, count: int, job_dir: Path, kinds: list[str] | None = None) -> list[Case]:
+    """``count`` cases of ``seed``, their kinds drawn by :data:`KINDS`' weights (among ``kinds`` only
+    when given)."""
+    drawn = [(k, w) for k, w in KINDS if not kinds or k in kinds]
     cases = []
     for index in range(count):
         rng = random.Random(seed * 1_000_003 + index)
-        kind = rng.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
+        kind = rng.choices([k for k, _ in drawn], weights=[w for _, w in drawn])[0]
         if kind in ("e2e", "memory", "kernel"):
             case = case_table(rng, kind)
-        elif kind == "job":
-            case = case_job(rng, job_dir)
+        elif kind in ON_JOB:
+            case = globals()[f"case_{kind}"](rng, job_dir)
         else:
             case = globals()[f"case_{kind}"](rng)
         case.index = index
@@ -866,14 +1512,32 @@ def _prepare(case: Case, root: Path) -> Path:
             path.write_bytes(content)
         else:
             path.write_text(content, encoding="utf-8", newline="")
+    if case.setup is not None:
+        case.setup(folder)
     return folder
 
 
-def _verdict(outcome: Outcome, timeout_s: float) -> str:
+def _leaks(case: Case, outcome: Outcome, folder: Path) -> bool:
+    """Whether a forbidden text (a password) is in the output or any regular file servopt wrote (the
+    case's own input files aside: a workload may hold its storage URL)."""
+    if not case.forbidden:
+        return False
+    texts = [outcome.out, outcome.err]
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.relative_to(folder).as_posix() not in case.files:
+            texts.append(path.read_bytes().decode("utf-8", errors="replace"))
+    return any(secret in text for secret in case.forbidden for text in texts)
+
+
+def _verdict(outcome: Outcome, timeout_s: float, folder: Path) -> str:
     case, code, err = outcome.case, outcome.code, outcome.err
     command = case.argv[0]
     if code is None:
         return f"hang (> {timeout_s:.0f} s)"
+    if _leaks(case, outcome, folder):
+        return "secret in output or files"
+    if case.after is not None and case.after(folder):
+        return f"left the folder wrong: {case.after(folder)[:60]}"
     if "Traceback" in err or code not in (0, 2):
         last = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
         return f"crash: {last.split(':')[0][:60]}"
@@ -929,7 +1593,7 @@ def run_cases(cases: list[Case], root: Path, jobs: int = 2, timeout_s: float = 3
             out = (folder / "stdout.txt").read_text(errors="replace") if (folder / "stdout.txt").exists() else ""
             err = (folder / "stderr.txt").read_text(errors="replace") if (folder / "stderr.txt").exists() else ""
             outcome = Outcome(case, code, out, err, elapsed)
-            outcome.verdict = _verdict(outcome, timeout_s)
+            outcome.verdict = _verdict(outcome, timeout_s, folder)
             outcomes.append(outcome)
             if outcome.verdict == "pass" and not keep_passed:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -949,8 +1613,10 @@ def make_job(root: Path) -> Path:
 
 
 def fuzz(seed: int, count: int, jobs: int = 2, timeout_s: float = 30.0, keep: Path | None = None,
-         only: list[int] | None = None, progress: Callable[[int], None] | None = None) -> list[Outcome]:
-    """Build and run ``count`` cases of ``seed`` (or the ``only`` ones); failed cases' folders are kept."""
+         only: list[int] | None = None, progress: Callable[[int], None] | None = None,
+         kinds: list[str] | None = None, per_kind: bool = False) -> list[Outcome]:
+    """Build and run ``count`` cases of ``seed`` (or the ``only`` ones; ``count`` of each kind when
+    ``per_kind``); failed cases' folders are kept."""
     root = Path(keep or tempfile.mkdtemp(prefix="servopt-fuzz-"))
     root.mkdir(parents=True, exist_ok=True)
     from servopt.costmodels.architectures import resolve_model
@@ -960,7 +1626,12 @@ def fuzz(seed: int, count: int, jobs: int = 2, timeout_s: float = 30.0, keep: Pa
     builtin_catalog()  # warm the caches the forked cases share
     resolve_model("llama-3.1-8b")
     job_dir = make_job(root)
-    cases = build_cases(seed, count, job_dir)
+    if per_kind:  # every kind of ``kinds`` (else all), ``count`` cases each
+        cases = [case for kind in kinds or [k for k, _ in KINDS] for case in build_cases(seed, count, job_dir, [kind])]
+        for index, case in enumerate(cases):
+            case.index = index
+    else:
+        cases = build_cases(seed, count, job_dir, kinds)
     if only:
         cases = [c for c in cases if c.index in set(only)]
     outcomes = run_cases(cases, root, jobs, timeout_s, progress)
@@ -1002,6 +1673,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds a case may take")
     parser.add_argument("--keep", type=Path, default=None, help="keep every case's folder here")
     parser.add_argument("--only", type=int, nargs="*", help="run only these case numbers")
+    parser.add_argument("--kinds", default=None, help="draw only these file kinds (comma-separated names of KINDS)")
+    parser.add_argument("--per-kind", action="store_true", help="--cases cases of each kind")
     args = parser.parse_args()
     start = time.perf_counter()
 
@@ -1009,7 +1682,12 @@ def main() -> None:
         if done % 100 == 0:
             print(f"  {done} cases in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
-    outcomes = fuzz(args.seed, args.cases, args.jobs, args.timeout, args.keep, args.only, progress)
+    kinds = args.kinds.split(",") if args.kinds else None
+    unknown = sorted(set(kinds or ()) - {k for k, _ in KINDS})
+    if unknown:
+        parser.error(f"unknown kind(s) {', '.join(unknown)}; known: {', '.join(k for k, _ in KINDS)}")
+    outcomes = fuzz(args.seed, args.cases, args.jobs, args.timeout, args.keep, args.only, progress, kinds,
+                    args.per_kind)
     command = "python benchmarks/bench_input_fuzz.py " + " ".join(sys.argv[1:])
     print(report(outcomes, args.seed, command.strip()))
     print(f"wall time {time.perf_counter() - start:.0f} s with {args.jobs} worker(s)")

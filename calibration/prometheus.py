@@ -46,7 +46,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, quote
+from ..costmodels.userfiles import read_text, shown
 
 # name{labels} value [timestamp]; label values are quoted strings with \\, \" and \n escapes.
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)(?:\s+-?\d+)?\s*$')
@@ -65,6 +66,11 @@ _COUNTERS = {
     "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
 }
+_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+           "vllm:gpu_cache_usage_perc")
+# Every series servopt reads.
+_READ = {*_GAUGES, *(n for names in _COUNTERS.values() for n in names),
+         *(f"{n}_{part}" for names in _HISTOGRAMS.values() for n in names for part in ("bucket", "sum", "count"))}
 _HINT = "save vLLM's metrics with `curl -s http://HOST:PORT/metrics > metrics.txt`"
 
 
@@ -149,8 +155,10 @@ def _value(text: str) -> float:
 
 
 def parse_vllm_metrics(text: str, source: str) -> VllmMetrics:
-    """Parse Prometheus text exposition; a line that is not a sample or comment is an InputError."""
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    """Parse Prometheus text exposition; a line that is not a sample or comment, a series given twice,
+    a bucket bound that is not a number and a vLLM value out of its range are InputErrors."""
+    samples: dict[str, list[tuple[dict[str, str], float, int]]] = {}
+    seen: dict[tuple, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -163,40 +171,67 @@ def parse_vllm_metrics(text: str, source: str) -> VllmMetrics:
         if value is None:
             raise InputError(f"metrics '{source}' line {number} is not Prometheus text (expected `name{{labels}} value`): "
                              f"{_HINT}")
-        samples.setdefault(match.group(1), []).append((_labels(match.group(2)), value))
+        name, labels = match.group(1), _labels(match.group(2))
+        series = (name, tuple(sorted(labels.items())))
+        if series in seen:
+            # Summing two copies would double every count: two scrapes pasted into one file, most often.
+            raise InputError(f"metrics '{source}' line {number} repeats the series {_clip(name)} of line {seen[series]} "
+                             "(same labels); a scrape holds each series once: give two scrapes as two --metrics files")
+        seen[series] = number
+        if name in _READ and not (math.isfinite(value) and value >= 0):
+            raise InputError(f"metrics '{source}' line {number}: {_clip(name)} is {match.group(3)[:30]}; vLLM's "
+                             f"counts, gauges and sums are finite and at least 0: {_HINT}")
+        samples.setdefault(name, []).append((labels, value, number))
     if not any(name.startswith("vllm:") for name in samples):
         raise InputError(f"metrics '{source}' has no vllm: series (is it a vLLM server's /metrics?): {_HINT}")
 
-    def first(names: tuple[str, ...]) -> list[tuple[dict[str, str], float]] | None:
+    def first(names: tuple[str, ...]) -> list[tuple[dict[str, str], float, int]] | None:
         return next((samples[n] for n in names if n in samples), None)
 
     def total(names: tuple[str, ...]) -> float | None:
         rows = first(names)
-        return None if rows is None else float(sum(v for _, v in rows))
+        return None if rows is None else float(sum(v for _, v, _ in rows))
 
     kv = first(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
+    for labels, value, number in kv or ():
+        if value > 1:
+            raise InputError(f"metrics '{source}' line {number}: the KV-cache usage is {value:g}, but vLLM writes it as "
+                             "a fraction from 0 to 1 (1 means 100 percent); is the file edited or from another exporter?")
     histograms = {}
     for metric, names in _HISTOGRAMS.items():
         name = next((n for n in names if f"{n}_bucket" in samples), None)
         if name is None:
             continue
         bounds: dict[float, float] = {}
-        for labels, value in samples[f"{name}_bucket"]:
-            le = _value(labels.get("le", "+Inf"))
+        for labels, value, number in samples[f"{name}_bucket"]:
+            try:
+                le = _value(labels.get("le", "+Inf"))
+            except ValueError:
+                raise InputError(f"metrics '{source}' line {number}: the bucket bound le={quote(labels['le'])} of "
+                                 f"{_clip(name)} is not a number (expected e.g. le=\"0.5\" or le=\"+Inf\")") from None
             bounds[le] = bounds.get(le, 0.0) + value
         histograms[metric] = Histogram(tuple(sorted(bounds.items())), total((f"{name}_sum",)) or 0.0,
                                        total((f"{name}_count",)) or 0.0)
     counters = {k: v for k, names in _COUNTERS.items() if (v := total(names)) is not None}
     pools = []
-    for labels, _ in samples.get("vllm:cache_config_info", []):
+    for labels, _, _ in samples.get("vllm:cache_config_info", []):
         try:
             pools.append(float(labels["num_gpu_blocks"]) * float(labels["block_size"]))
         except (KeyError, ValueError):
             pass  # V0 before 0.6 had no num_gpu_blocks label; "None" before the pool is sized
-    names = sorted({labels["model_name"] for rows in samples.values() for labels, _ in rows if "model_name" in labels})
+    pools = [p for p in pools if math.isfinite(p) and p > 0]
+    names = sorted({labels["model_name"] for rows in samples.values() for labels, _, _ in rows if "model_name" in labels})
     return VllmMetrics(source, tuple(names), total(("vllm:num_requests_running",)), total(("vllm:num_requests_waiting",)),
-                       max(v for _, v in kv) if kv else None, counters, histograms,
+                       max(v for _, v, _ in kv) if kv else None, counters, histograms,
                        sum(pools) / len(pools) if pools else None)
+
+
+def _clip(name: str) -> str:
+    return name if len(name) <= 80 else name[:77] + "..."
+
+
+# A scrape of one server is tens of kilobytes; a thousand LoRA adapters' labels would still fit.
+MAX_METRICS_BYTES = 64 * 2**20
 
 
 def read_vllm_metrics(paths: list[str | Path]) -> VllmMetrics:
@@ -204,14 +239,9 @@ def read_vllm_metrics(paths: list[str | Path]) -> VllmMetrics:
     if len(paths) > 2:
         raise InputError("--metrics takes one scrape, or two (before and after the run)")
     scrapes = []
-    for path in map(Path, paths):
-        try:
-            raw = path.read_bytes()
-        except OSError as err:
-            raise InputError(f"metrics file '{path}' cannot be read: {err.strerror}") from None
-        # The exposition format is UTF-8 text; anything else is not a scrape.
-        text = raw.decode("utf-8", errors="replace")
-        if "\ufffd" in text or "\x00" in text:
-            raise InputError(f"metrics file '{path}' is not text: {_HINT}")
-        scrapes.append(parse_vllm_metrics(text, str(path)))
+    for path in paths:
+        text = read_text(path, "metrics file", MAX_METRICS_BYTES)
+        if "\x00" in text:  # the exposition format is UTF-8 text; anything else is not a scrape
+            raise InputError(f"metrics file '{shown(path)}' is not text: {_HINT}")
+        scrapes.append(parse_vllm_metrics(text, shown(path)))
     return scrapes[-1].since(scrapes[0]) if len(scrapes) == 2 else scrapes[0]

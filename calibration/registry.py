@@ -27,16 +27,22 @@ from importlib import resources
 from pathlib import Path
 
 
-from ..costmodels.errors import validate_spec
+from ..costmodels.errors import InputError, quote, validate_spec
 from ..costmodels.hardware import GPUSpec, builtin_catalog
 from ..costmodels.outfiles import write_text
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import read_json, shown
 
 
-def read_profile(path: str | Path) -> PerformanceProfile:
-    """Read a profile JSON file (as written by ``servopt calibrate fit``)."""
-    return validate_spec(PerformanceProfile, read_json(path, "profile"), f"profile '{shown(path)}'")
+def read_profile(path: str | Path, gpu: GPUSpec | None = None) -> PerformanceProfile:
+    """Read a profile JSON file (as written by ``servopt calibrate fit``); with ``gpu``, one fitted
+    for that GPU only (a profile's efficiencies are its kernels' on its own silicon)."""
+    profile = validate_spec(PerformanceProfile, read_json(path, "profile"), f"profile '{shown(path)}'")
+    if gpu is not None and not gpu.answers_to(profile.gpu):
+        raise InputError(f"profile '{shown(path)}' was fitted for the GPU {quote(profile.gpu)}, not this "
+                         f"deployment's {gpu.name}; give a profile of the {gpu.name} (servopt calibrate fit), or "
+                         "leave the profile out for the shipped one")
+    return profile
 
 
 def shipped_profile(gpu_name: str) -> PerformanceProfile | None:
@@ -66,7 +72,7 @@ def spec_default_profile(gpu: GPUSpec,
 def load_profile(gpu: GPUSpec, path: str | Path | None = None) -> PerformanceProfile:
     """The profile for ``gpu``: ``path`` when given, else the shipped fit, else spec defaults."""
     if path is not None:
-        return read_profile(path)
+        return read_profile(path, gpu)
     return shipped_profile(gpu.name) or spec_default_profile(gpu)
 
 

@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, one_line
 from ..costmodels.hardware import builtin_catalog
-from ..costmodels.outfiles import write_bytes, write_text
-from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
+from ..costmodels.outfiles import write_bytes, write_csv
+from ..costmodels.userfiles import MAX_DATA_BYTES, Number, numeric_column, read_bytes, read_csv_table, shown
 
 MOE_SHAPE_COLUMNS = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 SHAPE_COLUMNS = [
@@ -372,10 +372,11 @@ def _require_pyarrow(path: str | Path) -> None:
 
 def _read_parquet(path: str | Path) -> pd.DataFrame:
     _require_pyarrow(path)
+    data = read_bytes(path, "parquet file", MAX_DATA_BYTES)  # a regular file of bounded size, as every input
     try:
-        return pd.read_parquet(path)
-    except OSError as err:
-        raise InputError(f"parquet file '{path}' cannot be read: {err}") from None
+        return pd.read_parquet(io.BytesIO(data))
+    except (OSError, ValueError) as err:
+        raise InputError(f"parquet file '{shown(path)}' cannot be read: {one_line(str(err))[:160]}") from None
 
 
 def write_table(table: pd.DataFrame, path: str | Path) -> Path:
@@ -386,4 +387,4 @@ def write_table(table: pd.DataFrame, path: str | Path) -> Path:
         buffer = io.BytesIO()
         table.to_parquet(buffer, index=False)
         return write_bytes(path, buffer.getvalue())
-    return write_text(path, table.to_csv(index=False))
+    return write_csv(path, table)

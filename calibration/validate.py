@@ -33,6 +33,7 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.hardware import GIB
 from ..costmodels.memory import kv_capacity, plan_memory
+from ..costmodels.serving.traffic import MAX_RATE_PER_S
 from ..costmodels.vllm_defaults import BLOCK_SIZE, default_batch_limits
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
@@ -265,12 +266,28 @@ class E2EValidator(Validator):
         "isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
         "silicon_concurrency")}, "silicon_ttft_ms": _AMOUNT, "silicon_tpot_ms": _AMOUNT}
 
+    # vllm bench tables: their numbers are checked (a count of 400 digits is refused by line and column),
+    # their cells left as written for the corpus; request_rate may say inf (vllm bench's --request-rate inf).
+    bench_numbers = {**{c: Number(integer=True, minimum=0) for c in (
+        "num_gpus", "tp", "pp", "input_len", "output_len", "num_prompts", "max_concurrency", "completed")},
+        **{c: _AMOUNT for c in ("range_ratio", "duration_s", "request_throughput", "output_throughput",
+                                *(f"{stat}_{metric}_ms" for metric in METRICS for stat in STATS))},
+        "request_rate": Number(minimum=0, maximum=MAX_RATE_PER_S)}
+
     def read(self, path: str | Path) -> pd.DataFrame:
         frame = _read_csv(path, self.kind)
+        where = f"{self.kind} table '{shown(path)}'"
         if "silicon_ttft_ms" in frame:
             for column, number in self.silicon_numbers.items():
                 if column in frame:
-                    frame[column] = numeric_column(frame[column], number, f"{self.kind} table '{shown(path)}'", column)
+                    frame[column] = numeric_column(frame[column], number, where, column)
+        else:
+            for column, number in self.bench_numbers.items():
+                if column in frame:
+                    cells = frame[column]
+                    if column == "request_rate":
+                        cells = cells.mask(cells.astype("string").str.strip().str.lower().isin(["inf", "infinity"]))
+                    numeric_column(cells, number, where, column)
         runs = table_runs(Path(path), frame)
         return pd.DataFrame({"run": runs})
 

@@ -374,6 +374,9 @@ def read_bench_result(path: str | Path) -> BenchResult:
     if data.get("input_lens") is not None:
         inputs = _list(data, "input_lens", path, None)
         n = len(inputs)
+        if n < completed:  # one entry per request sent, failed ones included
+            raise InputError(f"vllm bench result '{path}': input_lens has {n} entries but {completed} requests "
+                             "completed; the per-request data is cut short: save the run again with --save-detailed")
         for key in _DETAIL_FIELDS[1:]:
             if _list(data, key, path, n) is None:
                 raise InputError(f"vllm bench result '{path}' has input_lens but no '{key}': the per-request data is "

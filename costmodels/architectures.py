@@ -1105,13 +1105,14 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
 @dataclass(frozen=True)
 class ConfigFiles:
     """The files vLLM would read for a model, as far as servopt has them: ``config.json`` (and
-    ModelOpt's ``hf_quant_config.json``), and whether their quantization metadata is the
-    checkpoint's own (False for a catalogued checkpoint whose format is its card's: its base's
-    config stands in for the architecture only)."""
+    ModelOpt's ``hf_quant_config.json``), and where their quantization metadata comes from:
+    ``"config"`` (the checkpoint's own), ``"card"`` (a catalogued checkpoint whose format is its
+    card's: its base's config with the metadata the card's quantizer writes,
+    :meth:`~servopt.costmodels.checkpoints.CheckpointFormat.metadata`) or None (16-bit weights)."""
 
     config: dict
     hf_quant_config: dict | None
-    quantization_from_config: bool
+    quantization_from: str | None
 
 
 def _stored_config(hf_id: str) -> tuple[dict, dict | None]:
@@ -1126,19 +1127,30 @@ def config_files(name_or_path: str) -> ConfigFiles | None:
     (``servopt export --check``)."""
     text = model_sources.check_model_id(str(name_or_path).strip(), "model")
     path = Path(text)
+    fetched = None
     if text.endswith(".json") or path.is_dir():
         fetched = model_sources.read_local(path)
-        return ConfigFiles(fetched.config, fetched.hf_quant_config, True)
-    if "/" in text and (cached := model_sources.from_cache(text)) is not None:
-        return ConfigFiles(cached.config, cached.hf_quant_config, True)
+    elif "/" in text:
+        fetched = model_sources.from_cache(text)
+    if fetched is not None:
+        return _files(fetched.config, fetched.hf_quant_config)
     if _key(text) in _preset_index():
-        return ConfigFiles(*_stored_config(_preset_index()[_key(text)]), True)
+        return _files(*_stored_config(_preset_index()[_key(text)]))
     if (derivative := derivatives().get(_key(text))) is not None:
-        return ConfigFiles(*_stored_config(derivative.config_of), True)
+        return _files(*_stored_config(derivative.config_of))
     if (entry := catalog_entry(text)) is not None:
         base = next((found for b in entry.bases if (found := config_files(b)) is not None), None)
-        return None if base is None else ConfigFiles(base.config, None, False)
+        if base is None:
+            return None
+        quant, hf_quant = entry.format.metadata()
+        config = {k: v for k, v in base.config.items() if k != "quantization_config"}
+        return ConfigFiles({**config, **({"quantization_config": quant} if quant else {})}, hf_quant, "card")
     return None
+
+
+def _files(config: dict, hf_quant: dict | None) -> ConfigFiles:
+    quantized = bool(config.get("quantization_config") or hf_quant)
+    return ConfigFiles(config, hf_quant, "config" if quantized else None)
 
 
 def get_model(name_or_path: str) -> ModelSpec:

@@ -171,6 +171,39 @@ class CheckpointFormat(BaseModel):
         """The vLLM linear and MoE methods that run this format."""
         return _KERNELS.get((self.method, self.granularity or ""), f"vLLM's {self.method} kernels")
 
+    def metadata(self) -> tuple[dict, dict | None]:
+        """The quantization metadata this format stands for (``quantization_config``, and ModelOpt's
+        ``hf_quant_config.json``), as the quantizer named by :attr:`method` writes it: what a card's
+        format says the checkpoint's config holds, for checking vLLM's pick against it."""
+        if self.method in ("modelopt", "modelopt_fp4"):
+            quant = {"quant_algo": "FP8" if self.method == "modelopt" else "NVFP4",
+                     "kv_cache_quant_algo": "FP8" if self.kv_cache_dtype else None}
+            if self.group_size:
+                quant["group_size"] = self.group_size
+            return {}, {"producer": {"name": "modelopt"}, "quantization": quant}
+        if self.method == "auto_awq":
+            return {"quant_method": "awq", "bits": self.weight_bits, "group_size": self.group_size,
+                    "zero_point": self.zero_point, "version": "gemm"}, None
+        if self.method == "auto_gptq":
+            return {"quant_method": "gptq", "bits": self.weight_bits, "group_size": self.group_size or -1,
+                    "sym": not self.zero_point, "desc_act": False}, None
+        if self.method in ("fp8", "fbgemm_fp8", "mxfp4", "gpt_oss_mxfp4"):
+            quant: dict[str, Any] = {"quant_method": "mxfp4" if "mxfp4" in self.method else self.method}
+            if self.block_size:
+                quant.update(weight_block_size=list(self.block_size), activation_scheme="dynamic")
+            return quant, None
+        kind = "float" if self.scheme in ("fp8", "nvfp4") else "int"
+        weights = {"num_bits": self.weight_bits, "type": kind, "symmetric": not self.zero_point,
+                   "strategy": "tensor_group" if self.scheme == "nvfp4" else self.granularity or "channel"}
+        if self.group_size:
+            weights["group_size"] = self.group_size
+        if self.block_size:
+            weights["block_structure"] = list(self.block_size)
+        acts = None if SCHEMES[self.scheme].weight_only else {"num_bits": self.weight_bits, "type": kind, "dynamic": True}
+        group = {"targets": ["Linear"], "weights": weights, "input_activations": acts}
+        kv = {"num_bits": 8, "type": "float", "strategy": "tensor"} if self.kv_cache_dtype else None
+        return {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}, "kv_cache_scheme": kv}, None
+
     def quant_scheme(self) -> QuantScheme:
         """The scheme with this checkpoint's exact bytes per weight."""
         base = SCHEMES[self.scheme]

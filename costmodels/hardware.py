@@ -82,6 +82,10 @@ class GPUSpec(Spec):
     def interconnect_bytes_per_s(self) -> float:
         return self.interconnect_gbps * 1e9
 
+    def answers_to(self, name: str) -> bool:
+        """Whether ``name`` is this GPU's name or one of its aliases (case and ``_``/``-`` aside)."""
+        return _normalize(name) in {_normalize(key) for key in (self.name, *self.aliases)}
+
     @property
     def nvlink_gpus(self) -> int:
         """GPUs that reach each other over the intra-node link; collectives over more use the inter-node one."""
@@ -141,6 +145,7 @@ class GPUCatalog:
         if not isinstance(overrides, dict):
             raise InputError(f"{source}: 'gpus' must be a mapping of GPU name to fields")
         gpus = dict(self._gpus)
+        claims = dict(self._lookup)  # every name and alias, normalized -> the GPU that answers to it
         written: dict[str, str] = {}
         for raw_name, fields in overrides.items():
             if not isinstance(raw_name, str) or not raw_name.strip():
@@ -159,6 +164,10 @@ class GPUCatalog:
             if raw_name in self and base_name is None:
                 base = self.get(raw_name)
                 name = base.name
+            elif raw_name in self:
+                raise InputError(f"{source}: gpus.{label(raw_name)} is the GPU {self.get(raw_name).name} already and "
+                                 "gives a base, which makes a new GPU: drop base to change its fields, or give the "
+                                 "new GPU a name of its own")
             elif base_name is not None:
                 base = self.get(base_name)
                 name = str(raw_name).lower()
@@ -169,7 +178,21 @@ class GPUCatalog:
                 base = None
             data = {**(base.model_dump() if base else {}), **fields, "name": name}
             gpus[name] = validate_spec(GPUSpec, data, f"{source}: gpus.{label(raw_name)}")
+            _claim(claims, gpus[name], raw_name, source)
         return GPUCatalog(gpus)
+
+
+def _claim(claims: dict[str, str], gpu: GPUSpec, raw_name: str, source: str) -> None:
+    """Add ``gpu``'s name and aliases to ``claims``. A user's GPU may not answer to a name or alias of
+    another GPU: that would silently take over every deployment that names it."""
+    for key in (gpu.name, *gpu.aliases):
+        owner = claims.setdefault(_normalize(key), gpu.name)
+        if owner != gpu.name:
+            what = "name" if key == gpu.name else "alias"
+            raise InputError(f"{source}: gpus.{label(raw_name)}: its {what} {quote(key)} is already the GPU "
+                             f"{owner}; a hardware file adds GPUs and changes fields of known ones, it cannot "
+                             f"take over their names (call it something else, or write gpus.{owner} to change "
+                             f"the {owner} itself)")
 
 
 def _normalize(name: str) -> str:

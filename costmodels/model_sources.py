@@ -1,7 +1,9 @@
 """Where a model's ``config.json`` comes from: a local path, the Hugging Face cache, or the Hub.
 
 :func:`check_model_id` is the one gate every model name a user writes goes through: no control
-characters, and either an existing local path or the Hugging Face id grammar
+characters, nothing that begins with ``-`` (a launch command would read it as an option), and either
+an existing local path (returned absolute: the exported scripts run in folders of their own) or the
+Hugging Face id grammar
 ``[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?`` on the whole id (with the Hub's own
 rules: no ``--`` or ``..``, no ``-`` or ``.`` at either end of a part, 96 characters per part).
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, label, quote
 from .userfiles import read_json_object
 
 _HF_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -62,11 +64,15 @@ def check_model_id(text: Any, field: str) -> str:
     if _has_control(text):
         raise InputError(f"{field}: {text!r} contains control characters (newline, tab, escape...); "
                          "give a Hugging Face id (org/name) or a config.json path")
+    if text.startswith("-"):
+        raise InputError(f"{field}: {quote(text)} begins with '-', which vLLM and SGLang would read as an option; "
+                         f"name a local folder as ./{label(text)} or by its absolute path")
     if HF_ID_PATTERN.fullmatch(text) and _hub_rules_hold(text):
         return text
     try:
         if Path(text).exists():
-            return text
+            # Absolute: the launch scripts run in folders of their own.
+            return os.path.abspath(text)
     except OSError:  # a name longer than the file system allows: neither an id nor a path
         pass
     raise InputError(

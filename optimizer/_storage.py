@@ -14,35 +14,41 @@ Two kinds of storage hold a study:
 - any SQLAlchemy URL (SQLite, PostgreSQL, MySQL) for Optuna's :class:`~optuna.storages.RDBStorage`:
   the way to share a study between machines.
 
-A storage URL may carry a password (``postgresql+psycopg2://user:secret@host/db``). It is used to
-connect and nowhere else: everything printed or saved shows :func:`masked_url`, SQLAlchemy's own
-rendering with the password as ``***``. A later command that must connect again (``servopt report``)
+A storage URL may carry a password, in any spelling libpq accepts (``user:secret@``, percent-encoded
+or not, an unencoded ``@`` in it included, or ``?password=secret``). It is used to connect and
+nowhere else: everything printed or saved (job.json, the reports, front.json, the study's attributes
+in a shared database, error messages) shows :func:`masked_url`, every password as ``***``. A later command that must connect again (``servopt report``)
 gets the URL from ``--storage`` or the ``SERVOPT_STORAGE`` environment variable; a URL without a
 password lets the driver find one (PostgreSQL's ``PGPASSWORD`` or ``~/.pgpass``).
 
 Example:
     >>> masked_url("postgresql+psycopg2://servopt:secret@db.internal:5432/studies")
     'postgresql+psycopg2://servopt:***@db.internal:5432/studies'
+    >>> masked_url("postgresql://servopt:se@cret@db:5432/studies?sslmode=require&password=secret")
+    'postgresql://servopt:***@db:5432/studies?sslmode=require&password=***'
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
-import re
+import stat
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from ..costmodels.errors import InputError
+from ..costmodels.userfiles import shown
 
 if TYPE_CHECKING:
     import sqlalchemy.exc
@@ -62,7 +68,6 @@ _CONNECT_TIMEOUT_DRIVERS = {("postgresql", "psycopg2"), ("postgresql", "psycopg"
 # What to pip install when a driver module is missing.
 _DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "MySQLdb": "mysqlclient",
                     "pymysql": "PyMySQL"}
-_PASSWORD_IN_TEXT = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
 
 def _make_url(url: str) -> URL:
@@ -79,24 +84,54 @@ def _bad_url_errors() -> tuple[type[Exception], ...]:
     return sqlalchemy.exc.ArgumentError, ValueError
 
 
+# Query keys whose values are secrets, as libpq (password, sslpassword), psycopg and the MySQL drivers
+# (passwd, pwd) take them; compared percent-decoded and in any case.
+_SECRET_KEYS = {"password", "passwd", "pwd", "sslpassword"}
+
+
+def _secret_spans(url: str) -> list[tuple[int, int]]:
+    """Where ``url`` holds secrets (start, end): the password of ``user:password@`` (up to the last
+    ``@`` before the query, so that an unencoded ``@`` in it is covered), and the values of the
+    password keys of the query (``?password=...``, ``?passw%6Frd=...``)."""
+    spans = []
+    scheme_end = url.find("://")
+    start = scheme_end + 3 if scheme_end >= 0 else 0
+    query_at = url.find("?", start)
+    head_end = len(url) if query_at < 0 else query_at
+    at = url.rfind("@", start, head_end)
+    if scheme_end >= 0 and at >= 0:
+        user, colon, _ = url[start:at].partition(":")
+        if colon and "/" not in user:
+            spans.append((start + len(user) + 1, at))
+    if query_at >= 0:
+        offset = query_at + 1
+        for part in url[query_at + 1:].split("&"):
+            key, equals, _ = part.partition("=")
+            if equals and unquote_plus(key).strip().lower() in _SECRET_KEYS:
+                spans.append((offset + len(key) + 1, offset + len(part)))
+            offset += len(part) + 1
+    return spans
+
+
 def masked_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (also for text SQLAlchemy cannot parse)."""
+    """``url`` with every password in it (see :func:`_secret_spans`) replaced by ``***``: what is
+    printed, saved and stored in the study."""
     if url.startswith(JOURNAL_SCHEME):
         return url
-    try:
-        return _make_url(url).render_as_string(hide_password=True)
-    except _bad_url_errors():
-        return _PASSWORD_IN_TEXT.sub(r"\1***@", url)
+    for begin, end in reversed(_secret_spans(url)):
+        url = url[:begin] + "***" + url[end:]
+    return url
 
 
 def has_hidden_password(url: str) -> bool:
-    """Whether ``url`` is a masked URL whose password was left out (``user:***@``)."""
-    if url.startswith(JOURNAL_SCHEME):
-        return False
-    try:
-        return _make_url(url).password == "***"
-    except _bad_url_errors():
-        return False
+    """Whether ``url`` is a masked URL whose password was left out (``user:***@``, ``password=***``)."""
+    return any(url[begin:end] == "***" for begin, end in _secret_spans(url))
+
+
+def _secrets(url: str) -> list[str]:
+    """The secrets of ``url`` as written and percent-decoded (what a driver's message may quote)."""
+    found = [url[begin:end] for begin, end in _secret_spans(url)]
+    return sorted({text for raw in found for text in (raw, unquote_plus(raw)) if text}, key=len, reverse=True)
 
 
 def storage_from_env() -> str | None:
@@ -104,24 +139,33 @@ def storage_from_env() -> str | None:
 
 
 def _parse(url: str) -> URL:
+    head = url.split("?", 1)[0]
+    if head.count("@") > 1:
+        # SQLAlchemy and libpq end the password at the first '@': the rest would be taken for the host
+        # name, and looked up (part of the password sent to a DNS server) before any connection failed.
+        raise InputError(f"storage {masked_url(url)}: the user or password holds an unencoded '@'; write it as %40 "
+                         "(percent-encoded), or pass the password in PGPASSWORD or ~/.pgpass instead")
     try:
-        return _make_url(url)
+        parsed = _make_url(url)
     except _bad_url_errors() as err:
         raise InputError(f"storage URL '{masked_url(url)}' is not a SQLAlchemy URL ({_clean(err, url)}); expected "
                          "e.g. sqlite:///runs/study.db or postgresql+psycopg2://user@host:5432/db") from None
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and (database in ("", ":memory:") or database.startswith("file::memory:")
+                                                   or parsed.query.get("mode") == "memory"):
+        raise InputError(f"storage {masked_url(url)} is an in-memory SQLite database: the study would be lost when "
+                         "the process ends, and --jobs workers and later commands could not read it; give a file, "
+                         "e.g. sqlite:///runs/study.db")
+    return parsed
 
 
 def _clean(err: BaseException, url: str) -> str:
     """The first line of a driver's message, without the password should it quote the URL."""
     lines = str(getattr(err, "orig", None) or err).strip().splitlines()
     text = lines[0].strip() if lines else type(err).__name__
-    try:
-        password = _make_url(url).password
-    except _bad_url_errors():
-        password = None
-    if password:
-        text = text.replace(str(password), "***")
-    return _PASSWORD_IN_TEXT.sub(r"\1***@", text)
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return masked_url(text)
 
 
 def _engine_kwargs(parsed: URL) -> dict[str, Any]:
@@ -146,7 +190,7 @@ def journal_url(path: str | Path) -> str:
     >>> journal_url("/runs/chat/study.journal")
     'journal:///runs/chat/study.journal'
     """
-    return f"{JOURNAL_SCHEME}//{Path(path).resolve()}"
+    return f"{JOURNAL_SCHEME}//{os.path.abspath(path)}"  # not resolve(): a planted link stays a link, refused
 
 
 def journal_path(url: str) -> Path | None:
@@ -155,6 +199,50 @@ def journal_path(url: str) -> Path | None:
         return None
     rest = url[len(JOURNAL_SCHEME):]
     return Path(rest[2:] if rest.startswith("//") else rest)
+
+
+class JournalWriteError(InputError):
+    """An append to the journal failed (a full disk, most often); the journal was cut back to what it
+    held before, so that it ends with a whole record."""
+
+
+@contextmanager
+def journal_errors() -> Iterator[None]:
+    """Around code that writes the study through Optuna: a failed journal append comes out as its
+    :class:`JournalWriteError`, whatever Optuna raised on top of it (its own bookkeeping of the trial
+    fails again on a full disk, with an AssertionError)."""
+    try:
+        yield
+    except Exception as err:
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, JournalWriteError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None or cause is err:
+            raise
+        raise cause from None
+
+
+def _open_journal_fd(path: str, flags: int, what: str) -> int:
+    """A descriptor of the journal's ``path`` (or its lock file), never through a symbolic link and
+    only onto a regular file (a FIFO or device named study.journal is refused, not waited on)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if os.path.islink(path):
+            raise InputError(f"{what} '{shown(path)}' is a symbolic link; servopt does not follow links in its "
+                             "folders (a planted link would have the study written into its target). Remove it and "
+                             "rerun") from None
+        if err.errno == errno.EISDIR:
+            raise InputError(f"{what} '{shown(path)}' is a folder, not a regular file; give a journal file's path") \
+                from None
+        raise InputError(f"{what} '{shown(path)}' cannot be opened: {err.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+        raise InputError(f"{what} '{shown(path)}' is {kind}, not a regular file; give a journal file's path")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
 
 
 class _FlockLock:
@@ -168,7 +256,7 @@ class _FlockLock:
         self._fd: int | None = None
 
     def acquire(self) -> bool:
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_journal_fd(self._path, os.O_RDWR | os.O_CREAT, "journal lock")
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd = fd
         return True
@@ -180,34 +268,152 @@ class _FlockLock:
             os.close(fd)
 
 
+# Optuna's journal records are JSON objects that begin with their operation code.
+_RECORD_START = b'{"op_code":'
+
+
 class _JournalFile(JournalFileBackend):
-    """Optuna's journal file, each append one ``write`` under the lock, without an ``fsync`` per
-    storage operation (see the module docstring for what that keeps)."""
+    """Optuna's journal file, opened without following links, each append one ``write`` under the
+    lock, without an ``fsync`` per storage operation (see the module docstring for what that keeps).
+
+    A journal's records are whole lines. A process killed in the middle of an append, or a full disk,
+    leaves a last line cut short; the next process to open the journal cuts it off (under the lock)
+    before it reads, and ``repaired`` says so: the records before it, every finished trial among
+    them, are kept. A failed append cuts the journal back to where it began and raises
+    :class:`JournalWriteError` (one line naming the file), so no torn line is left to begin with. A
+    line that an older servopt left torn in the middle of the file, a whole record appended after
+    it, keeps that record.
+    """
 
     def __init__(self, path: str):
-        super().__init__(path, lock_obj=_FlockLock(path))
+        # Not Optuna's __init__: it creates the file through a planted link.
+        self._file_path = path
+        self._lock = _FlockLock(path)
+        self._log_number_offset: dict[int, int] = {0: 0}
+        self.repaired = ""
+        self._lock.acquire()
+        try:
+            fd = _open_journal_fd(path, os.O_RDWR | os.O_CREAT, "storage journal")
+            try:
+                self.repaired = _repair(fd, path)
+            finally:
+                os.close(fd)
+        finally:
+            self._lock.release()
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode()
         self._lock.acquire()
         try:
-            fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND)
+            fd = _open_journal_fd(self._file_path, os.O_WRONLY | os.O_APPEND, "storage journal")
+            start = os.lseek(fd, 0, os.SEEK_END)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
+            except OSError as err:
+                _cut(fd, start)
+                full = " (the disk is full)" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+                raise JournalWriteError(
+                    f"storage journal '{shown(self._file_path)}' could not be written: {err.strerror}{full}; it is as "
+                    "it was before this write and keeps every finished trial: free space and rerun the same command "
+                    "to resume") from None
             finally:
                 os.close(fd)
         finally:
             self._lock.release()
 
 
-def _open_journal(path: Path, shown: str) -> JournalStorage:
+def _cut(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass  # the next process to open the journal cuts the torn line
+
+
+def _repair(fd: int, path: str) -> str:
+    """Make the journal end with a whole record (see :class:`_JournalFile`); returns what was done."""
+    size = os.fstat(fd).st_size
+    if not size:
+        return ""
+    if os.read(fd, len(_RECORD_START)) != _RECORD_START[:size]:
+        raise InputError(f"storage journal '{shown(path)}' is not a study journal (it does not begin with an Optuna "
+                         "journal record); move it away, or give another --out folder or --storage")
+    os.lseek(fd, max(size - 1, 0), os.SEEK_SET)
+    notes = []
+    if os.read(fd, 1) != b"\n":
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = _read_all(fd, size)
+        keep = data.rfind(b"\n") + 1
+        os.ftruncate(fd, keep)
+        notes.append(f"its last line was cut short ({size - keep:,} bytes: a full disk, or a process killed while "
+                     "writing) and is cut off")
+    fixed = _untear(fd)
+    if fixed:
+        notes.append(f"{fixed} line(s) an older servopt left torn mid-file lost their torn part")
+    if not notes:
+        return ""
+    return f"storage journal '{shown(path)}': " + "; ".join(notes) + "; every whole record (every finished trial) is kept"
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _untear(fd: int) -> int:
+    """Replace each line that is a torn record followed by a whole one with the whole one; returns how
+    many there were (the file is rewritten in place, under the caller's lock)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = _read_all(fd, os.fstat(fd).st_size)
+    lines = data.split(b"\n")
+    fixed = 0
+    for i, line in enumerate(lines):
+        if not line or _is_record(line):
+            continue
+        cut = line.rfind(_RECORD_START)
+        while cut > 0 and not _is_record(line[cut:]):
+            cut = line.rfind(_RECORD_START, 0, cut)
+        if cut > 0:
+            lines[i] = line[cut:]
+            fixed += 1
+    if fixed:
+        text = b"\n".join(lines)
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        view = memoryview(text)
+        while view:
+            view = view[os.write(fd, view):]
+    return fixed
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _open_journal(path: Path, shown_url: str) -> JournalStorage:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(_JournalFile(str(path)))
-    except (OSError, ValueError) as err:
-        raise InputError(f"storage {shown} cannot be opened: {err}") from None
+    except OSError as err:
+        raise InputError(f"storage {shown_url}: cannot create its folder: {err.strerror}") from None
+    backend = _JournalFile(str(path))
+    try:
+        storage = JournalStorage(backend)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:  # not Optuna's records
+        raise InputError(f"storage journal '{shown(path)}' cannot be replayed ({type(err).__name__}: "
+                         f"{str(err)[:100]}): it is not a study journal, or was edited; move it away to start over")\
+            from None
+    storage.repaired = backend.repaired
+    return storage
 
 
 def open_storage(url: str) -> BaseStorage:

@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -35,6 +36,18 @@ def servopt_version() -> str:
         return "unknown (not installed)"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, its errors printed as every servopt error is: one line, ``servopt COMMAND:
+    error: ...``, exit code 2 (argparse's own prints its usage block first). Subcommand parsers are
+    of the same class (``add_subparsers`` makes them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        words = self.prog.split()
+        command, rest = " ".join(words[:2]), " ".join(words[2:])
+        text = one_line(f"{rest}: {message}" if rest else message)[:MAX_MESSAGE_CHARS]
+        self.exit(EXIT_INPUT_ERROR, f"{command}: error: {text} (see {self.prog} --help)\n")
+
+
 class _Version(argparse.Action):
     """``--version``: the installed version, looked up only when asked for (reading the installed
     packages' metadata costs start-up time)."""
@@ -48,7 +61,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of every command or, given the arguments, of the command they name only (the
     others listed by name and help, their modules not imported: a command starts without paying
     for the others' imports)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="servopt",
         description="Search-based deployment optimizer for LLM inference: predict cost and latency "
         "distributions, search deployments, export vLLM launch flags.",

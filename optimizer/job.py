@@ -42,10 +42,11 @@ from joblib import Parallel, delayed
 
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
-from ..costmodels.outfiles import ensure_folder, read_text, write_text
+from ..costmodels.outfiles import output_folder, read_text, write_text
 from ..costmodels.userfiles import parse_json, shown
 from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
+from ._lifeline import exit_with_parent
 from ._problem import Problem, build_problem
 from ._progress import Progress, poll_progress
 from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_from_env
@@ -159,6 +160,7 @@ class Job:
     cores: int | None = None  # processes for the re-check's simulations (default: every core available)
     hardware: str | None = None
     name: str = "default"
+    notes: list[str] = field(default_factory=list, repr=False)  # what opening the study repaired
     _problem: Problem | None = field(default=None, repr=False)
     _evaluator: Evaluator | None = field(default=None, repr=False)
 
@@ -204,6 +206,9 @@ class Job:
     # --- the study --------------------------------------------------------------------------
     def open_study(self, create: bool = True) -> optuna.Study:
         storage = open_storage(self.storage_url)
+        repaired = getattr(storage, "repaired", "")  # a journal's torn last line, cut off
+        if repaired and repaired not in self.notes:
+            self.notes.append(repaired)
         expected = workload_hash(self.workload)
         w = self.workload
         sampler = make_sampler(w.sampler, w.seed, w.budget.trials, self.evaluator)
@@ -309,7 +314,7 @@ class Job:
         """Search (resuming what the study holds), re-check the front, and return the outcome."""
         start = time.perf_counter()
         problem = self.problem  # resolve names before anything is written
-        ensure_folder(self.out_dir)
+        output_folder(self.out_dir, "--out", (JOB_FILE, JOURNAL_FILE, LEGACY_DATABASE))
         note = self.check_folder()
         # A storage that cannot be opened, or a study of another workload, fails before job.json is touched.
         study = self.open_study()
@@ -334,7 +339,7 @@ class Job:
         simulations = sum(1 for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate")
         return JobOutcome(trials=len(trials), workers=workers, front=final_front(study),
                           elapsed_s=time.perf_counter() - start, simulations=simulations, rechecked=rechecked,
-                          notes=(note,) if note else ())
+                          notes=(*self.notes, *((note,) if note else ())))
 
     def config(self) -> dict[str, Any]:
         """What a worker process needs to rebuild this job."""
@@ -450,7 +455,8 @@ def _job_from_config(config: dict[str, Any]) -> Job:
 
 
 def _worker(config: dict[str, Any], index: int) -> WorkerResult:
-    """One of ``--jobs N`` processes: its own sampler seed, the shared study."""
+    """One of ``--jobs N`` processes: its own sampler seed, the shared study; it ends if the parent dies."""
+    exit_with_parent()
     job = _job_from_config(config)
     w = job.workload
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -473,4 +479,5 @@ _FORKED: Job | None = None
 
 
 def _forked_recheck(record: dict[str, Any]) -> dict[str, Any]:
+    exit_with_parent()
     return recheck(_FORKED.problem, record, _FORKED.evaluator)

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import socket
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,11 +39,12 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
 from ._sampler import DistinctSampler
+from ._storage import JournalWriteError, journal_errors
 
 DIRECTIONS = ("minimize", "minimize")
 RECORD_ATTR = "record"
@@ -206,14 +208,72 @@ class TrialBudget:
             study.stop()
 
 
-class _QuietBudgetSpent(logging.Filter):
-    """Optuna logs a caught exception with its traceback; a trial that was never run needs none."""
+class AlreadyScored(Exception):
+    """Raised inside a trial whose deployment a lower-numbered trial of another worker is still scoring
+    after :data:`OWNER_WAIT_S`: the trial fails, not run."""
+
+
+# A trial's deployment, as it is scored (:meth:`~servopt.optimizer._evaluate.Evaluator.scored_key`),
+# stored once it is drawn: how workers of one study see that they drew the same one.
+DEPLOYMENT_ATTR = "deployment"
+# A trial that drew an earlier trial's deployment takes that trial's outcome and names it here.
+SAME_AS_ATTR = "same_as"
+_CLAIM_POLL_S = 0.02
+# How long a trial waits for a lower-numbered trial that scores the same deployment (its simulation).
+OWNER_WAIT_S = 600.0
+
+
+def claim_deployment(trial: optuna.Trial, key: str, wait_s: float = OWNER_WAIT_S) -> FrozenTrial | None:
+    """Store ``key`` as ``trial``'s deployment. Return the lowest-numbered earlier trial that drew the same
+    one, once it has finished (its outcome is this trial's: no deployment is scored twice), or None when
+    this trial is the first to draw it and scores it.
+
+    Two workers may draw one deployment at once, each before the other's parameters reach the storage.
+    The lowest-numbered trial scores it: a trial first waits until every lower-numbered running trial
+    has stored its deployment (they do so within the sampler's proposal time; one that has not after
+    :data:`UNNAMED_TRIAL_S` belongs to a dead worker), so that of two trials that drew the same
+    deployment, the higher-numbered always sees the lower one, and waits for it to finish. A trial of a
+    dead worker is failed (:func:`fail_dead_workers_trials`), and the next one that drew it scores it;
+    one still running after ``wait_s`` raises :class:`AlreadyScored`.
+    """
+    trial.storage.set_trial_system_attr(trial._trial_id, DEPLOYMENT_ATTR, key)
+    start = time.monotonic()
+    polls = 0
+    while True:
+        now = datetime.datetime.now()
+        pending = False
+        owner = None
+        for other in trial.study.get_trials(deepcopy=False, states=_BUDGETED):  # in trial-number order
+            if other.number >= trial.number:
+                break
+            theirs = other.system_attrs.get(DEPLOYMENT_ATTR)
+            if theirs == key:
+                owner = other
+                break
+            pending |= (theirs is None and other.state == TrialState.RUNNING and other.datetime_start is not None
+                        and (now - other.datetime_start).total_seconds() < UNNAMED_TRIAL_S)
+        if owner is not None and owner.state != TrialState.RUNNING:
+            return owner
+        if owner is None and not pending:
+            return None
+        if time.monotonic() - start > wait_s:
+            raise AlreadyScored(f"not run: trial {owner.number if owner else '?'} of another worker still scores the "
+                                f"same deployment after {wait_s:.0f} s")
+        polls += 1
+        if polls % 50 == 0:  # about once a second: an owner whose worker died is failed, and scored here
+            fail_dead_workers_trials(trial.study)
+        time.sleep(_CLAIM_POLL_S)
+
+
+class _QuietCaught(logging.Filter):
+    """Optuna logs a caught exception with its traceback; a trial that was never run needs none, nor
+    does a failed journal write (the command says it in one line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], BudgetSpent))
+        return not (record.exc_info and isinstance(record.exc_info[1], (BudgetSpent, AlreadyScored, JournalWriteError)))
 
 
-logging.getLogger("optuna.study._optimize").addFilter(_QuietBudgetSpent())
+logging.getLogger("optuna.study._optimize").addFilter(_QuietCaught())
 
 
 class Objective:
@@ -230,6 +290,10 @@ class Objective:
         trial.set_user_attr(WORKER_ATTR, worker_id())
         self.budget.claim(trial)
         candidate = self.problem.space.sample(trial)
+        scored = self.evaluator.scored_key(trial.params)
+        owner = None if scored is None else claim_deployment(trial, repr(scored))
+        if owner is not None:
+            return self._same_as(trial, owner)
         outcome = self._outcomes.get(candidate.key)
         if outcome is None:
             outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen)
@@ -241,6 +305,18 @@ class Objective:
         if outcome.values is None:
             raise optuna.TrialPruned(outcome.record.reason)
         return outcome.values
+
+    @staticmethod
+    def _same_as(trial: optuna.Trial, owner: FrozenTrial) -> Sequence[float]:
+        """``owner``'s outcome as ``trial``'s, scored once (by whichever worker drew the deployment first)."""
+        trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR, owner.system_attrs.get(CONSTRAINTS_ATTR))
+        for key, value in owner.user_attrs.items():
+            if key != WORKER_ATTR:
+                trial.set_user_attr(key, value)
+        trial.set_user_attr(SAME_AS_ATTR, owner.number)
+        if owner.state == TrialState.PRUNED:
+            raise optuna.TrialPruned(owner.user_attrs.get("reason", ""))
+        return owner.values
 
 
 def prepare_study(study: optuna.Study, objective: dict[str, str]) -> None:
@@ -293,9 +369,10 @@ def run_worker(problem: Problem, study: optuna.Study, *, trials: int | None, tim
         if trial.state in FINISHED:
             ran.append(trial.number)
 
-    study.optimize(Objective(problem, evaluator, screen, budget), n_trials=remaining, timeout=timeout_s,
-                   callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent,),
-                   gc_after_trial=False)
+    with journal_errors():
+        study.optimize(Objective(problem, evaluator, screen, budget), n_trials=remaining, timeout=timeout_s,
+                       callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
+                       gc_after_trial=False)
     return WorkerResult(worker_id(), len(ran), stale)
 
 

@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -131,13 +132,17 @@ class Pricing(Spec):
         "or as each GPU's price is quoted (default)")
 
 
+MAX_TRIALS = 1_000_000
+MAX_TIME_S = 365 * 86400.0  # the bound of every Seconds field
+
+
 class Budget(Spec):
     """When the search stops: after ``trials`` finished trials (counted over every worker of the
     study), or at the optional ceiling of ``time_s`` seconds, whichever comes first. A budget in
     trials makes a seed reproduce the same front on any machine, loaded or idle; a time ceiling that
     cuts the search short depends on the machine's speed."""
 
-    trials: int | None = Field(default=200, ge=1, le=1_000_000)
+    trials: int | None = Field(default=200, ge=1, le=MAX_TRIALS)
     time_s: Seconds | None = None
 
     @model_validator(mode="after")
@@ -281,5 +286,13 @@ def parse_workload(data: dict, source: str) -> Workload:
 
 
 def load_workload(path: str | Path) -> Workload:
-    """Read and validate a workload YAML file."""
-    return parse_workload(read_yaml_mapping(path, "workload file"), f"workload file '{shown(path)}'")
+    """Read and validate a workload YAML file. A relative trace path in it is relative to the file's
+    folder (made absolute here, so that a job reopened from elsewhere reads the same file); there is no
+    second place it is looked for."""
+    workload = parse_workload(read_yaml_mapping(path, "workload file"), f"workload file '{shown(path)}'")
+    arrival = workload.traffic.arrival
+    if getattr(arrival, "path", None) is None or Path(arrival.path).is_absolute():
+        return workload
+    beside = os.path.join(os.path.abspath(Path(path).parent), arrival.path)
+    traffic = workload.traffic.model_copy(update={"arrival": arrival.model_copy(update={"path": beside})})
+    return workload.model_copy(update={"traffic": traffic})

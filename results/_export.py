@@ -220,7 +220,7 @@ def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool 
                      f"{kv_auto} KV cache (as predicted)")
     weights = point.get("weights") or {}
     if weights.get("config_source"):
-        notes.append(f"{model}: model config from {weights['config_source']}")
+        notes.append(f"{model}: model config: {weights['config_source']}")
     if max_model_len_basis:
         notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
     if d.get("scheduling_policy") == "priority":
@@ -412,7 +412,7 @@ def with_configs(commands: list[dict[str, Any]], configs: dict[str, Any] | None)
         files = (configs or {}).get(argv[2]) if len(argv) > 2 else None
         if files is not None:
             command = {**command, "config": files.config, "hf_quant_config": files.hf_quant_config,
-                       "quantization_from_config": files.quantization_from_config}
+                       "quantization_from": files.quantization_from}
         out.append(command)
     return out
 
@@ -444,7 +444,7 @@ def check_with_vllm(scripts: dict[str, str], python: str | None = None, timeout_
 def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None = None,
                              timeout_s: float = 600) -> tuple[str, list[str]]:
     """:func:`check_with_vllm` for commands already split into words (``{"label", "argv"}``, and
-    ``config`` with ``hf_quant_config`` and ``quantization_from_config`` where known)."""
+    ``config`` with ``hf_quant_config`` and ``quantization_from`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
         raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import shlex
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ import pandas as pd
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ..costmodels.outfiles import write_text
+from ..costmodels.outfiles import spreadsheet_safe, write_text
 from ._plot import COST_LABELS, front_marks, pareto_figures
 from ._tables import CLASS_METRICS, COST_COLUMNS, class_column, pareto_frame, trials_frame
 
@@ -267,7 +268,7 @@ def _config_lines(front: pd.DataFrame) -> list[str]:
     for row in front.to_dict(orient="records"):
         if row["model"] not in seen:
             fmt = f"{row['weights_format']}; " if row.get("weights_format") else ""
-            seen[row["model"]] = f"- {row['model']}: {fmt}config: {row.get('config_source') or 'not recorded'}"
+            seen[row["model"]] = f"- {row['model']}: {fmt}model config: {row.get('config_source') or 'not recorded'}"
     return list(seen.values()) or ["- (no front point)"]
 
 
@@ -331,7 +332,7 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
         if not front["profile_calibrated"].astype(bool).all():
             lines += ["", "Rows marked UNCALIBRATED are predicted on a GPU without a calibration profile (datasheet "
                           "defaults): measure before relying on them."]
-        lines += ["", f"Export one: `servopt export {data['job']['out_dir']} --pick cheapest` (or `fastest`, or a # above)."]
+        lines += ["", f"Export one: `{export_command(data['job']['out_dir'])}` (or `fastest`, or a # above)."]
     else:
         lines += ["**The front is empty.**", "", *explain_empty(data, trials)]
     lines += ["", "## Model configurations", "", *_config_lines(front)]
@@ -420,7 +421,7 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
     ]
     if len(front):
         parts.append(_front_table_html(front, w["objective"], front_columns(data, front)))
-        parts.append(f"<p>Export one: <code>servopt export {esc(data['job']['out_dir'])} --pick cheapest</code> "
+        parts.append(f"<p>Export one: <code>{esc(export_command(data['job']['out_dir']))}</code> "
                      "(or <code>fastest</code>, or a # above)</p>")
     else:
         lines = explain_empty(data, trials)
@@ -468,6 +469,16 @@ def front_points(data: dict[str, Any], front: pd.DataFrame) -> list[dict[str, An
     return points
 
 
+def export_command(out_dir: str | Path, pick: str = "cheapest") -> str:
+    """The ``servopt export`` command line for a job folder, shell-quoted (a folder is a user's string:
+    pasted, it must not run as code).
+
+    >>> export_command("runs/o;touch x;#")
+    "servopt export 'runs/o;touch x;#' --pick cheapest"
+    """
+    return shlex.join(["servopt", "export", str(out_dir), "--pick", pick])
+
+
 def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:
     """Write trials.csv, pareto.csv, front.json, report.md and report.html; return their paths."""
     out = Path(out_dir)
@@ -476,8 +487,8 @@ def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:
     front_doc = {"study": data["job"]["study"], "workload": data["workload"], "gpus": data["gpus"],
                  "max_model_len": data.get("max_model_len", {}), "points": front_points(data, front)}
     texts = {
-        "trials.csv": trials.to_csv(index=False),
-        "pareto.csv": front.to_csv(index=False),
+        "trials.csv": spreadsheet_safe(trials).to_csv(index=False),
+        "pareto.csv": spreadsheet_safe(front).to_csv(index=False),
         "front.json": json.dumps(front_doc, indent=2, default=_json_default) + "\n",
         "report.md": render_markdown(data, trials, front),
         "report.html": render_html(data, trials, front),

@@ -14,9 +14,10 @@ Where servopt hands over the model's ``config.json`` (``config``, with ``hf_quan
 ModelOpt exports), vLLM's own code reads it as it would at start-up: ``get_config`` (with the
 command's ``--hf-overrides``) and its architecture convertor, then ``_get_and_verify_max_len`` on
 the command's ``--max-model-len`` (vllm/config/model.py@v0.33.0 lines 2545-2685) and, when the
-config carries the checkpoint's own quantization metadata (``quantization_from_config``),
-``ModelConfig._verify_quantization`` twice (lines 1383-1462): without ``--quantization``, for the
-method vLLM picks, which must be the command's, and with it, which vLLM must accept. The method
+config carries quantization metadata (``quantization_from``: the checkpoint's own, or what its card
+says its quantizer wrote), ``ModelConfig._verify_quantization`` twice (lines 1383-1462): without
+``--quantization``, for the method vLLM picks, which must be the command's, and with it, which vLLM
+must accept. A 16-bit model must not be given one (online fp8 aside: vLLM then quantizes it). The method
 probes run as on a CUDA machine (vLLM's CPU build declines AWQ's override; servopt's exports
 target GPUs).
 """
@@ -91,11 +92,12 @@ def config_problems(label: str, argv: list[str], entry: dict) -> list[str]:
         problems.append(f"{label}: --max-model-len {max_len}: {str(err).split(' To allow')[0]}")
     else:
         entry["derived_max_model_len"] = derived
-    if entry.get("quantization_from_config"):
-        given = _flag(argv, "--quantization")
+    given = _flag(argv, "--quantization")
+    if entry.get("quantization_from"):
         picked = _picked(hf_config, arch, None)
         if picked != given:
-            problems.append(f"{label}: --quantization {given}, but vLLM picks {picked} for this checkpoint's config")
+            where = "config" if entry["quantization_from"] == "config" else "metadata as its card states it"
+            problems.append(f"{label}: --quantization {given}, but vLLM picks {picked} for this checkpoint's {where}")
         elif given is not None:
             try:
                 _picked(hf_config, arch, given)
@@ -154,7 +156,7 @@ def main() -> None:
 
     problems = check(commands)
     checked = [{"label": c["label"], "derived_max_model_len": c.get("derived_max_model_len"),
-                "quantization_checked": bool(c.get("quantization_from_config"))} for c in commands if c.get("config")]
+                "quantization_from": c.get("quantization_from")} for c in commands if c.get("config")]
     print(json.dumps({"vllm_version": vllm.__version__, "problems": problems, "configs_checked": checked}))
 
 

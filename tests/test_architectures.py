@@ -296,7 +296,8 @@ RESOLUTION = [
     ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-3.1-24B-Instruct-2503", None),
     ("ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-instruct", None),
     ("meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", None),
-    ("Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-3B-Instruct", None),
+    ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3B-Instruct", None),
+    ("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B", None),
     ("moonshotai/Kimi-Dev-72B", "moonshotai/Kimi-Dev-72B", None),
     ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-8B-Instruct", None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1", None),
@@ -336,6 +337,7 @@ REFUSED = [
     ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-8B"),  # 32,768 positions; Qwen3-8B has 40,960
     ("Qwen/Qwen3-30B-A3B-Base", "Qwen/Qwen3-30B-A3B"),  # 32,768 positions; Qwen3-30B-A3B has 40,960
     ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct"),  # 131,072 positions; its Instruct 32,768
+    ("Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-3B-Instruct"),  # no public copy of the base config to compare
     ("meta-llama/Llama-3.1-405B-Instruct-FP8", "meta-llama/Llama-3.1-405B"),  # fbgemm FP8, not catalogued
     ("acme/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B-Instruct"),
 ]

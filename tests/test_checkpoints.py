@@ -211,7 +211,7 @@ def test_the_cli_exits_2_for_an_unknown_model(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("model_id", ["ibm-granite/granite-3.3-8b-instruct", "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
-                                      "Qwen/Qwen2.5-3B", "meta-llama/Llama-3.2-3B-Instruct", "moonshotai/Kimi-Dev-72B",
+                                      "Qwen/Qwen2.5-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "moonshotai/Kimi-Dev-72B",
                                       "Qwen/Qwen2.5-VL-7B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
                                       "microsoft/Phi-4-mini-instruct", "openai/gpt-oss-20b"])
 def test_issue_models_resolve_offline(model_id, tmp_path, monkeypatch):
@@ -230,3 +230,47 @@ def test_existing_local_paths_are_accepted(tmp_path):
     folder = tmp_path / "weird name (v2)"
     folder.mkdir()
     assert check_model_id(str(folder), "model") == str(folder)
+
+
+def test_an_unreachable_hub_fails_at_once_with_one_line(tmp_path, monkeypatch):
+    """With huggingface_hub installed and no network, the Hub is probed once instead of retried."""
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # loopback, nothing listens: refused at once
+    with pytest.raises(InputError) as err:
+        resolve_model("acme/never-downloaded")
+    message = str(err.value)
+    assert "the Hugging Face Hub cannot be reached (127.0.0.1:9:" in message and "HF_HUB_OFFLINE=1" in message
+    assert "\n" not in message
+
+
+def test_a_hub_that_does_not_answer_is_given_up_after_the_probe_timeout(monkeypatch):
+    import threading
+
+    from servopt.costmodels import model_sources
+
+    release = threading.Event()
+
+    def hang(*args, **kwargs):  # name resolution that never answers, until the test ends
+        release.wait(30)
+        raise OSError("gave up")
+
+    monkeypatch.setattr(model_sources.socket, "create_connection", hang)
+    try:
+        assert "did not answer within 0.2 s" in model_sources.hub_unreachable(timeout_s=0.2)
+    finally:
+        release.set()
+
+
+def test_a_card_format_stands_for_metadata_that_reads_back_as_itself():
+    """The quantization metadata a card's format implies (what export --check hands vLLM) is read
+    back by the same reader as the same scheme, method, layout and KV cache."""
+    for entry in checkpoint_catalog():
+        fmt = entry.format
+        quant, hf_quant = fmt.metadata()
+        back = checkpoint_format(quant, hf_quant, model_type="gpt_oss" if fmt.method == "gpt_oss_mxfp4" else None)
+        keys = ("scheme", "method", "weight_bits", "granularity", "group_size", "block_size", "kv_cache_dtype")
+        assert {k: getattr(back, k) for k in keys} == {k: getattr(fmt, k) for k in keys}, entry.id

@@ -12,7 +12,7 @@ from _optimizer_fixtures import TINY, run_cli_process, serving, write_workload  
 from servopt.costmodels.errors import InputError
 from servopt.optimizer._storage import journal_url, open_storage
 from servopt.optimizer.job import Job
-from servopt.optimizer.study import FINISHED, pareto_mask
+from servopt.optimizer.study import DEPLOYMENT_ATTR, FINISHED, SAME_AS_ATTR, pareto_mask
 from servopt.optimizer.workload import parse_workload
 
 
@@ -136,8 +136,12 @@ def test_two_processes_share_one_study(tmp_path, kind):
     not_run = [t.user_attrs["reason"] for t in trials if t.state.name == "FAIL"]
     assert sorted(numbers) == list(range(len(numbers)))  # no lost or duplicated trial numbers
     # Exactly the budget finishes; a trial that lost the race for the last slot is failed, not run.
+    # The processes draw the same proposals (one seed): a trial whose deployment the other drew first
+    # takes that trial's outcome, so no deployment is scored twice.
     assert states["COMPLETE"] + states["PRUNED"] == 30
     assert states["FAIL"] == len(not_run) <= 1 and all("not run" in r for r in not_run)
+    scored = [t.system_attrs[DEPLOYMENT_ATTR] for t in trials if t.state.name != "FAIL" and SAME_AS_ATTR not in t.user_attrs]
+    assert len(set(scored)) == len(scored)
     assert len(workers) == 2  # both processes ran trials
 
 

@@ -48,7 +48,6 @@ def test_plan_human_output_mentions_fit_and_profile(capsys):
     (["--model", "llama-9b", "--gpu", "h100"], "unknown model 'llama-9b'"),
     (["--model", "llama-3.1-8b", "--gpu", "h900"], "unknown GPU 'h900'"),
     (["--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "3"], "does not divide the 32 attention heads"),
-    (["--model", "llama-3.1-8b", "--gpu", "h100", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
     (["--model", "llama-3.1-8b", "--gpu", "h100", "--context", "10000000"], "exceeds"),
     (["--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "128"], "beyond"),
 ])
@@ -58,12 +57,17 @@ def test_plan_input_errors_exit_2_with_one_line(capsys, args, message):
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("value", ["-4", "0", "abc"])
-def test_plan_rejects_non_positive_numbers(capsys, value):
+@pytest.mark.parametrize("flag,value,bound", [
+    ("--concurrency", "-4", "from 1 to 1,048,576"), ("--concurrency", "0", "from 1 to 1,048,576"),
+    ("--concurrency", "abc", "from 1 to 1,048,576"), ("--concurrency", str(10**12), "from 1 to 1,048,576"),
+    ("--gpu-memory-utilization", "1.5", "(0, 1]"), ("--tp", "100000", "from 1 to 512"),
+])
+def test_plan_refuses_numbers_out_of_bounds_in_one_line(capsys, flag, value, bound):
     with pytest.raises(SystemExit) as exit_info:
-        main(["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--concurrency", value])
+        main(["plan", "--model", "llama-3.1-8b", "--gpu", "h100", flag, value])
     assert exit_info.value.code == 2
-    assert "positive" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"servopt plan: error: argument {flag}: ") and bound in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("content,message", [

@@ -75,7 +75,7 @@ def test_trace_paths_are_relative_to_the_workload_file(files, capsys, monkeypatc
     (WORKLOAD, DEPLOYMENT.replace("gpu: h100", "gpu: l4").replace("speculative: {method: ngram, num_speculative_tokens: 4}",
                                                                      "max_model_len: 8192"), "does not fit in memory"),
     (WORKLOAD.replace("{kind: poisson, rate_per_s: 4}", "{kind: trace, path: missing.csv}"), DEPLOYMENT,
-     "trace 'missing.csv' does not exist"),
+     "missing.csv' does not exist"),
     (WORKLOAD, DEPLOYMENT.replace("tp: 1", "tp: 0"), "deployment file"),
     (WORKLOAD, DEPLOYMENT.replace("tp: 1", "tp_size: 1"), "tp_size: unknown key"),
 ])

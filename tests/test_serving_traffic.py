@@ -56,7 +56,7 @@ def test_csv_and_jsonl_traces_are_read_and_sorted(tmp_path):
     jsonl_path.write_text("\n".join(json.dumps({"arrival_s": t, "input_tokens": i, "output_tokens": o})
                                     for t, i, o in [(2.0, 10, 5), (1.0, 20, 6)]))
     for path in (csv_path, jsonl_path):
-        trace = read_trace(path)
+        trace = read_trace(path, time_unit="s")  # "timestamp" says no unit
         assert trace.arrival_s.tolist() == [0.0, 1.0]
         assert trace.input_tokens.tolist() == [20, 10] and trace.output_tokens.tolist() == [6, 5]
 

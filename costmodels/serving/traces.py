@@ -10,15 +10,22 @@ One :class:`TraceFormat` per layout, tried in order when ``format`` is ``auto``:
   milliseconds since the first request, ``hash_ids`` one id per 512-token block of the prompt
   (equal ids are equal content). Detected by its ``hash_ids``.
 - ``plain``: a CSV or JSONL with an arrival-time column and token columns under the common names of
-  :data:`PLAIN_COLUMNS` (``cached_tokens``, optional: each prompt's own prefix-cache hit); times in
-  seconds unless the column name ends in ``_ms``/``_us`` or ``time_unit`` says otherwise.
+  :data:`PLAIN_COLUMNS` (``cached_tokens``, optional: each prompt's own prefix-cache hit); the unit
+  of its times is stated by ``time_unit`` or by the column name's ``_s``/``_ms``/``_us`` suffix.
 
-Times are never silently read in the wrong unit. Times that are Unix epochs of another unit
-(milliseconds read as seconds fall in the year 55,000) are refused; unless ``time_unit`` states the
-unit, a trace whose distinct arrival times are typically (median) more than a minute or less than
-0.1 ms apart is refused with the likely unit (milliseconds read as seconds turn gaps of 0.1-1 s into
-2-17 minutes), until ``time_unit`` says which it is. A replay spans at most :data:`MAX_TRACE_SPAN_S` and :data:`MAX_TRACE_REQUESTS` requests
-(``start_s`` and ``duration_s`` pick a window of a longer trace).
+Times are never read in a unit nothing states or the numbers do not single out. ``time_unit`` is
+taken as said, unless the times are Unix epochs of another unit (milliseconds read as seconds fall in
+the year 55,000). A unit named by the column or the format is taken unless, besides, the typical
+(median) gap between distinct arrivals is a trace's (0.1 ms to 60 s) in another unit only
+(milliseconds read as seconds turn gaps of 0.1-1 s into 2-17 minutes). With no unit stated, the
+times are seconds only if no other unit fits their typical gap (gaps of 0.02 are 20 ms, not 20 us;
+gaps no unit fits are left to the span check); gaps of 0.1 to 60 fit both
+seconds and milliseconds (a Mooncake trace without its ``hash_ids`` has millisecond gaps of 1 to 60)
+and are refused until ``time_unit`` says which, however few the rows. Every request at one time
+needs no unit. Two columns that could hold one role (``arrival_s`` and ``Arrival_S``, or
+``input_tokens`` and ``prompt_tokens``) are refused: which one is meant is not for servopt to pick. A
+replay spans at most :data:`MAX_TRACE_SPAN_S` and :data:`MAX_TRACE_REQUESTS` requests (``start_s`` and
+``duration_s`` pick a window of a longer trace).
 
 Example:
     >>> import tempfile, pathlib, json
@@ -40,7 +47,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import MAX_TOKENS, InputError, quote
-from ..userfiles import Number, json_number, numeric_column, read_csv_table, read_jsonl_records, shown
+from ..userfiles import (MAX_DATA_BYTES, Number, data_suffix, json_numbers, numeric_column, open_binary,
+                         read_csv_table, read_jsonl_records, shown)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +56,10 @@ if TYPE_CHECKING:
 TIME_UNITS = ("s", "ms", "us")
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 MAX_TRACE_SPAN_S = 31 * 86400.0
-MAX_TRACE_REQUESTS = 1_000_000
+# Requests one replay simulates. The simulator takes about 15 s of CPU per 100,000 requests (8 H100
+# replicas of Llama-3.1-8B at 20 requests/s, measured on a loaded machine; 1,000,000 took 400-860 s of
+# wall time there): this bound keeps the longest replay, reading included, within a minute or so.
+MAX_TRACE_REQUESTS = 200_000
 # Typical gaps between distinct arrival times outside this band (seconds) mean the times are in
 # another unit than assumed: milliseconds read as seconds turn 0.1-1 s gaps into 2-17 minutes.
 TYPICAL_GAP_S = (1e-4, 60.0)
@@ -61,6 +72,9 @@ _TIME = Number(minimum=0, filled=True)
 _CACHED = Number(integer=True, minimum=0, filled=True)
 
 
+_ROLES = {"time": "arrival time", "input": "input tokens", "output": "output tokens", "cached": "cached tokens"}
+
+
 @dataclass(frozen=True)
 class TraceFormat:
     """One trace layout: the accepted column names (lowercase) and how its times are written."""
@@ -71,13 +85,18 @@ class TraceFormat:
     output: tuple[str, ...]
     cached: tuple[str, ...] = ()  # each prompt's own prefix-cache hit, when the layout records it
     datetimes: bool = False
-    unit: str = "s"
+    unit: str | None = None  # what the format's documentation says its numeric times count, if it says
     signature: tuple[str, ...] = ()  # columns that identify the layout when format is auto
 
-    def pick(self, columns: list[str], role: str) -> str | None:
-        """The file's column for ``role`` (time, input, output), matched case-insensitively."""
-        names = {c.strip().lower(): c for c in columns}
-        return next((names[n] for n in getattr(self, role) if n in names), None)
+    def pick(self, columns: list[str], role: str, where: str) -> str | None:
+        """The file's column for ``role`` (time, input, output, cached), matched case-insensitively;
+        two columns that could hold it are refused."""
+        accepted = getattr(self, role)
+        found = [c for c in columns if c.strip().lower() in accepted]
+        if len(found) > 1:
+            raise InputError(f"{where} has {len(found)} columns that could hold the {_ROLES[role]}: "
+                             f"{', '.join(quote(c) for c in found[:4])}; keep one (rename or drop the others)")
+        return found[0] if found else None
 
     def matches(self, columns: list[str]) -> bool:
         lowered = {c.strip().lower() for c in columns}
@@ -135,18 +154,17 @@ class _Columns:
 
     def cells(self, column: str, where: str) -> list:
         """A JSONL column that servopt reads: every record must have it."""
-        missing = next((i for i, record in enumerate(self.values) if column not in record), None)
-        if missing is not None:
+        try:
+            return [record[column] for record in self.values]
+        except KeyError:
+            missing = next(i for i, record in enumerate(self.values) if column not in record)
             raise InputError(f"{where} {self.row(missing)} has no {quote(column)}; every record needs it "
-                             "(other records have it)")
-        return [record[column] for record in self.values]
+                             "(other records have it)") from None
 
     def numbers(self, column: str, number: Number, where: str) -> np.ndarray:
         if not self.jsonl:
             return numeric_column(self.values[column], number, where, column)
-        cells = self.cells(column, where)
-        return np.array([json_number(v, number, f"{where} {self.row(i)}: {column}") for i, v in enumerate(cells)],
-                        dtype=float)
+        return json_numbers(self.cells(column, where), number, lambda i: f"{where} {self.row(i)}: {column}")
 
     def datetimes_s(self, column: str, where: str) -> np.ndarray:
         """Datetime cells as seconds since the Unix epoch (naive times are UTC)."""
@@ -169,7 +187,7 @@ class _Columns:
 
 
 def _load(path: Path, where: str) -> _Columns:
-    jsonl = path.suffix.lower() in (".jsonl", ".ndjson", ".json") or _starts_with_brace(path)
+    jsonl = data_suffix(path) in (".jsonl", ".ndjson", ".json") or _starts_with_brace(path)
     if not jsonl:
         frame = read_csv_table(path, "trace")
         return _Columns(list(frame.columns), frame, jsonl=False)
@@ -178,11 +196,9 @@ def _load(path: Path, where: str) -> _Columns:
 
 
 def _starts_with_brace(path: Path) -> bool:
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
-    except OSError:
-        return False  # the CSV reader reports why
+    """Whether the (decompressed) file starts with '{': JSON Lines under another name."""
+    with open_binary(path, "trace", MAX_DATA_BYTES) as stream:
+        return stream.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
 
 def _format_for(columns: _Columns, requested: str, where: str) -> TraceFormat:
@@ -191,39 +207,55 @@ def _format_for(columns: _Columns, requested: str, where: str) -> TraceFormat:
     return next((f for f in (AZURE, MOONCAKE) if f.matches(columns.names)), PLAIN)
 
 
-def _unit_for(fmt: TraceFormat, column: str, requested: str | None, where: str) -> str:
-    """The time unit: ``time_unit``, else the column name's suffix, else the format's."""
+def _named_unit(fmt: TraceFormat, column: str, requested: str | None, where: str) -> str | None:
+    """The time unit the column's name (``_s``/``_ms``/``_us``) or the format's documentation gives;
+    None when neither does."""
     named = next((u for u in TIME_UNITS if column.strip().lower().endswith(f"_{u}")), None)
     if requested and named and requested != named:
         raise InputError(f"{where}: time_unit is '{requested}' but the column '{column}' says '{named}'; "
                          "drop time_unit or rename the column")
-    return requested or named or fmt.unit
+    return named or fmt.unit
 
 
-def _check_unit(raw: np.ndarray, unit: str, stated: bool, where: str, column: str) -> None:
-    """Refuse times that are clearly in another unit than ``unit`` (see the module docstring); when
-    the workload ``stated`` the unit, only epochs of another unit are refused."""
-    import pandas as pd
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
 
+
+def _time_unit(raw: np.ndarray, requested: str | None, named: str | None, where: str, column: str) -> str:
+    """The unit of the times in ``raw`` (see the module docstring): ``time_unit`` (``requested``) unless
+    the times are Unix epochs of another unit; the column's or format's unit (``named``) unless, besides,
+    their typical gap is no trace's in it; with neither, the one unit their typical gap fits, and an
+    InputError asking for ``time_unit`` when none or several do."""
+    import pandas as pd  # on first use: pandas costs half a second of start-up
+
+    stated = requested or named
     first = float(raw.min())
     for other, scale in SECONDS_PER_UNIT.items():
-        if other != unit and EPOCH_RANGE_S[0] <= first * scale <= EPOCH_RANGE_S[1]:
+        if other != stated and EPOCH_RANGE_S[0] <= first * scale <= EPOCH_RANGE_S[1]:
             stamp = pd.Timestamp(first * scale, unit="s").strftime("%Y-%m-%d")
+            read = f", not {_UNIT_NAMES[stated]}" if stated else ""
             raise InputError(f"{where}: the times in '{column}' look like Unix timestamps in {other} ({first:.0f} "
-                             f"is {stamp} in {other}), not {unit}; set traffic.arrival.time_unit: {other}")
+                             f"is {stamp} in {other}){read}; set traffic.arrival.time_unit: {other}")
     # The typical gap between distinct arrival times (robust to bursts of equal times and to outliers).
-    gaps = np.diff(np.unique(raw)) * SECONDS_PER_UNIT[unit]
-    if stated or len(raw) < 20 or not len(gaps):
-        return
-    gap_s = float(np.median(gaps))
+    gaps = np.diff(np.unique(raw))
+    if requested or not len(gaps):
+        return requested or named or "s"  # every request at one time: the unit changes nothing
+    gap = float(np.median(gaps))
     low, high = TYPICAL_GAP_S
-    if low <= gap_s <= high:
-        return
-    scaled = {u: gap_s * SECONDS_PER_UNIT[u] / SECONDS_PER_UNIT[unit] for u in TIME_UNITS if u != unit}
-    guess = next((u for u, g in scaled.items() if low <= g <= high), "s" if gap_s < low else "ms")
-    raise InputError(f"{where}: read as {unit}, the times in '{column}' are typically {gap_s:.3g} s apart, which "
-                     f"looks like another unit; set traffic.arrival.time_unit: {guess} (or time_unit: {unit} if "
-                     f"the times really are {unit})")
+    fits = [u for u in TIME_UNITS if low <= gap * SECONDS_PER_UNIT[u] <= high]
+    if not fits or named in fits or fits == ["s"] and named is None:
+        # No unit fits: an outlier or an extreme burst, for the span and window checks to judge in seconds.
+        return named or "s"
+    ask = f"set traffic.arrival.time_unit (s, ms or us), or name the column {column}_s, {column}_ms or {column}_us"
+    if named or "s" not in fits:
+        read = named or "s"
+        raise InputError(f"{where}: read as {_UNIT_NAMES[read]}, the times in '{column}' are typically "
+                         f"{gap * SECONDS_PER_UNIT[read]:.3g} s apart, which looks like {_UNIT_NAMES[fits[0]]}; set "
+                         f"traffic.arrival.time_unit: {fits[0]} (or time_unit: {read} if they really are "
+                         f"{_UNIT_NAMES[read]})")
+    readings = " or ".join(f"{gap * SECONDS_PER_UNIT[u]:.3g} s ({_UNIT_NAMES[u]}: "
+                           f"{1 / (gap * SECONDS_PER_UNIT[u]):.3g} requests/s)" for u in fits)
+    raise InputError(f"{where}: the times in '{column}' do not say their unit, and more than one fits: typically "
+                     f"{gap:.3g} apart is {readings}; {ask}")
 
 
 def _prefix_hits(hash_lists: list, inputs: np.ndarray | None, where: str) -> np.ndarray:
@@ -254,7 +286,7 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
     where = f"trace '{shown(path)}'"
     columns = _load(path, where)
     fmt = _format_for(columns, format, where)
-    time_column = fmt.pick(columns.names, "time")
+    time_column = fmt.pick(columns.names, "time", where)
     if time_column is None:
         raise InputError(f"{where} has no arrival-time column for the {fmt.name} format; name it one of "
                          f"{', '.join(fmt.time)} (columns found: {', '.join(c[:40] for c in columns.names[:8])})")
@@ -263,13 +295,12 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
             raise InputError(f"{where}: time_unit does not apply to an {fmt.name} trace, whose times are dates; drop it")
         arrival = columns.datetimes_s(time_column, where)
     else:
-        unit = _unit_for(fmt, time_column, time_unit, where)
         raw = columns.numbers(time_column, _TIME, where)
-        _check_unit(raw, unit, time_unit is not None, where, time_column)
+        unit = _time_unit(raw, time_unit, _named_unit(fmt, time_column, time_unit, where), where, time_column)
         arrival = raw * SECONDS_PER_UNIT[unit]
     lengths = {}
     for role in ("input", "output"):
-        column = fmt.pick(columns.names, role)
+        column = fmt.pick(columns.names, role, where)
         if column is None and (need_lengths or fmt.name != "plain"):
             raise InputError(f"{where} has no {role}-token column for the {fmt.name} format; name it one of "
                              f"{', '.join(getattr(fmt, role))}")
@@ -282,7 +313,7 @@ def read_trace(path: str | Path, *, format: str = "auto", time_unit: str | None 
     cached = None
     if fmt is MOONCAKE and "hash_ids" in columns.names and columns.jsonl:
         cached = _prefix_hits(columns.cells("hash_ids", where), lengths["input"], where)
-    elif fmt is PLAIN and (column := fmt.pick(columns.names, "cached")) is not None:
+    elif fmt is PLAIN and (column := fmt.pick(columns.names, "cached", where)) is not None:
         cached = columns.numbers(column, _CACHED, where).astype(np.int64)
     return replay(arrival, lengths["input"], lengths["output"], cached, where, time_scale=time_scale,
                   start_s=start_s, duration_s=duration_s, row_of=columns.row, time_column=time_column, format=fmt.name)

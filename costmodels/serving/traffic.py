@@ -39,7 +39,7 @@ from .traces import MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S, TIME_UNITS, TRACE_FORM
 MIN_RATE_PER_S = 1e-3
 MAX_RATE_PER_S = 1e6
 MAX_CONCURRENCY = 10_000
-MAX_BENCHMARK_REQUESTS = 1_000_000
+MAX_BENCHMARK_REQUESTS = MAX_TRACE_REQUESTS  # the same simulator, the same bound
 MAX_TURNS = 1000
 MAX_CLASSES = 64
 MAX_THINK_S = 86400.0
@@ -154,8 +154,10 @@ class TraceArrival(Spec):
     :mod:`.traces`) or ``records`` given inline.
 
     ``format`` is detected from the columns unless given; ``time_unit`` says what the numbers of the
-    time column count (default: the format's, or the column name's ``_s``/``_ms``/``_us``
-    suffix, else seconds; Azure traces hold datetimes). ``start_s`` and ``duration_s`` replay a
+    time column count (default: the format's, or the column name's ``_s``/``_ms``/``_us`` suffix; a
+    column that says no unit is read as seconds only when the times fit no other unit, else refused
+    until ``time_unit`` is given: :mod:`.traces`; Azure traces hold datetimes). A relative ``path``
+    is relative to the workload file. ``start_s`` and ``duration_s`` replay a
     window (seconds from the first request); ``time_scale`` multiplies the gaps (0.5 = twice the rate).
 
     Example:

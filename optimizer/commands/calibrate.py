@@ -11,11 +11,11 @@ from ...calibration.microbench import make_backend, run_microbenchmarks
 from ...calibration.registry import load_profile, write_profile
 from ...calibration.tables import read_kernel_tables, write_table
 from ...costmodels.architectures import resolve_model
-from ...costmodels.outfiles import write_text
+from ...costmodels.outfiles import check_output_file, write_text
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
 from . import COMMANDS
-from .common import add_hardware_args, load_deployment
+from .common import add_hardware_args, load_deployment, number_in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("tables", nargs="+", metavar="TABLE", help="kernel tables (servopt, aiconfigurator or Vidur layout)")
     fit.add_argument("--gpu", default=None, help="GPU to fit (default: the one GPU the tables measure)")
     fit.add_argument("--framework", default="vllm", help="use this framework's rows where a table has several (default vllm)")
-    fit.add_argument("--holdout-fraction", type=float, default=0.3, help="share of shapes held out for the report (default 0.3)")
+    fit.add_argument("--holdout-fraction", type=number_in(0, 1, low_open=False), default=0.3, help="share of shapes held out for the report (default 0.3)")
     fit.add_argument("--out", default=None, metavar="PROFILE.json", help="where to write the profile (default: <gpu>.profile.json)")
     fit.add_argument("--json", action="store_true", help="print the fit report as JSON")
     add_hardware_args(fit)
@@ -60,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    for path in (args.out, f"{args.out}.meta.json"):  # before the sweep, not after it
+        check_output_file(path, "--out")
     models = [resolve_model(m).spec for m in args.models]
     backend = make_backend(args.device)
     print(f"calibrate run on {backend.device_name} ({backend.name}){' --quick' if args.quick else ''}", file=sys.stderr)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from typing import TYPE_CHECKING
+
+from ...costmodels.errors import quote
 
 if TYPE_CHECKING:
     from ...costmodels.deployment import Deployment
@@ -14,34 +17,51 @@ if TYPE_CHECKING:
 # and its argument checks start without them.
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _given(text: str) -> str:
+    """The user's text as an argument error quotes it: one line, clipped."""
+    return quote(text)
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (where every numeric flag is bounded:
+    beyond them a value is a typo, and would exhaust memory or numpy's ranges)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # also 5,000 digits and more (Python's own limit)
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low:,} to {high:,}, got {_given(text)}") \
+                from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low:,} to {high:,}, got {_given(text)}")
+        return value
+    parse.__name__ = "whole number"  # what argparse names the type in its own messages
+    return parse
+
+
+def number_in(low: float, high: float, low_open: bool = True) -> Callable[[str], float]:
+    """An argparse type: a finite number above ``low`` (or from it, when not ``low_open``) up to ``high``."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {_given(text)}") from None
+        if not (low < value if low_open else low <= value) or not value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {_given(text)}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+# numpy's random generators take seeds from 0 to 2**32 - 1 (as the workload's seed does).
+random_seed = whole_number(0, 2**32 - 1)
 
 
 def request_count(text: str) -> int:
-    """Requests to simulate: a positive integer up to what one run can hold."""
+    """Requests to simulate: a whole number up to what one run simulates."""
     from ...costmodels.serving.traffic import MAX_BENCHMARK_REQUESTS
 
-    value = positive_int(text)
-    if value > MAX_BENCHMARK_REQUESTS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_BENCHMARK_REQUESTS:,} requests in one run, got {value:,}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {value}")
-    return value
+    return whole_number(1, MAX_BENCHMARK_REQUESTS)(text)
 
 
 def add_hardware_args(parser: argparse.ArgumentParser) -> None:

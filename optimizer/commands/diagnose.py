@@ -21,7 +21,7 @@ from ...costmodels.outfiles import ensure_folder, write_text
 from ...costmodels.serving import SLO
 from ..workload import parse_workload
 from . import COMMANDS
-from .common import add_hardware_args
+from .common import add_hardware_args, random_seed
 from .predict import _finite, load_deployment
 
 SLO_KEYS = ("p99_ttft_s", "p99_tpot_s", "p99_e2e_s")
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--slo", action="append", default=[], metavar="KEY=SECONDS",
                         help="a P99 target the measurements must meet, e.g. --slo p99_tpot_s=0.05 (repeatable; "
                              "keys p99_ttft_s, p99_tpot_s, p99_e2e_s)")
-    parser.add_argument("--bench-seed", type=int, default=0,
+    parser.add_argument("--bench-seed", type=random_seed, default=0,
                         help="the --seed the benchmark ran with (not saved in its results; default 0, the tool's)")
     parser.add_argument("--seed-job", default=None, metavar="DIR",
                         help="write DIR/workload.yaml (this traffic, model and GPU) and DIR/deployment.yaml (the live "

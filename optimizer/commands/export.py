@@ -5,15 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import sys
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import yaml
 
+from pydantic import ConfigDict, Field
+
 from ...costmodels.architectures import config_files
-from ...costmodels.errors import InputError
+from ...costmodels.deployment import Deployment
+from ...costmodels.errors import MAX_INT, InputError, Spec, one_line, quote, validate_spec
 from ...costmodels.model_sources import check_model_id
-from ...costmodels.outfiles import read_text, write_text
+from ...costmodels.outfiles import output_folder, read_text, write_text
+from ...costmodels.userfiles import parse_json, shown
 from ...results import (
     KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_commands_with_vllm, check_manifests, check_with_sglang,
     check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes, render_kubernetes_readme,
@@ -59,14 +68,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+# Files that say an --out folder holds an earlier export (it may be written again).
+EXPORT_MARKERS = ("plan.json", "kubernetes.yaml")
+
+
+class _FrontPoint(Spec):
+    """A front point as export reads it (front.json holds more, which it passes on)."""
+
+    model_config = ConfigDict(extra="allow")
+    trial: int = Field(ge=0, le=MAX_INT)
+    serve_id: str
+    model: str | None = None
+    deployment: dict[str, Any]
+    roles: list[dict[str, Any]] = Field(default_factory=list)
+    weights: dict[str, Any] | None = None
+    gpus_per_node: int = Field(ge=1, le=1024)
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    class_metrics: dict[str, float | None] = Field(default_factory=dict)
+    profile_calibrated: bool = True
+
+
+class _FrontObjective(Spec):
+    model_config = ConfigDict(extra="allow")
+    cost: str
+    latency: str
+
+
+class _FrontWorkload(Spec):
+    model_config = ConfigDict(extra="allow")
+    objective: _FrontObjective
+    traffic: dict[str, Any] = Field(default_factory=dict)
+
+
+class _FrontFile(Spec):
+    model_config = ConfigDict(extra="allow")
+    workload: _FrontWorkload
+    points: list[_FrontPoint]
+    gpus: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    max_model_len: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 def read_front(folder: str | Path) -> dict:
+    """front.json, checked to be the shape servopt writes (it is a file anyone can edit)."""
     path = Path(folder) / "front.json"
     try:
-        return json.loads(read_text(path, "front file"))
+        data = parse_json(read_text(path, "front file"), f"front file '{shown(path)}'")
     except FileNotFoundError:
-        raise InputError(f"{folder} has no front.json; run servopt optimize (or servopt report {folder}) first") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+        raise InputError(f"{shown(folder)} has no front.json; run servopt optimize (or "
+                         f"{shlex.join(['servopt', 'report', str(folder)])}) first") from None
+    where = f"front file '{shown(path)}' (rewrite it with servopt report {shlex.quote(str(folder))})"
+    return validate_spec(_FrontFile, data, where).model_dump()
 
 
 def pick_point(front: dict, pick: str) -> dict:
@@ -74,24 +125,38 @@ def pick_point(front: dict, pick: str) -> dict:
     if not points:
         raise InputError("the front is empty: nothing to export (see report.md for why)")
     objective = front["workload"]["objective"]
+    keys = (f"cost_{objective['cost']}", f"p99_{objective['latency']}_s")
+    for point in points:
+        missing = [k for k in keys if not isinstance(point["metrics"].get(k), float | int)]
+        if missing:
+            raise InputError(f"front.json: trial {point['trial']} has no metrics.{missing[0]}; rewrite front.json "
+                             "with servopt report DIR")
     if pick == "cheapest":
-        return min(points, key=lambda p: (p["metrics"][f"cost_{objective['cost']}"], p["metrics"][f"p99_{objective['latency']}_s"]))
+        return min(points, key=lambda p: (p["metrics"][keys[0]], p["metrics"][keys[1]]))
     if pick == "fastest":
-        return min(points, key=lambda p: (p["metrics"][f"p99_{objective['latency']}_s"], p["metrics"][f"cost_{objective['cost']}"]))
-    if not pick.isdigit():
-        raise InputError(f"--pick: expected cheapest, fastest or a trial number, got '{pick}'")
+        return min(points, key=lambda p: (p["metrics"][keys[1]], p["metrics"][keys[0]]))
+    if not re.fullmatch(r"[0-9]{1,12}", pick):  # ASCII digits: str.isdigit also takes '²'
+        raise InputError(f"--pick: expected cheapest, fastest or a trial number, got {quote(pick)}")
     for point in points:
         if point["trial"] == int(pick):
             return point
     raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p['trial']) for p in points)}")
 
 
-def plan_for(front: dict, point: dict) -> dict:
-    """The launch plan of a front point; the ids it serves are checked again (front.json is a file
-    anyone could have edited)."""
-    check_model_id(point["serve_id"], "front.json serve_id")
+def checked_point(point: dict) -> dict:
+    """The point with the ids it serves checked again (front.json is a file anyone could have edited)
+    and local paths made absolute (the scripts ``cd`` into their own folder), its deployment validated."""
+    point = {**point, "serve_id": check_model_id(point["serve_id"], "front.json serve_id")}
     if point.get("weights"):
-        check_model_id(point["weights"]["serve_id"], "front.json weights.serve_id")
+        weights = point["weights"]
+        point["weights"] = {**weights, "serve_id": check_model_id(weights.get("serve_id"), "front.json weights.serve_id")}
+    validate_spec(Deployment, point["deployment"], f"front.json trial {point['trial']}: deployment")
+    return point
+
+
+def plan_for(front: dict, point: dict) -> dict:
+    """The launch plan of a front point."""
+    point = checked_point(point)
     gpu = point["deployment"]["gpu"]
     calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.get("profile_calibrated", True)))
     basis = (front.get("max_model_len") or {}).get(point.get("model", ""), {}).get("basis")
@@ -100,21 +165,36 @@ def plan_for(front: dict, point: dict) -> dict:
                        classes=classes)
 
 
+@contextmanager
+def _front_file_problems(folder: str | Path, point: dict) -> Iterator[None]:
+    """A front.json edited into a shape servopt does not write fails where the export reads it: one
+    line naming the trial, not a traceback."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise InputError(f"front.json: trial {point['trial']} is not what servopt writes ({type(err).__name__}: "
+                         f"{one_line(str(err))[:100]}); rewrite it with servopt report {shlex.quote(str(folder))}") \
+            from None
+
+
 def run(args: argparse.Namespace) -> int:
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
     if args.format == "sglang":
         return _export_sglang(args, front, point)
-    plan = plan_for(front, point)
-    if args.format == "kubernetes":
-        return _export_kubernetes(args, front, point, plan)
-    scripts = node_scripts(plan)
+    with _front_file_problems(args.dir, point):
+        plan = plan_for(front, point)
+        if args.format == "kubernetes":
+            return _export_kubernetes(args, front, point, plan)
+        scripts = node_scripts(plan)
     if args.format == "json":
         print(json.dumps(plan, indent=2))
     elif args.format == "yaml":
         print(yaml.safe_dump(plan, sort_keys=False), end="")
     else:
-        out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+        out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
         for name, text in scripts.items():
             write_text(out / name, text, mode=0o755)
         write_text(out / "README.md", render_readme(plan, scripts))
@@ -159,10 +239,10 @@ def served_configs(plan: dict) -> dict:
 def configs_checked(plan: dict, configs: dict) -> str:
     """What ``--check`` compared with vLLM's own reading of the served models' configs."""
     served = {instance["model"] for instance in plan["instances"]}
-    quant = [m for m, files in configs.items() if files.quantization_from_config]
+    by = {kind: [m for m, files in configs.items() if files.quantization_from == kind] for kind in ("config", "card")}
     return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
-            f"--quantization against the method vLLM picks for {len(quant)}"
-            + ("" if len(quant) == len(served) else " (the others' formats come from their cards)"))
+            f"--quantization against the method vLLM picks for {len(by['config'])} checkpoint(s) by their own "
+            f"metadata and {len(by['card'])} by the metadata their cards state")
 
 
 def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan: dict) -> int:
@@ -170,7 +250,7 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan:
     vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
     docs = kubernetes_manifests(plan, options, gpus_per_node=point["gpus_per_node"], vendor=vendor)
     text = render_kubernetes(plan, docs)
-    out = Path(args.out) if args.out else Path(args.dir) / f"export-trial-{plan['trial']}"
+    out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
     write_text(out / "kubernetes.yaml", text)
     write_text(out / "README-kubernetes.md", render_kubernetes_readme(plan, docs, options))
     print(text, end="")
@@ -190,10 +270,12 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan:
 
 
 def _export_sglang(args: argparse.Namespace, front: dict, point: dict) -> int:
-    check_model_id(point["serve_id"], "front.json serve_id")
-    plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"],
-                       classes=(front.get("workload") or {}).get("traffic", {}).get("classes"))
-    print(render_sglang(plan), end="")
+    with _front_file_problems(args.dir, point):
+        point = checked_point(point)
+        plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"],
+                           classes=(front.get("workload") or {}).get("traffic", {}).get("classes"))
+        text = render_sglang(plan)
+    print(text, end="")
     if args.check:
         python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable
         try:

@@ -9,13 +9,16 @@ from pathlib import Path
 import optuna
 
 from ...costmodels.errors import validate_spec
-from ...results import explain_empty, trials_frame, write_results
+from ...results import explain_empty, export_command, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
-from ..workload import Accuracy, Budget, load_workload
+from ..workload import MAX_TIME_S, MAX_TRIALS, Accuracy, Budget, load_workload
 from . import COMMANDS
-from .common import positive_float, positive_int
+from .common import number_in, whole_number
+
+# Workers of one machine: more than a large server's cores only wait on each other.
+MAX_JOBS = 1024
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,9 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"where the study lives: journal:///path/file or an SQLAlchemy URL of a shared database "
                         f"(default: ${STORAGE_ENV}, else the workload's storage, else the journal file "
                         "DIR/study.journal); a password in it is never printed or saved")
-    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="worker processes on this machine")
-    parser.add_argument("--trials", type=positive_int, default=None, help="override budget.trials")
-    parser.add_argument("--time", type=positive_float, default=None, metavar="SECONDS", help="override budget.time_s")
+    parser.add_argument("--jobs", type=whole_number(1, MAX_JOBS), default=1, metavar="N",
+                        help="worker processes on this machine")
+    parser.add_argument("--trials", type=whole_number(1, MAX_TRIALS), default=None, help="override budget.trials")
+    parser.add_argument("--time", type=number_in(0, MAX_TIME_S), default=None, metavar="SECONDS",
+                        help="override budget.time_s")
     parser.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -93,6 +98,6 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(result["empty_front"]))
         print(f"report: {paths['report.md']} and {paths['report.html']}")
         if not empty:
-            print(f"export: servopt export {job.out_dir} --pick cheapest")
+            print(f"export: {export_command(job.out_dir)}")
     # An empty front means the workload's targets cannot be met as written: a bad-input outcome.
     return 2 if empty else 0

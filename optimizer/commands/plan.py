@@ -7,15 +7,15 @@ import json
 
 from ...calibration.registry import load_profile
 from ...costmodels.architectures import longer_context_fix, resolve_model
-from ...costmodels.errors import InputError
+from ...costmodels.errors import MAX_TOKENS, InputError
 from ...costmodels.hardware import GIB, load_catalog
-from ...costmodels.deployment import Deployment
+from ...costmodels.deployment import MAX_BATCHED_TOKENS, MAX_PARALLEL, MAX_SEQS, Deployment
 from ...costmodels.quantization import SCHEMES, math_dtype
 from ...costmodels.roofline import Batch
 from ...costmodels.serving.compiled import compile_deployment
 from ...costmodels.vllm_defaults import CURRENT_VLLM, GPU_MEMORY_UTILIZATION
 from . import COMMANDS
-from .common import add_hardware_args, positive_float, positive_int
+from .common import add_hardware_args, number_in, whole_number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,17 +26,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, help="preset alias, Hugging Face id, or path to config.json")
     parser.add_argument("--gpu", required=True, help="GPU name (see `servopt gpus`)")
-    parser.add_argument("--tp", type=positive_int, default=1, help="tensor parallel size (default 1)")
-    parser.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel size (default 1)")
+    parser.add_argument("--tp", type=whole_number(1, MAX_PARALLEL), default=1, help="tensor parallel size (default 1)")
+    parser.add_argument("--pp", type=whole_number(1, MAX_PARALLEL), default=1, help="pipeline parallel size (default 1)")
     parser.add_argument("--quant", choices=sorted(SCHEMES), default=None,
                         help="weight quantization (default: the checkpoint's own, read from its config, else the model dtype)")
     parser.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto", help="KV cache dtype")
-    parser.add_argument("--context", type=positive_int, default=4096, help="tokens per request (prompt + output)")
-    parser.add_argument("--concurrency", type=positive_int, default=1, help="requests resident at once")
-    parser.add_argument("--gpu-memory-utilization", type=positive_float, default=GPU_MEMORY_UTILIZATION,
+    parser.add_argument("--context", type=whole_number(1, MAX_TOKENS), default=4096, help="tokens per request (prompt + output)")
+    parser.add_argument("--concurrency", type=whole_number(1, MAX_SEQS), default=1,
+                        help="requests resident at once")
+    parser.add_argument("--gpu-memory-utilization", type=number_in(0, 1), default=GPU_MEMORY_UTILIZATION,
                         help=f"vLLM's memory budget fraction (default {GPU_MEMORY_UTILIZATION:g}, vLLM {CURRENT_VLLM}'s default)")
-    parser.add_argument("--max-num-seqs", type=positive_int, default=None, help="default: vLLM's for the GPU")
-    parser.add_argument("--max-num-batched-tokens", type=positive_int, default=None, help="default: vLLM's for the GPU")
+    parser.add_argument("--max-num-seqs", type=whole_number(1, MAX_SEQS), default=None, help="default: vLLM's for the GPU")
+    parser.add_argument("--max-num-batched-tokens", type=whole_number(1, MAX_BATCHED_TOKENS), default=None, help="default: vLLM's for the GPU")
     add_hardware_args(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
@@ -44,8 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def compute_plan(args: argparse.Namespace) -> dict:
     """Everything ``plan`` reports, as a JSON-ready dict (bytes summed over all GPUs unless *_per_gpu)."""
-    if not 0 < args.gpu_memory_utilization <= 1:
-        raise InputError(f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}")
     catalog = load_catalog(args.hardware)
     gpu = catalog.get(args.gpu)
     resolved = resolve_model(args.model)

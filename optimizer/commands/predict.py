@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import COMMANDS
-from .common import add_hardware_args, load_deployment, request_count
+from .common import add_hardware_args, load_deployment, random_seed, request_count
 
 if TYPE_CHECKING:
     from ...costmodels.deployment import Deployment
@@ -28,26 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--requests", type=request_count, default=None,
                         help="requests to simulate (default: grow until P99 is stable; a trace: its length; "
                              "a benchmark run: concurrency x requests_per_client)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=random_seed, default=0, help="random seed (default 0)")
     parser.add_argument("--analytic", action="store_true",
                         help="queueing-formula estimate instead of the simulation (what the search screens with)")
     add_hardware_args(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
-
-
-def _resolve_trace(traffic: Traffic, workload_path: Path) -> Traffic:
-    """A relative trace path is relative to the workload file (when the file is there)."""
-    arrival = traffic.arrival
-    if arrival.kind != "trace" or arrival.path is None or Path(arrival.path).is_absolute():
-        return traffic
-    beside = workload_path.parent / arrival.path
-    try:
-        if not beside.exists():
-            return traffic
-    except OSError:  # a name too long for the file system: the trace reader says so
-        return traffic
-    return traffic.model_copy(update={"arrival": arrival.model_copy(update={"path": str(beside)})})
 
 
 def _finite(value):
@@ -70,15 +55,14 @@ def compute_prediction(args: argparse.Namespace) -> dict:
     from ...costmodels.serving import estimate, simulate
     from ..workload import load_workload
 
-    workload_path = Path(args.workload)
-    workload = load_workload(workload_path)
+    workload = load_workload(args.workload)
     deployment = load_deployment(args.deployment)
     resolved = resolve_model(workload.model)
     if deployment.quantization is None and resolved.quantization:
         deployment = deployment.model_copy(update={"quantization": resolved.quantization})
     gpu = load_catalog(args.hardware).get(deployment.gpu)
     profile = load_profile(gpu, args.profile)
-    traffic = _resolve_trace(workload.traffic, workload_path)
+    traffic = workload.traffic
     slo = workload.slo if workload.slo.targets() else None
 
 

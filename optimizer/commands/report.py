@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ...results import write_results
 from .._storage import STORAGE_ENV
@@ -24,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     job = Job.load(args.dir, args.storage)
     paths = write_results(job.out_dir, job.collect())
+    for note in job.notes:
+        print(f"servopt report: note: {note}", file=sys.stderr)
     files = {name: str(path) for name, path in paths.items()}
     print(json.dumps(files, indent=2) if args.json else "\n".join(files.values()))
     return 0

@@ -11,7 +11,7 @@ import pandas as pd
 from ...calibration.registry import read_profile
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
-from ...costmodels.outfiles import write_text
+from ...costmodels.outfiles import check_output_file, write_csv
 from . import COMMANDS
 
 
@@ -44,7 +44,7 @@ def _profile_for(path: str | None):
     profile = read_profile(path)
 
     def fixed(gpu: GPUSpec):
-        if profile.gpu != gpu.name:
+        if not gpu.answers_to(profile.gpu):
             raise InputError(f"--profile is for GPU '{profile.gpu}' but the table has rows for '{gpu.name}'")
         return profile
 
@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = [(kind, path) for kind, paths in (("e2e", args.e2e), ("memory", args.memory), ("kernel", args.kernels)) for path in paths]
     if not jobs:
         raise InputError("give at least one table: --e2e CSV, --memory CSV or --kernels CSV")
+    if args.out:
+        check_output_file(args.out, "--out")  # before the simulations, not after them
     profile_for = _profile_for(args.profile)
     predictions, scores = [], []
     for kind, path in jobs:
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     overall = summarize(scores.assign(gpu="all", framework="all", slice="all", calibrated=scores["calibrated"].all()))
     skipped = predicted[predicted["reason"] != ""]
     if args.out:
-        write_text(args.out, predicted.to_csv(index=False))
+        write_csv(args.out, predicted)
     if args.json:
         print(json.dumps({
             "summary": summary.to_dict("records"),
