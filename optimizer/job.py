@@ -28,11 +28,12 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import multiprocessing.pool
 import os
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
 from ._lifeline import exit_with_parent
 from ._problem import Problem, build_problem
-from ._progress import Progress, poll_progress
+from ._progress import Progress, RecheckProgress, poll_progress
 from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_from_env
 from .study import (
     DIRECTIONS,
@@ -334,7 +335,11 @@ class Job:
         bar.close()
         if budget.trials is not None:
             wait_for_other_workers(study)
-        rechecked = self.recheck_front(study)
+        checking = RecheckProgress(enabled=progress)
+        try:
+            rechecked = self.recheck_front(study, on_round=checking.update)
+        finally:
+            checking.close()
         trials = evaluated_trials(study)
         simulations = sum(1 for t in trials if t.user_attrs.get(RECORD_ATTR, {}).get("fidelity") == "simulate")
         return JobOutcome(trials=len(trials), workers=workers, front=final_front(study),
@@ -350,38 +355,52 @@ class Job:
         """Re-simulate the front's candidates with ``final_requests``, cheapest first, round by round
         until the front is settled (:func:`~servopt.optimizer.study.next_rechecks`); a round's
         re-checks run on this machine's cores (:attr:`cores`), with the results one core gives.
-        ``on_round`` hears where it stands after each round (a progress display). Returns how many
-        ran; what the re-check established is stored with the study (:data:`RECHECK_STATEMENT_ATTR`)."""
+        ``on_round`` hears where it stands before each round, after each re-check and once the front
+        is settled (its ``front`` then is the job's final front): a progress display
+        (:class:`~servopt.optimizer._progress.RecheckProgress`). Returns how many ran; what the
+        re-check established is stored with the study (:data:`RECHECK_STATEMENT_ATTR`)."""
         w = self.workload
         requests = w.fidelity.final_requests
         candidates = front_candidates(study, w.slo)
         ran = failed = rounds = 0
+
+        def tell(left: int) -> None:
+            if on_round is not None:
+                on_round(RecheckRound(rounds, ran, failed, len(candidates), len(final_front(study)), left))
+
         while True:
             batch = next_rechecks(candidates, stored_rechecks(study), requests)
-            if on_round is not None:
-                on_round(RecheckRound(rounds, ran, failed, len(candidates), len(final_front(study)), len(batch)))
+            tell(len(batch))
             if not batch:
                 break
-            for candidate, result in zip(batch, self._rechecks([c.record for c in batch]), strict=True):
+            for left, (candidate, result) in enumerate(
+                    zip(batch, self._rechecks([c.record for c in batch]), strict=True), start=1):
                 save_recheck(study, candidate.number, {**result, "equivalents": list(candidate.equivalents)})
                 failed += not result["feasible"]
-            ran += len(batch)
+                ran += 1
+                if left < len(batch):
+                    tell(len(batch) - left)
             rounds += 1
         study.set_user_attr(RECHECK_STATEMENT_ATTR, recheck_statement(candidates, stored_rechecks(study), requests))
         return ran
 
-    def _rechecks(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Re-check simulations of one round: in forked processes that share this one's caches when
-        several cores and records are there (the simulations are seeded: any process gives the same
-        result), else here."""
+    def _rechecks(self, records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Re-check simulations of one round, in the records' order as each finishes: in forked
+        processes that share this one's caches when several cores and records are there (the
+        simulations are seeded: any process gives the same result), else here."""
         processes = min(self.cores or available_cores(), len(records))
         if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-            return [recheck(self.problem, record, self.evaluator) for record in records]
+            for record in records:
+                yield recheck(self.problem, record, self.evaluator)
+            return
         global _FORKED
         _FORKED = self
         try:
-            return Parallel(n_jobs=processes, backend="multiprocessing")(
-                delayed(_forked_recheck)(record) for record in records)
+            # A pool of forked processes (joblib's multiprocessing backend, which forks too, hands a
+            # round's results back only all at once): results come in the records' order, each as
+            # soon as it and those before it are done.
+            with recheck_pool(processes) as pool:
+                yield from pool.imap(_forked_recheck, records)
         finally:
             _FORKED = None
 
@@ -476,6 +495,11 @@ def available_cores() -> int:
 # The job whose re-checks forked processes run: they inherit it (its problem and caches) rather than
 # rebuilding it from its workload.
 _FORKED: Job | None = None
+
+
+def recheck_pool(processes: int) -> multiprocessing.pool.Pool:
+    """``processes`` forked processes for the re-check (they inherit :data:`_FORKED`)."""
+    return multiprocessing.get_context("fork").Pool(processes)
 
 
 def _forked_recheck(record: dict[str, Any]) -> dict[str, Any]:

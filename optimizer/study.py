@@ -484,10 +484,10 @@ def next_rechecks(candidates: Sequence[FrontCandidate], rechecks: dict[int, dict
 
 @dataclass(frozen=True)
 class RecheckRound:
-    """Where the front's re-check stands before a round (for a progress display): the rounds and
-    re-checks run so far, how many of those failed, the candidates, the front of the passing
-    re-checked points (as the job will report it), and how many re-checks the next round runs (0:
-    the front is settled)."""
+    """Where the front's re-check stands (for a progress display): the rounds finished and re-checks
+    run so far, how many of those failed, the candidates, the front of the passing re-checked points
+    so far (what the job reports once the front is settled), and how many re-checks are left in the
+    round under way, or before a round how many it runs (0: the front is settled)."""
 
     round: int
     rechecked: int

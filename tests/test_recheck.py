@@ -59,7 +59,14 @@ def recheck_with(tmp_path, monkeypatch, verdicts):
 
     monkeypatch.setattr(job, "_rechecks", rechecks)
     study = constructed_study()
-    assert job.recheck_front(study) == sum(map(len, rounds))
+    heard = []
+    assert job.recheck_front(study, on_round=heard.append) == sum(map(len, rounds))
+    # A progress display hears each round's batch before it runs, then after each re-check what is
+    # left of it, and at the end the front the job reports.
+    assert [r.next_batch for r in heard] == [*(left for r in rounds for left in range(len(r), 0, -1)), 0]
+    assert [r.rechecked for r in heard] == list(range(sum(map(len, rounds)) + 1))
+    assert heard[-1].front == len(final_front(study))
+    assert heard[-1].failed == sum(not r["feasible"] for r in stored_rechecks(study).values())
     return study, rounds
 
 
@@ -97,19 +104,25 @@ def test_points_that_beat_a_passing_point_slower_than_its_search_come_up_one_aft
     assert sorted(final_front(study)) == [0, 5]
 
 
-def test_rechecks_on_several_cores_give_what_one_core_gives(tmp_path, monkeypatch):
+def test_rechecks_on_several_cores_give_what_one_core_gives_and_the_bar_counts_the_jobs_front(tmp_path, monkeypatch,
+                                                                                               capsys):
     import servopt.optimizer.job as job_module
 
     rounds_in_parallel = []
+    pool = job_module.recheck_pool
 
-    class CountingParallel(job_module.Parallel):
-        def __call__(self, tasks):
-            rounds_in_parallel.append(self.n_jobs)
-            return super().__call__(tasks)
+    def counting_pool(processes):
+        rounds_in_parallel.append(processes)
+        return pool(processes)
 
-    monkeypatch.setattr(job_module, "Parallel", CountingParallel)
+    monkeypatch.setattr(job_module, "recheck_pool", counting_pool)
     job = Job(parse_workload(TINY, "test"), tmp_path / "out", name="tiny", cores=2)
-    job.run(progress=False)
+    outcome = job.run(progress=True)
+    bars = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    # The search bar counts its own front by another name; the re-check bar's front is the job's.
+    assert any("search_front=" in line for line in bars if line.startswith("optimize"))
+    rechecking = [line for line in bars if line.startswith("re-check")]
+    assert f"front={len(outcome.front)}, failed=" in rechecking[-1] and f"{outcome.rechecked}/{outcome.rechecked}" in rechecking[-1]
     assert rounds_in_parallel == [2] * len(rounds_in_parallel) and rounds_in_parallel
     study = job.open_study(create=False)
     alone = Evaluator(build_problem(job.workload))  # a fresh process's scorer, on one core
