@@ -715,13 +715,14 @@ def causal_pairs(chunk_tokens: np.ndarray | int, offset_tokens: np.ndarray | int
 
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DecodeLine:
     """Step time of a fixed decode-only batch as a line in its summed context.
 
     ``time_s = intercept_s + slope_s * context + slope_window_s * context_windowed``, valid while
     ``context <= context_limit`` and ``context_windowed <= window_limit`` (past a limit decode
-    attention turns compute-bound and the slope changes).
+    attention turns compute-bound and the slope changes). Not frozen: the event loop builds one per
+    decode run, and a frozen dataclass costs several times as much to build.
     """
 
     intercept_s: float
