@@ -33,14 +33,15 @@ import pandas as pd
 
 from servopt.calibration.corpus import REPO_E2E, SHARED_E2E, load_corpus, silicon_runs
 from servopt.calibration.registry import load_profile
-from servopt.calibration.serving_fit import Linearization, cross_validate, error_table, host_cost_runs, predictions
+from servopt.calibration.serving_fit import BOUNDS, Linearization, cross_validate, error_table, host_cost_runs, predictions
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.hardware import get_gpu
 
 MEANS = ["mean_ttft_ms", "mean_tpot_ms"]
 TAILS = ["p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms"]
-TPOT_TARGET, TTFT_TARGET, TAIL_TARGET, MIN_ROWS = 6.0, 15.0, 20.0, 10
+# Issue 18's targets: P99 TTFT/TPOT/ITL within 15% on the vllm bench serve runs of ../shared.
+TPOT_TARGET, TTFT_TARGET, TAIL_TARGET, MIN_ROWS = 6.0, 15.0, 15.0, 10
 MOE_TPOT_TARGET, MOE_TTFT_TARGET = 10.0, 20.0
 FRAMEWORK = ("step_overhead_s", "step_overhead_per_seq_s", "v0_step_overhead_s", "v0_step_overhead_per_seq_s",
              "request_overhead_s", "dynamo_request_overhead_s")
@@ -158,7 +159,8 @@ def main() -> None:
     report_corpus(runs)
     params = shipped_framework()
     print("\nshipped host-side costs (fitted on every dense-model run): " + ", ".join(
-        f"{k} = {v * 1e3:.3g} ms" for k, v in params.items() if v is not None))
+        f"{k} = {v * 1e3:.3g} ms" + (" (at its lower bound: the runs do not identify it)" if v < BOUNDS[k] * 1e-3 else "")
+        for k, v in params.items() if v is not None))
     frame = None
     if args.only in (None, "cv", "tails"):
         linearization = Linearization(runs, load_profile, params)

@@ -250,14 +250,14 @@ def diagnose(results: list[BenchResult], model: str, deployment: Deployment, gpu
     engines = sum(r.engines for r in compiled.roles if r.name != "prefill")
     runs = []
     for index, result in enumerate(results):
-        spec, note = result.traffic_spec(seed=seed, vllm_version=version, cache=cache, engines=engines)
-        traffic = Traffic.model_validate(spec)
+        traffic = Traffic.model_validate(result.traffic_spec(seed=seed, vllm_version=version, cache=cache,
+                                                             engines=engines))
         sim = simulate_compiled(compiled, traffic, seed=seed, slo=slo, with_activity=True)
         scrape = metrics if index == len(results) - 1 else None
         measured = result.measured()
         evidence = _evidence(result, measured, sim, slo, scrape, seed, version)
         verdict = decide(evidence)
-        run_notes = [n for n in (note, verdict.note) if n]
+        run_notes = [n for n in (verdict.note,) if n]
         if not result.detailed:
             run_notes.append("no per-request data (saved without --save-detailed): every request at the run's mean "
                              f"lengths ({result.mean_input_tokens:.0f} in, {result.mean_output_tokens:.0f} out)")

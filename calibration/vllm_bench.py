@@ -262,24 +262,18 @@ class BenchResult:
         return records
 
     def traffic_spec(self, *, seed: int, vllm_version: str | None, cache: SessionCache | None = None,
-                     engines: int = 1) -> tuple[dict, str]:
-        """The ``traffic:`` mapping that reproduces the run, and a note on what it approximates ('' if nothing)."""
-        how = self.client()
-        if how != "closed":
-            records = self.trace(seed=seed, vllm_version=vllm_version, cache=cache, engines=engines)
-            return {"arrival": {"kind": "trace", "records": records}}, ""
-        inputs, outputs = self.lengths()
-        if cache is not None:  # what this run leaves in the prefix cache, for the session's later runs
-            cache.record(list(range(len(inputs))), inputs, outputs)
-        cap = int(self.max_concurrency)
-        per_client = max(round(self.num_requests / cap), 1)
-        note = (f"max_concurrency {cap} holds the load: simulated as {cap} closed-loop clients of {per_client} "
-                f"requests each, the run's lengths drawn at random (the client's request order is not replayed)")
-        if math.isfinite(self.request_rate):
-            note += f"; the cap binds at {self.request_rate:g} req/s (rate x mean latency >= {cap})"
-        spec = {"arrival": {"kind": "closed_loop", "concurrency": cap, "requests_per_client": per_client},
-                "input_tokens": length_histogram(inputs), "output_tokens": length_histogram(outputs)}
-        return spec, note
+                     engines: int = 1) -> dict:
+        """The ``traffic:`` mapping that reproduces the run.
+
+        The requests go as the client sent them: at their send times, behind ``max_concurrency``
+        when it is below the number of prompts (vllm bench serve's semaphore: a request goes at its
+        time or when a slot frees, :class:`~.bench_clients.VllmBenchServe`).
+        """
+        arrival: dict[str, Any] = {"kind": "trace", "records": self.trace(seed=seed, vllm_version=vllm_version,
+                                                                          cache=cache, engines=engines)}
+        if self.max_concurrency is not None and self.max_concurrency < self.num_requests:
+            arrival["max_concurrency"] = int(self.max_concurrency)
+        return {"arrival": arrival}
 
 
 def length_histogram(values, max_bins: int | None = None) -> dict[str, Any]:

@@ -50,3 +50,21 @@ def test_inference_perf_poisson_spreads_each_seconds_draw_over_that_second():
     assert np.all(np.diff(send) >= 0) and abs(len(send) / send[-1] - 5.0) < 1.0
     with pytest.raises(InputError, match="sends 8 requests, not 9"):
         InferencePerf("constant", rate=4.0, duration_s=2.0).arrival(9)
+
+
+def test_a_saved_vllm_bench_run_with_a_binding_cap_replays_its_requests_behind_the_cap(tmp_path):
+    """A result JSON whose --max-concurrency is below its prompt count is replayed request by request
+    (its own lengths and order) behind that cap, not approximated by closed-loop clients."""
+    import json
+
+    from servopt.calibration.vllm_bench import read_bench_result
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({
+        "model_id": "m", "num_prompts": 4, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 2,
+        "duration": 2.0, "completed": 4, "total_input_tokens": 1000, "total_output_tokens": 16,
+        "input_lens": [100, 200, 300, 400], "output_lens": [4, 4, 4, 4], "ttfts": [0.05, 0.05, 0.06, 0.06],
+        "itls": [[0.01] * 3] * 4, "errors": [""] * 4}))
+    arrival = read_bench_result(path).traffic_spec(seed=0, vllm_version="0.12.0")["arrival"]
+    assert arrival["kind"] == "trace" and arrival["max_concurrency"] == 2
+    assert arrival["records"]["input_tokens"] == [100, 200, 300, 400]

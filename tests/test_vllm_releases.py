@@ -88,3 +88,14 @@ def test_multi_step_scheduling_spreads_the_engines_cpu_time_over_its_decode_step
         steps[n] = predictor.target.decode(32, 1, 32 * 1000.0, 32 * 1000.0)
     cpu_s = PROFILE.step_overhead_s + 32 * PROFILE.step_overhead_per_seq_s
     assert steps[1] - steps[8] == pytest.approx(cpu_s * 7 / 8, rel=1e-6)
+
+
+def test_enforce_eager_runs_every_tp_all_reduce_on_the_eager_path():
+    from servopt.calibration.registry import load_profile
+
+    model, profile = get_model("llama-3.1-8b"), load_profile(GPU)  # measured custom all-reduce, graph and eager
+    times = {}
+    for eager in (False, True):
+        d = Deployment(gpu="h100", tp=2, max_model_len=4096, enforce_eager=eager)
+        times[eager] = compile_deployment(model, d, GPU, profile).roles[0].predictor.target.decode(8, 1, 8000.0, 8000.0)
+    assert times[True] > times[False]
