@@ -296,6 +296,7 @@ class MoeEfficiency(Spec):
 # weight-only kernels (mxfp4, int4 Marlin) both dequantize into bf16 math.
 MOE_FALLBACK = {
     "bf16": ("fp16",), "fp16": ("bf16",), "fp8": ("fp8_block", "bf16"), "fp8_block": ("fp8", "bf16"),
+    "fp8_block_triton": ("fp8_block", "fp8", "bf16"),
     "mxfp4": ("int4", "bf16"), "int4": ("mxfp4", "bf16"), "nvfp4": ("mxfp4_mxfp8", "fp8", "bf16"),
     "mxfp4_mxfp8": ("fp8", "bf16"),
 }
@@ -326,7 +327,8 @@ class PerformanceProfile(Spec):
                     "all_to_all (missing ones: textbook curves on the GPU's link)")
     moe: dict[Name, MoeEfficiency] = Field(
         default_factory=dict,
-        description="fused-MoE kernels by weight format: bf16, fp8, fp8_block, mxfp4, mxfp4_mxfp8, int4, nvfp4 "
+        description="fused-MoE kernels by weight format: bf16, fp8, fp8_block (fp8_block_triton: Hopper's "
+                    "Triton kernel), mxfp4, mxfp4_mxfp8, int4, nvfp4 "
                     "(missing ones: the nearest measured one, else the GEMM roofline, uncalibrated)")
     elementwise_memory_efficiency: Efficiency
     elementwise_overhead_s: OverheadS

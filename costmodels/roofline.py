@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -150,6 +150,10 @@ class _OpCost:
     flops: np.ndarray
     bytes_moved: np.ndarray
 
+    def __add__(self, other: _OpCost) -> _OpCost:
+        return _OpCost(self.time_s + other.time_s, self.compute_s + other.compute_s, self.memory_s + other.memory_s,
+                       self.flops + other.flops, self.bytes_moved + other.bytes_moved)
+
 
 def _pairs(chunk: np.ndarray, offset: np.ndarray, window: int | None) -> np.ndarray:
     """Query-key pairs of a causal chunk (chunk tokens after ``offset`` cached ones)."""
@@ -212,9 +216,11 @@ class StepCostModel:
         self._full_layers = m.num_layers - self._sliding_layers
         self._spans_nodes = tp * self.pp * self.dp > self.gpu.nvlink_gpus
         self._version = parse_vllm_version(self.vllm_version)
-        self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu)
         self._layout = None if m.moe is None else ExpertLayout(
             m.moe.num_experts, m.moe.experts_per_token, self.dp, tp, self.expert_parallel)
+        # vLLM's expert-parallel size: the whole DP x TP group with --enable-expert-parallel, else 1.
+        ep_size = self._layout.group if self._layout is not None and self.expert_parallel else 1
+        self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu, ep_size, self._version)
         self.all2all_backend = self.all2all_backend or default_all2all_backend(self._version)
         if self.all2all_backend not in ALL2ALL_COLLECTIVES:
             raise InputError(f"all2all_backend '{self.all2all_backend}' is not one of "
@@ -265,13 +271,22 @@ class StepCostModel:
                     _Linear("shared_down", h, shared, m.num_moe_layers)]
         if m.moe is not None:
             ops.append(_Linear("router", m.moe.num_experts, h, m.num_moe_layers, quantized=False))
-        return ops
+        # The layers the checkpoint leaves in the model dtype run 16-bit GEMMs (ModelSpec.unquantized_layers).
+        kept = m.unquantized_layers(self.quantization)
+        split = []
+        for op in ops:
+            layers = kept.get(op.name, 0) if op.quantized else 0
+            if layers < op.count:
+                split.append(replace(op, count=op.count - layers))
+            if layers:
+                split.append(replace(op, count=layers, quantized=False))
+        return split
 
     def _weight_dtype_bytes(self, quantized: bool) -> float:
-        return self._scheme.weight_bytes_per_param if quantized and self._scheme.name != "mxfp4" else self._act_bytes
+        return self._scheme.weight_bytes_per_param if quantized else self._act_bytes
 
     def _gemm(self, op: _Linear, tokens: np.ndarray) -> _OpCost:
-        quantized = op.quantized and self._scheme.name != "mxfp4"
+        quantized = op.quantized
         dtype = self._math if quantized else self._dense_dtype
         wbytes = self._weight_dtype_bytes(op.quantized)
         weight_only = quantized and self._weight_only
@@ -432,7 +447,10 @@ class StepCostModel:
         return sum(self.profile.collective_time_s(self.gpu, op, message, group, link) for op in (dispatch, combine))
 
     def _token_ops(self, tokens: np.ndarray) -> dict[str, _OpCost]:
-        ops = {op.name: self._gemm(op, tokens) for op in self._linears}
+        ops: dict[str, _OpCost] = {}
+        for op in self._linears:  # a family split into quantized and 16-bit layers reports as one
+            cost = self._gemm(op, tokens)
+            ops[op.name] = ops[op.name] + cost if op.name in ops else cost
         for name, op in (("moe_routing", self._routing(tokens)), ("moe_experts", self._experts(tokens))):
             if op is not None:
                 ops[name] = op

@@ -144,6 +144,8 @@ def main() -> None:
         built[entry["hf_id"]] = config
         meta = {"hf_id": entry["hf_id"], "aliases": entry.get("aliases", []),
                 "published_params_b": entry.get("published_params_b"), "source": where,
+                **({"published_params_rounding_b": entry["published_params_rounding_b"]}
+                   if "published_params_rounding_b" in entry else {}),
                 "source_kind": entry["source"]["kind"]}
         if entry["source"].get("hf_quant_config"):
             quant_source = {**entry["source"], "path": entry["source"]["hf_quant_config"]}
