@@ -27,8 +27,9 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -184,6 +185,18 @@ def _pairs(chunk: np.ndarray, offset: np.ndarray, window: int | None) -> np.ndar
 
 
 @dataclass
+class _TokenTables:
+    """Per-token-count times (index: the step's token count) of every token-count operator but the
+    TP/PP/DP communication, and their compute-bound part: the same for every CUDA-graph size, so
+    the step models of one configuration that differ only in it share them
+    (:meth:`StepCostModel.with_graph_max_tokens`). Extended, never recomputed, as steps grow."""
+
+    time_s: np.ndarray
+    compute_s: np.ndarray
+    lm_head_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+@dataclass
 class StepCostModel:
     """The precompiled step-time model of one deployment (one TP x PP replica, or one of ``dp``
     data-parallel ranks of TP GPUs stepping together).
@@ -214,6 +227,7 @@ class StepCostModel:
     num_scheduler_steps: int = 1
     _table_s: np.ndarray = field(init=False, repr=False)
     _table_compute_s: np.ndarray = field(init=False, repr=False)
+    _shared: _TokenTables = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.quantization = self.quantization or own_scheme(self.model)
@@ -252,10 +266,23 @@ class StepCostModel:
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._precompute_attention()
-        self._table_s = np.zeros(1)
-        self._table_compute_s = np.zeros(1)
+        self._shared = _TokenTables(np.zeros(0), np.zeros(0))
+        self._table_s = np.zeros(0)
+        self._table_compute_s = np.zeros(0)
         # Tabulated up to the largest step vLLM runs by default on this GPU (grown on demand).
         self._grow_table(default_batch_limits(self.gpu, self._version)[0])
+
+    def with_graph_max_tokens(self, graph_max_tokens: int) -> StepCostModel:
+        """This model with another CUDA-graph size (the largest step vLLM captures), sharing its
+        token-count tables but the communication (the graph size decides only which all-reduce runs:
+        :meth:`_allreduce_s`); itself when the size is its own or when no TP all-reduce runs."""
+        if graph_max_tokens == self.graph_max_tokens or self.tp == 1:
+            return self
+        other = copy.copy(self)
+        other.graph_max_tokens = graph_max_tokens
+        other._table_s = other._table_compute_s = np.zeros(0)
+        other._grow_table(len(self._table_s) - 1)
+        return other
 
     # --- model structure ------------------------------------------------------------------------
     def _layer_linears(self) -> list[_Linear]:
@@ -461,7 +488,7 @@ class StepCostModel:
             group = self.dp
         return sum(self.profile.collective_time_s(self.gpu, op, message, group, link) for op in (dispatch, combine))
 
-    def _token_ops(self, tokens: np.ndarray) -> dict[str, _OpCost]:
+    def _token_ops(self, tokens: np.ndarray, communication: bool = True) -> dict[str, _OpCost]:
         ops: dict[str, _OpCost] = {}
         for op in self._linears:  # a family split into quantized and 16-bit layers reports as one
             cost = self._gemm(op, tokens)
@@ -473,17 +500,41 @@ class StepCostModel:
         quant = self._activation_quant(tokens)
         if quant is not None:
             ops["activation_quant"] = quant
-        ops["tp_pp_communication"] = self._communication(tokens)
+        if communication:
+            ops["tp_pp_communication"] = self._communication(tokens)
         return ops
 
+    @staticmethod
+    def _sums(ops: Iterable[_OpCost], time_s: float | np.ndarray = 0, compute_s: float | np.ndarray = 0):
+        """Operators' times added to ``time_s`` one by one, and their compute-bound times to ``compute_s``."""
+        for op in ops:
+            time_s = time_s + op.time_s
+            compute_s = compute_s + np.where(op.compute_s > op.memory_s, op.time_s, 0.0)
+        return time_s, compute_s
+
     def _grow_table(self, max_tokens: int) -> None:
+        """Tabulate the token-count operators up to ``max_tokens`` (at least doubling the table):
+        the shared tables are extended by the token counts they lack, then this model's own
+        communication is added for the counts its table lacks (each entry is the sum in the order
+        of :meth:`_token_ops`, however the table grew)."""
         size = max(max_tokens + 1, 2 * len(self._table_s))
-        tokens = np.arange(size, dtype=float)
-        ops = self._token_ops(np.maximum(tokens, 1))
-        total = sum(op.time_s for op in ops.values())
-        compute = sum(np.where(op.compute_s > op.memory_s, op.time_s, 0.0) for op in ops.values())
-        total[0] = compute[0] = 0.0
-        self._table_s, self._table_compute_s = total, compute
+        shared = self._shared
+        have = len(shared.time_s)
+        if have < size:
+            tokens = np.maximum(np.arange(have, size, dtype=float), 1)
+            time_s, compute_s = self._sums(self._token_ops(tokens, communication=False).values())
+            if have == 0:
+                time_s[0] = compute_s[0] = 0.0
+            shared.time_s = np.concatenate([shared.time_s, time_s])
+            shared.compute_s = np.concatenate([shared.compute_s, compute_s])
+        own = len(self._table_s)
+        tokens = np.maximum(np.arange(own, size, dtype=float), 1)
+        time_s, compute_s = self._sums([self._communication(tokens)], shared.time_s[own:size],
+                                       shared.compute_s[own:size])
+        if own == 0:
+            time_s[0] = compute_s[0] = 0.0
+        self._table_s = np.concatenate([self._table_s, time_s])
+        self._table_compute_s = np.concatenate([self._table_compute_s, compute_s])
 
     # --- attention ------------------------------------------------------------------------------
     def _precompute_attention(self) -> None:
@@ -554,6 +605,15 @@ class StepCostModel:
         op = _Linear("lm_head", m.vocab_size / self.tp, m.hidden_size, 1, quantized=False)
         sampled = np.asarray(num_sampled, dtype=float)
         return np.where(sampled > 0, self._gemm(op, np.maximum(sampled, 1)).time_s, 0.0)
+
+    def lm_head_table_s(self, size: int) -> np.ndarray:
+        """:meth:`lm_head_time_s` of 0 .. ``size - 1`` sampled tokens (tabulated once for the models
+        that share this one's tables)."""
+        shared = self._shared
+        have = len(shared.lm_head_s)
+        if have < size:
+            shared.lm_head_s = np.concatenate([shared.lm_head_s, self.lm_head_time_s(np.arange(have, size))])
+        return shared.lm_head_s[:size]
 
     def _gpu_parts(self, agg: StepAggregates) -> tuple:
         """(tokens, token-op time, attention parts, attention time, GPU time) of each step."""
@@ -692,13 +752,14 @@ def causal_pairs(chunk_tokens: np.ndarray | int, offset_tokens: np.ndarray | int
 
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DecodeLine:
     """Step time of a fixed decode-only batch as a line in its summed context.
 
     ``time_s = intercept_s + slope_s * context + slope_window_s * context_windowed``, valid while
     ``context <= context_limit`` and ``context_windowed <= window_limit`` (past a limit decode
-    attention turns compute-bound and the slope changes).
+    attention turns compute-bound and the slope changes). Not frozen: the event loop builds one per
+    decode run, and a frozen dataclass costs several times as much to build.
     """
 
     intercept_s: float
@@ -753,9 +814,11 @@ class ScalarStepTime:
         self._grow(len(cost._table_s) - 1)
 
     def _grow(self, top: int) -> None:
-        size = max(top + 1, 2 * len(self._tokens))
-        self._tokens = self.cost.token_ops_time_s(np.arange(size)).tolist()
-        self._lm_head = self.cost.lm_head_time_s(np.arange(size)).tolist()
+        """Extend the lookup lists to at least ``top`` tokens (at least doubling them)."""
+        have = len(self._tokens)
+        counts = np.arange(have, max(top + 1, 2 * have))
+        self._tokens += self.cost.token_ops_time_s(counts).tolist()
+        self._lm_head += self.cost.lm_head_table_s(len(counts) + have)[have:].tolist()
 
     def _fixed(self, num_tokens: int, num_sampled: int) -> float:
         """GPU time of the token-count operators and the LM head."""

@@ -536,16 +536,20 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
                     extra_weights_bytes_per_gpu=spec.head.weights_bytes_per_gpu if spec else 0.0,
                     extra_kv_bytes_per_token_per_gpu=spec.head.kv_bytes_per_token_per_gpu if spec else 0.0,
                     kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None))
-            cost = cache._get(
-                cache.costs, (id(model), gpu.name, id(profile), quantization, d.kv_cache_dtype, tp, d.pp,
-                              d.internode_gbps, d.vllm_version, d.data_parallel_size, d.enable_expert_parallel,
-                              d.all2all_backend, engine.graph_max_tokens, engine.engine, d.num_scheduler_steps),
-                (model, profile),
+            # One step model per configuration, and one copy per CUDA-graph size sharing its
+            # token-count tables (the size decides only which all-reduce runs).
+            config = (id(model), gpu.name, id(profile), quantization, d.kv_cache_dtype, tp, d.pp, d.internode_gbps,
+                      d.vllm_version, d.data_parallel_size, d.enable_expert_parallel, d.all2all_backend, engine.engine,
+                      d.num_scheduler_steps)
+            base = cache._get(
+                cache.costs, config, (model, profile),
                 lambda: StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
                                       internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
                                       dp=d.data_parallel_size, expert_parallel=d.enable_expert_parallel,
                                       all2all_backend=d.all2all_backend, graph_max_tokens=engine.graph_max_tokens,
                                       engine=engine.engine, num_scheduler_steps=d.num_scheduler_steps))
+            cost = cache._get(cache.costs, (*config, engine.graph_max_tokens), (base,),
+                              lambda: base.with_graph_max_tokens(engine.graph_max_tokens))
             limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,
                                   prefill_only=name == PREFILL, scheduling_policy=d.scheduling_policy)
             predictor = cache._get(cache.predictors, (id(cost), id(spec)), (cost, spec),
