@@ -225,18 +225,25 @@ class MoeFit(FamilyFit):
     Whole model shapes (hidden, intermediate, experts, top-k) are held out, with every parallel
     split and token count of them. A table may time several kernels for one format (FlashInfer,
     Triton, Marlin); the profile holds one per format, the most measured (the one the table's vLLM
-    picks for most shapes), named in the entry's ``kernel``.
+    picks for most shapes), named in the entry's ``kernel``. ``source`` fits another kernel the
+    table times for the format (its kernel-source names contain it) under the profile key ``key``:
+    Hopper's block-FP8 experts run Triton's fused MoE without expert parallelism and FlashInfer's
+    CUTLASS kernel with it (:data:`~servopt.costmodels.moe.HOPPER_BLOCK_FP8_TRITON_FOR_TP_FROM`).
     """
 
     holdout_columns = ["hidden_size", "inter_size", "num_experts", "topk"]
 
-    def __init__(self, kernel: str):
+    def __init__(self, kernel: str, source: str | None = None, key: str | None = None):
         self.kernel = kernel
-        self.family = f"moe_{kernel}"
+        self.key = key or kernel
+        self.family = f"moe_{self.key}"
+        self._wanted = source
         self._source = ""
 
     def select(self, table: pd.DataFrame) -> pd.DataFrame:
         rows = table[(table["op"] == "moe") & (table["dtype"] == self.kernel)]
+        if self._wanted is not None:
+            rows = rows[rows["kernel_source"].fillna("").str.contains(self._wanted, regex=False)]
         if rows.empty:
             return rows
         dist = rows["distribution"].fillna("balanced")
@@ -271,11 +278,11 @@ class MoeFit(FamilyFit):
                                RAMP_SMOOTHING * np.diff(params[2:2 + kt], 2)])
 
     def apply(self, profile: PerformanceProfile, params: np.ndarray, rows: pd.DataFrame) -> PerformanceProfile:
-        return profile.model_copy(update={"moe": {**profile.moe, self.kernel: self._unpack(params)}})
+        return profile.model_copy(update={"moe": {**profile.moe, self.key: self._unpack(params)}})
 
     def predict_ms(self, profile: PerformanceProfile, gpu: GPUSpec, rows: pd.DataFrame) -> np.ndarray:
         shape = moe_row_shapes(rows)
-        return profile.moe_time_s(gpu, self.kernel, shape["pairs"], shape["touched"], shape["hidden"], shape["inter"],
+        return profile.moe_time_s(gpu, self.key, shape["pairs"], shape["touched"], shape["hidden"], shape["inter"],
                                   MOE_WEIGHT_BYTES.get(self.kernel, 2.0)) * 1e3
 
 
@@ -516,6 +523,12 @@ def family_fits(table: pd.DataFrame) -> list[FamilyFit]:
     fits += [GemmFit(dtype) for dtype in sorted(gemm["dtype"].dropna().unique())]
     moe = table[table["op"] == "moe"]
     fits += [MoeFit(kernel) for kernel in sorted(moe["dtype"].dropna().unique())]
+    # Hopper's block-FP8 Triton experts (vLLM's kernel without expert parallelism), where the table
+    # times them beside FlashInfer's.
+    block_sources = moe.loc[moe["dtype"] == "fp8_block", "kernel_source"].fillna("").astype(str)
+    triton = block_sources.str.contains("triton", regex=False)
+    if triton.any() and not triton.all():
+        fits.append(MoeFit("fp8_block", source="triton", key="fp8_block_triton"))
     fits += [AttentionFit("prefill"), AttentionFit("decode"), AllReduceFit(), NcclCollectiveFit()]
     return fits
 

@@ -52,6 +52,7 @@ from . import model_sources
 from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, checkpoint_format
 from .errors import InputError, did_you_mean, validate_spec
 from .quantization import QuantScheme, get_scheme
+from .vllm_defaults import VLLM_DEFAULT_MAX_LEN
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
 ModelDType = Literal["bfloat16", "float16", "float32"]
@@ -135,6 +136,9 @@ class ModelSpec(BaseModel):
     checkpoint: CheckpointFormat | None = Field(
         default=None, description="how a pre-quantized checkpoint stores its weights (None: 16-bit weights)")
     published_params_b: float | None = Field(default=None, description="size the model card states")
+    published_params_rounding_b: float | None = Field(
+        default=None, gt=0, description="the step the card rounds its size to (1000 for a card that says 1T); "
+                                        "None: the size is stated to three significant figures or better")
     aliases: tuple[str, ...] = ()
     rope_type: str | None = Field(default=None, description="the config's RoPE scaling type (None: plain RoPE)")
     config_source: str = Field(default="", description="where this configuration was read (what resolution used)")
@@ -159,6 +163,52 @@ class ModelSpec(BaseModel):
     def native_quantization(self) -> str | None:
         """The scheme the checkpoint ships in (fp8, int8, awq, gptq, w8a16, nvfp4, mxfp4), or None."""
         return None if self.checkpoint is None else self.checkpoint.scheme
+
+    def unquantized_layers(self, quantization: str) -> dict[str, int]:
+        """Per linear family of a layer (the roofline's names: ``qkv_proj``, ``o_proj``, MLA's
+        projections, ``gate_up_proj`` / ``down_proj`` of the dense MLP layers, ``shared_gate_up`` /
+        ``shared_down``), how many layers keep it in the model dtype when served as ``quantization``.
+
+        The checkpoint's own metadata says which (:meth:`CheckpointFormat.keeps_unquantized`); a
+        family counts in a layer when every checkpoint module it fuses is excluded (vLLM refuses a fused
+        layer whose shards differ). Serving a checkpoint in another scheme (``--quantization fp8`` of a
+        16-bit model) quantizes every linear layer; mxfp4 none (vLLM has no mxfp4 linear method).
+
+        Example:
+            >>> get_model("openai/gpt-oss-120b").unquantized_layers("mxfp4")["qkv_proj"]
+            36
+            >>> get_model("Qwen/Qwen3-32B").unquantized_layers("fp8")
+            {}
+        """
+        if quantization == "mxfp4":
+            return _unquantized_layers(self._linear_modules(), CheckpointFormat(
+                scheme="mxfp4", method="mxfp4", weight_bits=4, quantizes_linear=False))
+        if self.checkpoint is None or self.checkpoint.scheme != quantization or (
+                not self.checkpoint.ignore and self.checkpoint.quantizes_linear):
+            return {}
+        return _unquantized_layers(self._linear_modules(), self.checkpoint)
+
+    def _linear_modules(self) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
+        """(family, per layer its checkpoint module names) for the linear families of the decoder."""
+        if self.mla is not None:
+            attention = {"q_a_proj": ("q_a_proj",), "q_b_proj": ("q_b_proj",)} if self.mla.q_lora_rank else {
+                "q_proj": ("q_proj",)}
+            attention |= {"kv_a_proj": ("kv_a_proj_with_mqa",), "k_up_absorb": ("kv_b_proj",),
+                          "v_up_absorb": ("kv_b_proj",), "o_proj": ("o_proj",)}
+        else:
+            attention = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "o_proj": ("o_proj",)}
+        every = range(self.num_layers)
+        families = [(name, tuple(tuple(f"model.layers.{i}.self_attn.{p}" for p in parts) for i in every))
+                    for name, parts in attention.items()]
+        dense = range(self.num_dense_mlp_layers)  # the first layers (DeepSeek's first_k_dense_replace)
+        families += [(name, tuple(tuple(f"model.layers.{i}.mlp.{p}" for p in parts) for i in dense))
+                     for name, parts in (("gate_up_proj", ("gate_proj", "up_proj")), ("down_proj", ("down_proj",)))]
+        if self.moe is not None and self.moe.num_shared_experts:
+            moe_layers = range(self.num_layers - self.num_moe_layers, self.num_layers)
+            families += [(name, tuple(tuple(f"model.layers.{i}.mlp.shared_experts.{p}" for p in parts)
+                                      for i in moe_layers))
+                         for name, parts in (("shared_gate_up", ("gate_proj", "up_proj")), ("shared_down", ("down_proj",)))]
+        return tuple(families)
 
     def weight_scheme(self, quantization: str) -> QuantScheme:
         """The scheme ``quantization`` as this checkpoint stores it (its own group size and zero
@@ -365,6 +415,16 @@ _SUPPORTED_FAMILIES = (
     "minimax_m2", "kimi_k25",
 )
 
+@lru_cache(maxsize=256)
+def _unquantized_layers(families: tuple, checkpoint: CheckpointFormat) -> dict[str, int]:
+    """Layers per family whose every module the checkpoint keeps unquantized. A multimodal
+    checkpoint names its decoder ``language_model.model.layers...`` (Kimi-K2.5), so both names are tried."""
+    def kept(module: str) -> bool:
+        return checkpoint.keeps_unquantized(module) or checkpoint.keeps_unquantized(f"language_model.{module}")
+    counts = {name: sum(all(kept(m) for m in modules) for modules in layers) for name, layers in families}
+    return {name: count for name, count in counts.items() if count}
+
+
 # Qwen vision-language checkpoints: the text model they wrap (vLLM serves the vision tower beside it).
 _QWEN_VL_TEXT = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}
 
@@ -512,8 +572,6 @@ _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 # RoPE types whose max_position_embeddings is already the scaled length (vLLM does not multiply by
 # their factor): ``_get_and_verify_max_len``, vllm/config/model.py@v0.33.0 lines 2600-2634.
 _PRESCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-# vLLM's assumption when a config names no maximum length (same function, lines 2579-2596).
-VLLM_DEFAULT_MAX_LEN = 2048
 
 
 def _rope_sections(config: dict) -> list[dict]:
@@ -818,6 +876,7 @@ def preset_models() -> dict[str, ModelSpec]:
         extra: dict[str, Any] = {
             "aliases": tuple(meta.get("aliases", ())),
             "published_params_b": meta.get("published_params_b"),
+            "published_params_rounding_b": meta.get("published_params_rounding_b"),
             "config_source": _catalog_source(entry.name, meta),
         }
         # An explicit size wins over the reader's estimate from vision_config (Gemma 3).

@@ -35,6 +35,17 @@ two cases:
   ``resolve_kv_cache_dtype_string`` in ``vllm/utils/torch_utils.py`` maps ``auto`` to fp8_e4m3.
 
 Plain ``quant_method: fp8`` checkpoints, AWQ and GPTQ keep the model dtype.
+
+Which linear layers a checkpoint leaves unquantized is its own metadata: the module names it
+excludes (ModelOpt's ``exclude_modules`` / ``ignore``, compressed-tensors' ``ignore``, fp8's
+``ignored_layers`` / ``modules_to_not_convert``, AWQ's ``modules_to_not_convert``), matched as vLLM
+matches them when it loads each layer (:meth:`CheckpointFormat.keeps_unquantized`); such a layer runs
+vLLM's ``UnquantizedLinearMethod`` in the model dtype. NVIDIA's NVFP4 releases of MiniMax-M2.5 and
+Kimi-K2.5 keep every attention projection in bf16, Kimi-K2.5's INT4 release its attention, shared
+experts and dense MLP too. mxfp4 quantizes only the experts: vLLM has no mxfp4 linear method
+(``Mxfp4Config.get_quant_method`` serves every linear layer unquantized, ``mxfp4.py@v0.33.0`` lines
+91-105).
+
 :func:`checkpoint_catalog` lists public checkpoints per base model with the accuracy their cards
 publish (``data/checkpoints.yaml``, built by ``scripts/build_checkpoint_catalog.py``), each with
 its own config where a public copy was found.
@@ -48,11 +59,17 @@ Example:
     ('fp8', 'block', (128, 128), 1.000244)
     >>> checkpoint_format({}, {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}).kv_cache_dtype
     'fp8'
+    >>> nvfp4 = checkpoint_format({}, {"producer": {"name": "modelopt"}, "quantization": {
+    ...     "quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}})
+    >>> nvfp4.keeps_unquantized("model.layers.0.self_attn.q_proj"), nvfp4.keeps_unquantized("model.layers.1.self_attn.q_proj")
+    (True, False)
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -105,6 +122,38 @@ class CheckpointFormat(BaseModel):
     kv_cache_dtype: Literal["fp8"] | None = Field(
         default=None, description="what kv_cache_dtype auto means for it (None: the model dtype)")
     source: str = Field(default="", description="where the format was read: config.json, hf_quant_config.json, card")
+    ignore: tuple[str, ...] = Field(default=(), description="module names or patterns the checkpoint leaves unquantized")
+    ignore_match: Literal["exact", "substring", "modelopt", "compressed-tensors"] = Field(
+        default="exact", description="how vLLM's loader for this method matches a module against ``ignore``")
+    quantizes_linear: bool = Field(
+        default=True, description="whether the method quantizes linear layers at all (mxfp4: only the experts)")
+
+    def keeps_unquantized(self, module: str) -> bool:
+        """Whether vLLM serves the linear layer ``module`` (a checkpoint name such as
+        ``model.layers.0.self_attn.q_proj``) unquantized, matching ``ignore`` as this method's loader does:
+
+        - ``exact``: the name itself is listed (``is_layer_skipped``, ``quantization/utils/quant_utils.py@v0.33.0``
+          line 619; ``Fp8Config`` keeps its exact mode, ``fp8.py@v0.33.0`` lines 117-120);
+        - ``substring``: a listed name is part of it (AutoAWQ, ``match_mode="substring"``, ``auto_awq.py@v0.33.0``
+          line 298);
+        - ``modelopt``: exact, a listed name inside it (also without a ``language_model.`` prefix), or an
+          fnmatch wildcard (``is_layer_excluded``, ``modelopt.py@v0.33.0`` lines 191-226);
+        - ``compressed-tensors``: exact, or a ``re:`` pattern matched from the start (``should_ignore_layer``,
+          ``compressed_tensors/utils.py@v0.33.0`` line 53, through compressed-tensors' equal-or-regex match).
+        """
+        if not self.quantizes_linear:
+            return True
+        for pattern in self.ignore:
+            if pattern == module:
+                return True
+            if self.ignore_match == "substring" and pattern in module:
+                return True
+            if self.ignore_match == "modelopt" and (
+                    pattern in module or pattern in module.removeprefix("language_model.") or fnmatch(module, pattern)):
+                return True
+            if self.ignore_match == "compressed-tensors" and pattern.startswith("re:") and re.match(pattern[3:], module):
+                return True
+        return False
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -187,6 +236,17 @@ def _block(value: Any, source: str, key: str) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
+def _ignored(quant: dict, *keys: str) -> tuple[str, ...]:
+    """The module names listed under the first of ``keys`` the metadata has."""
+    for key in keys:
+        value = quant.get(key)
+        if value:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InputError(f"quantization metadata: '{key}' must be a list of module names")
+            return tuple(value)
+    return ()
+
+
 def _compressed_tensors(quant: dict, source: str) -> CheckpointFormat:
     kv = _kv_from_scheme(quant.get("kv_cache_scheme"))
     fmt = str(quant.get("format") or "").lower()
@@ -200,7 +260,8 @@ def _compressed_tensors(quant: dict, source: str) -> CheckpointFormat:
         granularity: Granularity = ("group" if size else "block" if strategy == "block"
                                     else "channel" if strategy == "channel" else "tensor")
         block = _block(weights.get("block_structure"), source, "weights.block_structure") if granularity == "block" else None
-        common = {"method": "compressed-tensors", "kv_cache_dtype": kv, "source": source}
+        common = {"method": "compressed-tensors", "kv_cache_dtype": kv, "source": source,
+                  "ignore": _ignored(quant, "ignore"), "ignore_match": "compressed-tensors"}
         if kind == "float" and bits == 4:
             return CheckpointFormat(scheme="nvfp4", weight_bits=4, granularity="group", group_size=size or 16,
                                     scale_dtype="fp8", **common)
@@ -225,13 +286,17 @@ def _modelopt(quant: dict, source: str) -> CheckpointFormat:
     kv_algo = (inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
                or quant.get("kv_cache_quant_algo"))
     kv = _kv_from_scheme(kv_algo)
+    # hf_quant_config.json lists them under quantization.exclude_modules, config.json under ignore
+    # (ModelOptQuantConfigBase.from_config, modelopt.py@v0.33.0 lines 342 and 359).
+    ignore = {"ignore": _ignored(inner, "exclude_modules") or _ignored(quant, "ignore", "exclude_modules"),
+              "ignore_match": "modelopt"}
     if algo == "FP8":
         return CheckpointFormat(scheme="fp8", method="modelopt", weight_bits=8, granularity="tensor",
-                                kv_cache_dtype=kv, source=source)
+                                kv_cache_dtype=kv, source=source, **ignore)
     if algo == "NVFP4":
         size = int(inner.get("group_size") or 16)
         return CheckpointFormat(scheme="nvfp4", method="modelopt_fp4", weight_bits=4, granularity="group",
-                                group_size=size, scale_dtype="fp8", kv_cache_dtype=kv, source=source)
+                                group_size=size, scale_dtype="fp8", kv_cache_dtype=kv, source=source, **ignore)
     raise InputError(f"{source}: ModelOpt quant_algo '{algo or '?'}' is not modelled; servopt reads FP8 and NVFP4")
 
 
@@ -257,7 +322,8 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
         return CheckpointFormat(scheme="awq" if bits == 4 else "w8a16", method="auto_awq", weight_bits=bits,
                                 granularity="group",
                                 group_size=int(quant.get("group_size") or quant.get("q_group_size") or 128),
-                                zero_point=bool(quant.get("zero_point", True)), source=source)
+                                zero_point=bool(quant.get("zero_point", True)), source=source,
+                                ignore=_ignored(quant, "modules_to_not_convert"), ignore_match="substring")
     if method in ("gptq", "gptq_marlin"):
         bits = int(quant.get("bits") or 4)
         if bits not in (4, 8):
@@ -267,16 +333,20 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
                                 granularity="group" if size > 0 else "channel", group_size=size if size > 0 else None,
                                 zero_point=not quant.get("sym", True), source=source)
     if method == "fp8":
+        # Fp8Config.from_config reads ignored_layers, else modules_to_not_convert (fp8.py@v0.33.0 lines 160-168).
+        ignore = _ignored(quant, "ignored_layers", "modules_to_not_convert")
         if quant.get("weight_block_size") is not None:
             return CheckpointFormat(scheme="fp8", method="fp8", weight_bits=8, granularity="block",
                                     block_size=_block(quant["weight_block_size"], source, "weight_block_size"),
-                                    scale_dtype="fp32", source=source)
-        return CheckpointFormat(scheme="fp8", method="fp8", weight_bits=8, granularity="tensor", source=source)
+                                    scale_dtype="fp32", source=source, ignore=ignore)
+        return CheckpointFormat(scheme="fp8", method="fp8", weight_bits=8, granularity="tensor", source=source,
+                                ignore=ignore)
     if method == "fbgemm_fp8":
         return CheckpointFormat(scheme="fp8", method="fbgemm_fp8", weight_bits=8, granularity="channel", source=source)
     if method == "mxfp4":
         return CheckpointFormat(scheme="mxfp4", method="gpt_oss_mxfp4" if model_type == "gpt_oss" else "mxfp4",
-                                weight_bits=4, granularity="group", group_size=32, scale_dtype="e8m0", source=source)
+                                weight_bits=4, granularity="group", group_size=32, scale_dtype="e8m0", source=source,
+                                quantizes_linear=False)
     if method == "compressed-tensors":
         return _compressed_tensors(quant, source)
     if method.startswith("modelopt"):

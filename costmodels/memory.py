@@ -31,8 +31,9 @@ import numpy as np
 from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GIB, GPUSpec
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, kv_bytes_per_value
-from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION
+from .quantization import MODEL_DTYPE_BYTES, check_supported, kv_bytes_per_value
+from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, default_batch_limits
+from .weights import own_scheme
 
 DEFAULT_BLOCK_SIZE = BLOCK_SIZE
 
@@ -103,8 +104,10 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
 def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, dp: int = 1) -> WeightBreakdown:
     """Weight bytes per GPU and in total (one copy of the model) for a quantization scheme and TP, PP, DP degree.
 
-    The scheme applies to the linear layers (for mxfp4 only to the MoE experts, as gpt-oss ships);
-    embeddings, LM head and norms stay in the model dtype. K/V projections are replicated on ranks
+    The scheme applies to the linear layers the checkpoint quantizes (the rest, such as the attention
+    of NVIDIA's NVFP4 releases or everything but gpt-oss's mxfp4 experts, stays in the model dtype:
+    :meth:`~servopt.costmodels.architectures.ModelSpec.unquantized_layers`); embeddings, LM head and
+    norms stay in the model dtype. K/V projections are replicated on ranks
     when TP exceeds the KV heads. Embeddings sit on the first stage and the LM head on the last.
     With ``dp`` data-parallel ranks every rank holds the attention, dense and shared-expert weights
     of its TP shard, and the routed experts are split over all ``dp x tp`` GPUs (vLLM's MoE group:
@@ -126,10 +129,13 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, 
         experts = model.num_moe_layers * model.moe.num_experts * model.expert_params
         mlp_layers += model.num_moe_layers * model.moe_layer_params - experts
     linear = model.num_layers * attention + mlp_layers
-    if scheme.name == "mxfp4":
-        quantized, unquantized_linear = experts, linear
+    # Layers the checkpoint leaves in the model dtype (ModelSpec.unquantized_layers). mxfp4 quantizes
+    # no linear layer at all (vLLM has no mxfp4 linear method): every weight but the experts' is 16-bit.
+    if quantization == "mxfp4":
+        unquantized_linear = linear
     else:
-        quantized, unquantized_linear = linear + experts, 0
+        unquantized_linear = min(_unquantized_linear_params(model, quantization, tp), linear)
+    quantized = linear + experts - unquantized_linear
     embed = model.embedding_params
     head = model.lm_head_params
     unquantized = unquantized_linear + embed + head + model.norm_params + model.extra_params
@@ -144,6 +150,29 @@ def weight_bytes(model: ModelSpec, quantization: str, tp: int = 1, pp: int = 1, 
     # Precomputed RoPE tables (large for Gemma 3's scaled RoPE) are replicated on every GPU.
     rope = model.rope_cache_bytes
     return WeightBreakdown(layer_bytes + ends + rest + rope, total + rope * tp * pp, float(quantized), float(unquantized))
+
+
+def _unquantized_linear_params(model: ModelSpec, quantization: str, tp: int) -> float:
+    """Parameters of the linear layers served in the model dtype, by family (the roofline's names)."""
+    kept = model.unquantized_layers(quantization)
+    if not kept:
+        return 0.0
+    h = model.hidden_size
+    up = 2 if model.gated_mlp else 1
+    shared = model.moe.num_shared_experts * model.moe.shared_expert_intermediate_size if model.moe else 0
+    per_layer = {"o_proj": model.attn_out_dim * h, "gate_up_proj": up * h * model.intermediate_size,
+                 "down_proj": h * model.intermediate_size, "shared_gate_up": up * h * shared, "shared_down": h * shared}
+    if model.mla is not None:
+        mla, heads = model.mla, model.num_attention_heads
+        q_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        per_layer |= {"q_a_proj": h * (mla.q_lora_rank or 0), "q_b_proj": (mla.q_lora_rank or 0) * heads * q_head,
+                      "q_proj": h * heads * q_head, "kv_a_proj": h * (mla.kv_lora_rank + mla.qk_rope_head_dim),
+                      "k_up_absorb": mla.kv_lora_rank * heads * mla.qk_nope_head_dim,
+                      "v_up_absorb": mla.kv_lora_rank * heads * mla.v_head_dim}
+    else:
+        # K/V replicated on ranks when TP exceeds the KV heads, as weight_bytes counts them.
+        per_layer["qkv_proj"] = h * (model.q_dim + 2 * model.head_dim * kv_heads_per_rank(model, tp) * tp)
+    return float(sum(layers * per_layer[name] for name, layers in kept.items()))
 
 
 def kv_bytes_per_token_per_layer_per_gpu(model: ModelSpec, kv_cache_dtype: str, tp: int = 1) -> float:
@@ -302,8 +331,8 @@ def plan_memory(
     pp: int = 1,
     dp: int = 1,
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     max_model_len: int | None = None,
     extra_weights_bytes_per_gpu: float = 0.0,
@@ -312,7 +341,8 @@ def plan_memory(
 ) -> MemoryPlan:
     """Memory of one replica (tp x pp x dp GPUs) as vLLM lays it out (:func:`weight_bytes` for ``dp``).
 
-    ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one).
+    ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one);
+    the limits to vLLM's defaults for the GPU (:func:`~servopt.costmodels.vllm_defaults.default_batch_limits`).
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
     ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory``, per GPU) sizes the KV cache directly
@@ -320,10 +350,13 @@ def plan_memory(
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    default_tokens, default_seqs = default_batch_limits(gpu)
+    max_num_batched_tokens = max_num_batched_tokens or default_tokens
+    max_num_seqs = max_num_seqs or default_seqs
     if block_size < 1 or max_num_batched_tokens < 1 or max_num_seqs < 1:
         raise InputError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
     # A pre-quantized checkpoint is served in its own format unless another scheme is asked for.
-    quantization = quantization or model.native_quantization or MODEL_DTYPE_SCHEME[model.dtype]
+    quantization = quantization or own_scheme(model)
     check_supported(quantization, gpu)
     weights = weight_bytes(model, quantization, tp, pp, dp)
     layers_per_stage = math.ceil(model.num_layers / pp)

@@ -56,14 +56,29 @@ from .quantization import QuantScheme, runs_weight_only
 ArrayLike = np.ndarray | float | int
 
 
-def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None, gpu: GPUSpec) -> str:
+# vLLM release from which Hopper runs block-FP8 experts on Triton when no expert parallelism splits
+# them and on FlashInfer's CUTLASS kernel under expert parallelism ("On Hopper for Block Fp8, prefer
+# Triton for TP and FI CUTLASS for EP": _get_priority_backends, fused_moe/oracle/fp8.py@v0.17.0
+# lines 85-95, the same at v0.18.0 and v0.20.0). At v0.15.0 and v0.16.0 the priority list puts
+# FLASHINFER_CUTLASS ahead of TRITON for every layout (oracle/fp8.py@v0.16.0 lines 154-166); up
+# to v0.14 FlashInfer ran only when VLLM_USE_FLASHINFER_MOE_FP8 asked for it (get_fp8_moe_backend,
+# quantization/fp8.py@v0.12.0 lines 126-185), so the experts ran on Triton's fused MoE (or DeepGEMM
+# where the deep_gemm package is installed, which servopt does not model).
+HOPPER_BLOCK_FP8_TRITON_FOR_TP_FROM = (0, 17, 0)
+HOPPER_BLOCK_FP8_FLASHINFER_FROM = (0, 15, 0)
+
+
+def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None, gpu: GPUSpec,
+               expert_parallel_size: int = 1, version: tuple[int, int, int] | None = None) -> str:
     """The fused-MoE weight format vLLM runs a model's experts in (a key of ``PerformanceProfile.moe``).
 
     - 16-bit: vLLM's unquantized fused MoE (``UnquantizedFusedMoEMethod``: Triton, or FlashInfer's
       kernels on Blackwell).
     - fp8: block-scaled (``fp8_block``) for checkpoints whose weights carry one scale per block
       (``quant_method: fp8`` with ``weight_block_size``, DeepSeek's and Qwen's releases, or a
-      compressed-tensors block strategy: ``Fp8MoEMethod`` with ``block_quant``); per-tensor or
+      compressed-tensors block strategy: ``Fp8MoEMethod`` with ``block_quant``; on Hopper the kernel
+      depends on the release and the layout, :data:`HOPPER_BLOCK_FP8_TRITON_FOR_TP_FROM`:
+      ``fp8_block_triton`` for Triton's fused MoE, ``fp8_block`` for FlashInfer's); per-tensor or
       per-channel (``fp8``) for ``--quantization fp8`` and the other FP8 checkpoints
       (``Fp8MoEMethod``, ``ModelOptFp8MoEMethod``, ``CompressedTensorsW8A8Fp8MoEMethod``).
     - mxfp4 (gpt-oss): ``Mxfp4MoEMethod`` (``vllm/model_executor/layers/quantization/mxfp4.py``,
@@ -79,6 +94,11 @@ def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None
         >>> from servopt.costmodels.quantization import get_scheme
         >>> [moe_kernel(get_scheme(q), q, None, get_gpu("h100")) for q in ("bf16", "fp8", "mxfp4", "awq", "nvfp4")]
         ['bf16', 'fp8', 'mxfp4', 'int4', 'int4']
+        >>> from servopt.costmodels.checkpoints import checkpoint_format
+        >>> block = checkpoint_format({"quant_method": "fp8", "weight_block_size": [128, 128]})
+        >>> [moe_kernel(get_scheme("fp8"), "fp8", block, get_gpu("h200"), ep, v)
+        ...  for ep, v in ((1, (0, 18, 0)), (8, (0, 18, 0)), (1, (0, 16, 0)), (1, (0, 7, 2)))]
+        ['fp8_block_triton', 'fp8_block', 'fp8_block', 'fp8_block_triton']
     """
     name = scheme.name
     if name == "mxfp4":
@@ -87,6 +107,10 @@ def moe_kernel(scheme: QuantScheme, quantization: str, checkpoint: object | None
         return "int4"
     if name == "fp8":
         block = checkpoint is not None and getattr(checkpoint, "block_size", None) is not None
+        if block and gpu.architecture == "hopper" and version is not None and (
+                version < HOPPER_BLOCK_FP8_FLASHINFER_FROM
+                or (version >= HOPPER_BLOCK_FP8_TRITON_FOR_TP_FROM and expert_parallel_size == 1)):
+            return "fp8_block_triton"
         return "fp8_block" if block else "fp8"
     if name in ("fp16", "nvfp4", "int8"):
         return name

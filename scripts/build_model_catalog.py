@@ -75,14 +75,22 @@ def read_pypi(source: dict, wheels: Path | None) -> str:
 
 def mlc_preset(text: str, key: str) -> dict:
     """One config of mlc-llm's MODEL_PRESETS (a dict literal of Hub configs), without executing code."""
+    presets = module_literal(text, "MODEL_PRESETS", literal=False)
+    for k, v in zip(presets.keys, presets.values, strict=True):
+        if isinstance(k, ast.Constant) and k.value == key:
+            return ast.literal_eval(v)
+    raise SystemExit(f"preset '{key}' not found")
+
+
+def module_literal(text: str, name: str, literal: bool = True):
+    """The dict literal a Python file assigns to ``name`` (a Hub config copied into a script), read
+    without executing code; ``literal=False`` returns its syntax tree."""
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
             target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            if getattr(target, "id", None) == "MODEL_PRESETS":
-                for k, v in zip(node.value.keys, node.value.values, strict=True):
-                    if isinstance(k, ast.Constant) and k.value == key:
-                        return ast.literal_eval(v)
-    raise SystemExit(f"preset '{key}' not found")
+            if getattr(target, "id", None) == name:
+                return ast.literal_eval(node.value) if literal else node.value
+    raise SystemExit(f"no dict assigned to '{name}'")
 
 
 def load_config(entry: dict, built: dict[str, dict], out: Path, mirrors: Path | None,
@@ -93,9 +101,13 @@ def load_config(entry: dict, built: dict[str, dict], out: Path, mirrors: Path | 
         where = f"pypi:{source['package']}=={source['version']}:{source['path']}"
     elif source["kind"] == "github":
         text = read_github(source, mirrors)
-        config = mlc_preset(text, source["preset"]) if source.get("preset") else json.loads(text)
-        where = f"github:{source['repo']}@{source['commit']}:{source['path']}" + (
-            f" (MODEL_PRESETS['{source['preset']}'])" if source.get("preset") else "")
+        if source.get("preset"):
+            config, part = mlc_preset(text, source["preset"]), f" (MODEL_PRESETS['{source['preset']}'])"
+        elif source.get("variable"):
+            config, part = module_literal(text, source["variable"]), f" ({source['variable']})"
+        else:
+            config, part = json.loads(text), ""
+        where = f"github:{source['repo']}@{source['commit']}:{source['path']}" + part
     elif source["kind"] == "derived":
         base_id = source["from"]
         if base_id in built:
@@ -132,6 +144,8 @@ def main() -> None:
         built[entry["hf_id"]] = config
         meta = {"hf_id": entry["hf_id"], "aliases": entry.get("aliases", []),
                 "published_params_b": entry.get("published_params_b"), "source": where,
+                **({"published_params_rounding_b": entry["published_params_rounding_b"]}
+                   if "published_params_rounding_b" in entry else {}),
                 "source_kind": entry["source"]["kind"]}
         if entry["source"].get("hf_quant_config"):
             quant_source = {**entry["source"], "path": entry["source"]["hf_quant_config"]}

@@ -116,3 +116,41 @@ def test_kernel_table_reads_aiconfigurator_moe_rows_and_keeps_block_fp8_apart():
     table = read_kernel_table(io.StringIO(text), name="aic")
     assert table["op"].tolist() == ["moe", "moe"] and table["dtype"].tolist() == ["fp8_block", "mxfp4"]
     assert table["gpu"].tolist() == ["h100", "h100"] and table["latency_ms"].tolist() == [0.2, 0.06]
+
+
+@pytest.mark.parametrize(("gpu", "ep", "version", "kernel"), [
+    ("h200", 1, "0.18.0", "fp8_block_triton"),  # from 0.17: Triton without expert parallelism
+    ("h200", 8, "0.18.0", "fp8_block"),  # FlashInfer's CUTLASS kernel with it
+    ("h100", 1, "0.16.0", "fp8_block"),  # 0.15-0.16: FlashInfer first for every layout
+    ("h100", 1, "0.8.3", "fp8_block_triton"),  # before: FlashInfer only on request
+    ("b200", 1, "0.18.0", "fp8_block"),  # the rule is Hopper's
+])
+def test_hopper_block_fp8_experts_run_the_kernel_vllm_picks_for_the_layout(gpu, ep, version, kernel):
+    from servopt.costmodels.checkpoints import checkpoint_format
+    from servopt.costmodels.moe import moe_kernel
+    from servopt.costmodels.quantization import get_scheme
+    from servopt.costmodels.vllm_defaults import parse_vllm_version
+
+    block = checkpoint_format({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    assert moe_kernel(get_scheme("fp8"), "fp8", block, get_gpu(gpu), ep, parse_vllm_version(version)) == kernel
+
+
+def test_block_fp8_triton_rows_fit_their_own_profile_entry():
+    table = synthetic_moe_table(TRUTH).assign(dtype="fp8_block")
+    triton = table.assign(kernel_source="vllm_fp8moe_triton_tritonexperts", latency_ms=table["latency_ms"] * 1.5)
+    flashinfer = pd.concat([table, table.head(40)]).assign(kernel_source="vllm_fp8moe_flashinfer_cutlass_flashinferexperts")
+    fitted = fit_profile(pd.concat([flashinfer, triton]), H100, holdout_fraction=0.0).profile.moe
+    assert fitted["fp8_block"].kernel.endswith("flashinfer_cutlass_flashinferexperts")
+    assert fitted["fp8_block_triton"].kernel == "vllm_fp8moe_triton_tritonexperts"
+    assert fitted["fp8_block_triton"].overhead_s != fitted["fp8_block"].overhead_s
+
+
+def test_an_h200_tp8_step_of_a_block_fp8_moe_uses_the_triton_entry():
+    from servopt.costmodels.architectures import resolve_model
+
+    spec = resolve_model("MiniMaxAI/MiniMax-M2.5").spec
+    gpu = get_gpu("h200")
+    profile = load_profile(gpu)
+    tp_only = StepCostModel(spec, gpu, profile, quantization="fp8", tp=8, vllm_version="0.18.0")
+    with_ep = StepCostModel(spec, gpu, profile, quantization="fp8", tp=8, vllm_version="0.18.0", expert_parallel=True)
+    assert (tp_only._moe_kernel, with_ep._moe_kernel) == ("fp8_block_triton", "fp8_block")

@@ -70,7 +70,8 @@ PLANS = [
     # NVFP4 (ModelOpt hf_quant_config.json), dense and MoE
     ("nvidia/Qwen3-32B-NVFP4", 1, "nvidia--Qwen3-32B-NVFP4", 40960, 20676627456, "nvfp4", SHIPPED),
     ("nvidia/Qwen3-30B-A3B-NVFP4", 1, "nvidia--Qwen3-30B-A3B-NVFP4", 40960, 18079689472, "nvfp4", SHIPPED),
-    ("nvidia/DeepSeek-V3-0324-NVFP4", 4, "nvidia--DeepSeek-V3-0324-NVFP4", 163840, 380201716512, "nvfp4", SHIPPED),
+    # Its hf_quant_config.json excludes every self_attn module: MLA's projections stay bf16 (11.4B params).
+    ("nvidia/DeepSeek-V3-0324-NVFP4", 4, "nvidia--DeepSeek-V3-0324-NVFP4", 163840, 396608510752, "nvfp4", SHIPPED),
     # mxfp4 (gpt-oss)
     ("openai/gpt-oss-20b", 1, "openai--gpt-oss-20b", 131072, 13768296064, "mxfp4", SHIPPED),
     ("openai/gpt-oss-120b", 1, "openai--gpt-oss-120b", 131072, 65207117440, "mxfp4", SHIPPED),

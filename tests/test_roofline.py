@@ -5,6 +5,7 @@ from servopt.costmodels.architectures import get_model
 from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.profile import PerformanceProfile
 from servopt.costmodels.roofline import Batch, StepCostModel, aggregates_from_arrays, causal_pairs
+from servopt.costmodels.vllm_defaults import MAX_CUDAGRAPH_TOKENS
 
 
 def cost_model(model="llama-3.1-8b", gpu="h100", **kwargs) -> StepCostModel:
@@ -108,3 +109,32 @@ def test_pipeline_parallel_adds_sends_across_nodes():
     inter = cost_model("llama-3.1-70b", tp=8, pp=2, internode_bytes_per_s=5e9)
     assert intra.step(Batch(prefill_tokens=[2048])).operators_s["tp_pp_communication"] > 0
     assert inter.prefill_time_s(2048) > cost_model("llama-3.1-70b", tp=8).prefill_time_s(2048)
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "qwen3-30b-a3b"])
+def test_a_step_model_for_another_cuda_graph_size_shares_tables_and_times_steps_as_a_fresh_one(model):
+    from servopt.calibration.registry import shipped_profile
+
+    h100 = get_gpu("h100")
+    profile = shipped_profile("h100")  # measured custom all-reduce curves, captured and eager
+    base = StepCostModel(get_model(model), h100, profile, tp=4, graph_max_tokens=512)
+    base.token_ops_time_s(20_000)  # grown before the copy is made
+    copy = base.with_graph_max_tokens(64)
+    fresh = StepCostModel(get_model(model), h100, profile, tp=4, graph_max_tokens=64)
+    tokens = np.array([1, 64, 65, 512, 513, 8192, 20_000, 40_000])
+    assert np.array_equal(copy.token_ops_time_s(tokens), fresh.token_ops_time_s(tokens))
+    # Only the all-reduce of steps between the two capture sizes differs from the base.
+    assert copy.token_ops_time_s(100) != base.token_ops_time_s(100)
+    assert np.array_equal(copy.token_ops_time_s(tokens[tokens > 512]), base.token_ops_time_s(tokens[tokens > 512]))
+    assert copy._shared is base._shared and base.with_graph_max_tokens(512) is base
+    assert cost_model(model, tp=1).with_graph_max_tokens(64).graph_max_tokens == MAX_CUDAGRAPH_TOKENS  # no all-reduce
+
+
+def test_token_tables_grown_step_by_step_equal_tables_built_at_once():
+    grown = cost_model("llama-3.1-70b", tp=2)
+    for top in (9000, 17_000, 40_000):
+        grown.token_ops_time_s(top)
+    at_once = cost_model("llama-3.1-70b", tp=2)
+    at_once._grow_table(len(grown._table_s) - 1)
+    assert np.array_equal(grown._table_s, at_once._table_s)
+    assert np.array_equal(grown._table_compute_s, at_once._table_compute_s)
