@@ -231,20 +231,37 @@ def _open_journal_fd(path: str, flags: int, what: str) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if os.path.islink(path):
-            raise InputError(f"{what} '{shown(path)}' is a symbolic link; servopt does not follow links in its "
-                             "folders (a planted link would have the study written into its target). Remove it and "
-                             "rerun") from None
+            raise _not_a_journal(path, what, stat.S_IFLNK) from None
         if err.errno == errno.EISDIR:
-            raise InputError(f"{what} '{shown(path)}' is a folder, not a regular file; give a journal file's path") \
-                from None
+            raise _not_a_journal(path, what, stat.S_IFDIR) from None
         raise InputError(f"{what} '{shown(path)}' cannot be opened: {err.strerror}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
-        raise InputError(f"{what} '{shown(path)}' is {kind}, not a regular file; give a journal file's path")
+        raise _not_a_journal(path, what, mode)
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
+
+
+def _check_journal_path(path: str) -> None:
+    """Refuse a journal ``path`` that is a link, a folder, a FIFO or a device before anything is made
+    beside it (its lock file: journal:///dev/null left /dev/null.lock behind its refusal)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise InputError(f"storage journal '{shown(path)}' cannot be opened: {err.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise _not_a_journal(path, "storage journal", mode)
+
+
+def _not_a_journal(path: str, what: str, mode: int) -> InputError:
+    if stat.S_ISLNK(mode):
+        return InputError(f"{what} '{shown(path)}' is a symbolic link; servopt does not follow links in its folders "
+                          "(a planted link would have the study written into its target). Remove it and rerun")
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+    return InputError(f"{what} '{shown(path)}' is {kind}, not a regular file; give a journal file's path")
 
 
 class _FlockLock:
@@ -293,6 +310,7 @@ class _JournalFile(JournalFileBackend):
         self._lock = _FlockLock(path)
         self._log_number_offset: dict[int, int] = {0: 0}
         self.repaired = ""
+        _check_journal_path(path)
         self._lock.acquire()
         try:
             fd = _open_journal_fd(path, os.O_RDWR | os.O_CREAT, "storage journal")

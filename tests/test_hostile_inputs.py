@@ -292,6 +292,16 @@ def test_storages_that_cannot_hold_a_study_are_refused(url, problem):
         open_storage(url)
 
 
+def test_a_refused_journal_path_gets_no_lock_file_beside_it(tmp_path):
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link")
+    for name, problem in (("folder", "is a folder"), ("pipe", "FIFO"), ("link", "symbolic link")):
+        with pytest.raises(InputError, match=problem):
+            open_storage(journal_url(tmp_path / name))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link", "pipe"]
+
+
 @pytest.mark.parametrize("url, shown", [
     ("postgresql://u:s3cret@h/db", "postgresql://u:***@h/db"),
     ("postgresql://u:s%40cr%2Fet@h:5432/db", "postgresql://u:***@h:5432/db"),
@@ -315,6 +325,9 @@ def test_a_password_never_reaches_output_or_files(capsys, tmp_path):
 def test_output_folders_and_files_are_checked_before_any_work(capsys, tmp_path):
     with pytest.raises(InputError, match="root folder"):
         output_folder("/", "--out", ["job.json"])
+    bench = DATA / "diagnose" / "dennislee22_qwen2_7b_n1"
+    assert "--seed-job '/' is the file system's root folder" in one_line_exit_2(
+        capsys, "diagnose", f"{bench}.json", "--deployment", f"{bench}.deployment.yaml", "--seed-job", "/")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("mine")
     with pytest.raises(InputError, match="'.*mine' holds other files \\(notes.md\\)"):
