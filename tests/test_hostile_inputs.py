@@ -372,6 +372,8 @@ def test_printed_export_hints_are_shell_quoted(tmp_path):
     hint = export_command(tmp_path / "o;touch x;#")
     subprocess.run(["bash", "-c", hint.replace("servopt", "true", 1)], cwd=tmp_path, check=True)
     assert not (tmp_path / "x").exists()
+    # A relative folder named like an option is pasted as a path, not read as one.
+    assert export_command("-o") == "servopt export ./-o --pick cheapest"
 
 
 # --- journal safety ---------------------------------------------------------------------------------

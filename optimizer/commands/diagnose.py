@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(doc))
         if args.seed_job:
+            from ...results import servopt_command  # only here: the reports' imports cost diagnose's start-up
+
             print(f"\nseed job: {printable(work, 300)} and {printable(dep, 300)}; start the search with "
-                  f"servopt optimize {shlex.quote(str(work))}")
+                  f"{servopt_command('optimize', work)}")
     return 0

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 from collections.abc import Iterator
@@ -25,7 +24,8 @@ from ...costmodels.userfiles import parse_json, shown
 from ...results import (
     KUBERNETES_VERSION, SHM_SIZE, FrontPoint, KubernetesOptions, check_commands_with_vllm, check_manifests,
     check_with_sglang, check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes,
-    render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
+    render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, servopt_command, sglang_plan,
+    with_configs,
 )
 from . import COMMANDS
 
@@ -115,8 +115,8 @@ def read_front(folder: str | Path) -> dict:
         data = parse_json(read_text(path, "front file"), f"front file '{shown(path)}'")
     except FileNotFoundError:
         raise InputError(f"{shown(folder)} has no front.json; run servopt optimize (or "
-                         f"{shlex.join(['servopt', 'report', str(folder)])}) first") from None
-    where = f"front file '{shown(path)}' (rewrite it with servopt report {shlex.quote(str(folder))})"
+                         f"{servopt_command('report', folder)}) first") from None
+    where = f"front file '{shown(path)}' (rewrite it with {servopt_command('report', folder)})"
     # Strict about the deployment spec: a point on the front passed every rule (only trial records of
     # rejected points keep a spec as drawn).
     front = validate_spec(_FrontFile, data, where, context={"strict_spec": True})
@@ -190,7 +190,7 @@ def _front_file_problems(folder: str | Path, point: FrontPoint) -> Iterator[None
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise InputError(f"front.json: trial {point.trial} is not what servopt writes ({type(err).__name__}: "
-                         f"{one_line(str(err))[:100]}); rewrite it with servopt report {shlex.quote(str(folder))}") \
+                         f"{one_line(str(err))[:100]}); rewrite it with {servopt_command('report', folder)}") \
             from None
 
 
