@@ -368,9 +368,11 @@ def _repair(fd: int, path: str) -> str:
         os.ftruncate(fd, keep)
         notes.append(f"its last line was cut short ({size - keep:,} bytes: a full disk, or a process killed while "
                      "writing) and is cut off")
-    fixed = _untear(fd, path)
+    fixed, blank = _untear(fd, path)
     if fixed:
         notes.append(f"{fixed} line(s) an older servopt left torn mid-file lost their torn part")
+    if blank:
+        notes.append(f"{blank} blank line(s) are dropped")
     if not notes:
         return ""
     return f"storage journal '{shown(path)}': " + "; ".join(notes) + "; every whole record (every finished trial) is kept"
@@ -387,16 +389,20 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _untear(fd: int, path: str) -> int:
-    """Replace each line that is a torn record followed by a whole one with the whole one; returns how
-    many there were. A whole record is one line that begins with its operation code, once: only other
+def _untear(fd: int, path: str) -> tuple[int, int]:
+    """Replace each line that is a torn record followed by a whole one with the whole one, and drop
+    blank lines; returns how many of each there were (a line that is neither a record nor torn is
+    refused, naming it). A whole record is one line that begins with its operation code, once: only other
     lines are parsed. The repaired journal replaces the old one whole (a temporary file renamed over
     it, under the caller's lock), so that a kill in the middle leaves one or the other."""
     os.lseek(fd, 0, os.SEEK_SET)
     lines = _read_all(fd, os.fstat(fd).st_size).split(b"\n")
-    fixed = 0
+    fixed, blank = 0, 0
     for i, line in enumerate(lines):
-        if not line or line.startswith(_RECORD_START) and line.count(_RECORD_START) == 1 or _is_record(line):
+        if line.startswith(_RECORD_START) and (line.count(_RECORD_START) == 1 or _is_record(line)):
+            continue
+        if not line:
+            blank += i < len(lines) - 1  # the last is what follows the final newline
             continue
         cut = line.rfind(_RECORD_START)
         while cut > 0 and not _is_record(line[cut:]):
@@ -404,7 +410,14 @@ def _untear(fd: int, path: str) -> int:
         if cut > 0:
             lines[i] = line[cut:]
             fixed += 1
-    if fixed:
+            continue
+        # Neither a record nor a torn one before a whole one: what it held (a trial, a study) is not for
+        # servopt to guess, and Optuna would replay the records after it against the wrong trials.
+        raise InputError(f"storage journal '{shown(path)}' line {i + 1:,} is not an Optuna journal record (the file "
+                         "was edited, or damaged); restore the journal from a copy, or move it away to start over")
+    if blank:  # blank lines (an editor's) hold nothing: dropped, as Optuna cannot read past them
+        lines = [line for line in lines[:-1] if line] + [lines[-1]]
+    if fixed or blank:
         folder = os.path.dirname(path) or "."
         temp_fd, temp = tempfile.mkstemp(dir=folder, prefix=".study.journal.", suffix=".tmp")
         try:
@@ -418,7 +431,7 @@ def _untear(fd: int, path: str) -> int:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
-    return fixed
+    return fixed, blank
 
 
 def _is_record(line: bytes) -> bool:

@@ -411,6 +411,14 @@ def test_a_torn_last_line_is_cut_and_every_finished_trial_kept(tmp_path):
     journal.write_bytes(b"\n".join(lines))
     assert "torn mid-file" in open_storage(journal_url(journal)).repaired
     assert len(_finished(journal)) == 8
+    # Blank lines (an editor's) hold nothing and go; a line that is no record is named, never guessed at.
+    whole = journal.read_bytes()
+    journal.write_bytes(whole.replace(b"\n", b"\n\n", 3))
+    assert "3 blank line(s) are dropped" in open_storage(journal_url(journal)).repaired
+    assert journal.read_bytes() == whole and len(_finished(journal)) == 8
+    journal.write_bytes(whole.replace(b"\n", b'\n{"a": 1}\n', 1))
+    with pytest.raises(InputError, match="line 2 is not an Optuna journal record"):
+        open_storage(journal_url(journal))
 
 
 def test_a_deployment_two_trials_drew_is_scored_by_the_lower_one_only(tmp_path):
