@@ -347,6 +347,10 @@ def test_model_ids_that_begin_with_a_dash_are_refused_and_local_paths_are_absolu
     with pytest.raises(InputError, match="begins with '-'"):
         check_model_id("--trust-remote-code", "model")
     assert check_model_id("./--trust-remote-code", "model") == str(tmp_path / "--trust-remote-code")
+    # A local folder shaped like a Hub id is the folder (as the model is resolved), exported absolute.
+    (tmp_path / "models" / "llama").mkdir(parents=True)
+    assert check_model_id("models/llama", "model") == str(tmp_path / "models" / "llama")
+    assert check_model_id("meta-llama/Llama-3.1-8B", "model") == "meta-llama/Llama-3.1-8B"
 
 
 def test_csv_cells_a_spreadsheet_would_run_are_text(tmp_path):
