@@ -1068,7 +1068,7 @@ def case_shadow(rng: random.Random) -> Case:
 
 
 SCRAPE_MUTATIONS = ["duplicate_series", "duplicate_reordered_labels", "kv_out_of_range", "bad_le", "nan_counter",
-                    "shuffle", "extra_series", "crlf", "other_engine"]
+                    "negative_le", "falling_bucket", "shuffle", "extra_series", "crlf", "other_engine"]
 
 
 def _read_kv(expected: float | None) -> Callable[[str], str]:
@@ -1080,7 +1080,8 @@ def _read_kv(expected: float | None) -> Callable[[str], str]:
 
 def case_scrape(rng: random.Random) -> Case:
     """A vLLM /metrics scrape: a series twice (counts doubled if summed), a gauge outside its range, a
-    bucket bound or value that is no number: refused naming the line; reordered, extra, CRLF: read."""
+    bucket bound or value that is no number, a negative bound, buckets that are not cumulative: refused
+    naming the line; reordered, extra, CRLF: read."""
     lines = METRICS_FIXTURE.read_text().splitlines()
     samples = [i for i, line in enumerate(lines) if line.startswith("vllm:")]
     kv_line = next(i for i in samples if lines[i].startswith("vllm:kv_cache_usage_perc"))
@@ -1108,6 +1109,16 @@ def case_scrape(rng: random.Random) -> Case:
         i = rng.choice(buckets)
         lines[i] = re.sub(r'le="[^"]*"', 'le="' + rng.choice(["abc", "", "1,5", "0.5s", "∞"]) + '"', lines[i])
         needle = "bucket bound"
+    elif mutation == "negative_le":
+        i = rng.choice([j for j in samples if "_bucket{" in lines[j] and 'le="+Inf"' not in lines[j]])
+        lines[i] = re.sub(r'le="([^"]*)"', r'le="-\1"', lines[i])
+        needle = "below 0"
+    elif mutation == "falling_bucket":  # a bucket counting more than the next larger bound: not cumulative
+        i = rng.choice([j for j in samples[:-1] if "_bucket{" in lines[j] and "_bucket{" in lines[j + 1]
+                        and lines[j].split("{")[0] == lines[j + 1].split("{")[0]])
+        above = float(lines[i + 1].rsplit(" ", 1)[1])
+        lines[i] = lines[i].rsplit(" ", 1)[0] + f" {above + rng.randint(1, 1000)}"
+        needle = "not cumulative"
     elif mutation == "nan_counter":
         i = rng.choice([j for j in samples if lines[j].startswith(("vllm:num_preemptions_total",
                                                                     "vllm:prompt_tokens_total"))])

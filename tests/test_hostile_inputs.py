@@ -200,6 +200,9 @@ SCRAPE = (DATA / "diagnose" / "metrics_vllm_0_25_1_idle.txt").read_text()
     ('vllm:kv_cache_usage_perc{engine="1",model_name="opt-125m-tp2"} -0.5', "at least 0"),
     ('vllm:time_to_first_token_seconds_bucket{engine="1",le="1,5",model_name="m"} 3', "le='1,5'"),
     ('vllm:prompt_tokens_total{engine="1",model_name="m"} NaN', "finite"),
+    ('vllm:time_to_first_token_seconds_bucket{engine="1",le="-0.5",model_name="m"} 3', "below 0"),
+    ('vllm:time_to_first_token_seconds_bucket{engine="0",le="0.0001",model_name="opt-125m-tp2"} 1e9',
+     "not cumulative"),
 ])
 def test_scrapes_with_a_series_twice_or_values_out_of_range_are_refused(extra, problem):
     with pytest.raises(InputError, match="line") as refused:
