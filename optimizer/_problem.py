@@ -120,12 +120,20 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
             raise _keyed(f"gpus.{raw}", err) from None
         gpus[gpu.name] = gpu if price is None else gpu.model_copy(update={"price_per_gpu_hour": price})
 
-    unknown_profiles = sorted(set(w.profiles) - set(names) - set(gpus))
-    if unknown_profiles:
-        raise InputError(f"profiles.{unknown_profiles[0]}: not one of the candidate GPUs ({', '.join(gpus)})")
+    given: dict[str, str] = {}  # GPU -> profile path, by any of the GPU's names
+    for raw, path in w.profiles.items():
+        try:
+            name = catalog.get(raw).name
+        except InputError as err:
+            raise _keyed(f"profiles.{raw}", err) from None
+        if name not in gpus:
+            raise InputError(f"profiles.{raw}: not one of the candidate GPUs ({', '.join(gpus)})")
+        if name in given:
+            raise InputError(f"profiles.{raw}: the GPU {name} has a profile already (two names of one GPU); keep one")
+        given[name] = path
     profiles = {}
     for name, gpu in gpus.items():
-        path = next((p for g, p in w.profiles.items() if catalog.get(g).name == name), None)
+        path = given.get(name)
         try:
             profiles[name] = load_profile(gpu, path)
         except InputError as err:

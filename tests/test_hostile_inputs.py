@@ -177,6 +177,19 @@ def test_a_profile_fitted_for_another_gpu_is_refused():
     assert load_profile(get_gpu("A100_80GB"), profile).gpu == "a100-80gb"  # any name of the same GPU
 
 
+def test_a_workload_names_its_profiles_gpus_by_any_of_their_names_once():
+    from servopt.optimizer._problem import build_problem
+    from servopt.optimizer.workload import parse_workload
+
+    h100 = str(ROOT / "calibration" / "profiles" / "h100.json")
+    problem = build_problem(parse_workload({**TINY, "profiles": {"H100_SXM": h100}}, "w.yaml"))
+    assert problem.ctx.profiles["h100"].gpu == "h100"
+    with pytest.raises(InputError, match="profiles.H100-SXM: the GPU h100 has a profile already"):
+        build_problem(parse_workload({**TINY, "profiles": {"h100": h100, "H100-SXM": h100}}, "w.yaml"))
+    with pytest.raises(InputError, match="profiles.l40s: not one of the candidate GPUs"):
+        build_problem(parse_workload({**TINY, "profiles": {"l40s": h100}}, "w.yaml"))
+
+
 @pytest.mark.parametrize("gpus, problem", [
     ({"lab": {"base": "a100-80gb", "aliases": ["H100-SXM"]}}, "alias 'H100-SXM' is already the GPU h100"),
     ({"L40S": {"base": "h100"}}, "gpus.L40S is the GPU l40s already and gives a base"),
