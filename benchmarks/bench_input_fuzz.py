@@ -945,7 +945,8 @@ def case_yaml11(rng: random.Random) -> Case:
     elif mutation == "binary":  # a number in YAML 1.1, text in 1.2
         spelling, expect = bin(value), INVALID
     elif mutation == "grouped":  # 1_024: a number in YAML 1.1, text in 1.2
-        spelling, expect = f"{value:_}" if value >= 1000 else "_".join(str(value)), INVALID
+        spelling = f"{value:_}" if value >= 1000 else "_".join(str(value)) if value >= 10 else f"{value}_"
+        expect = INVALID
     elif mutation == "bool11":  # a true/false field spelled as YAML 1.1 only reads it (text in 1.2)
         flags = [p for p in _paths(data) if type(_get(data, p)) is bool]
         if flags:
