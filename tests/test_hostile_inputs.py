@@ -279,6 +279,11 @@ def test_bad_flags_are_one_line_naming_the_flag(capsys, argv, flag):
     assert err.startswith(f"servopt{' ' + argv[0] if argv[0] != 'nosuch' else ''}: error: ") and flag in err
 
 
+def test_no_command_or_action_is_one_line_not_the_usage_block(capsys):
+    assert "servopt: error: choose a command: plan, predict" in one_line_exit_2(capsys)
+    assert "servopt calibrate: error: choose an action: run, fit, import" in one_line_exit_2(capsys, "calibrate")
+
+
 def test_pick_takes_ascii_trial_numbers_only_and_front_json_is_checked(capsys, tmp_path):
     job = tmp_path / "job"
     job.mkdir()
