@@ -366,9 +366,12 @@ class Scheduler:
             horizon_matters = budget > 0 and seats > 0
         heap, t = self.finish_heap, self.table
         state, finish_tick = t.state, t.finish_tick
-        while heap and (state[heap[0][1]] != DECODE or finish_tick[heap[0][1]] != heap[0][0]):
+        while True:  # drop entries of requests that left or were preempted (a decode is always in the heap)
+            tick, rid = heap[0]
+            if state[rid] == DECODE and finish_tick[rid] == tick:
+                break
             heapq.heappop(heap)
-        max_steps = heap[0][0] - self.tick
+        max_steps = tick - self.tick
         if self.window is None:
             windowed, growing = self.decode_context, self.num_decode
         else:
@@ -492,13 +495,16 @@ class Scheduler:
         return self._advance_decodes(steps, end_s)
 
     def _advance_decodes(self, steps: int, end_s: float) -> list[int]:
-        self.tick += steps
+        self.tick = now = self.tick + steps
         self.decode_context += self.num_decode * self.growth * steps
         heap, t = self.finish_heap, self.table
         finished = []
-        while heap and heap[0][0] <= self.tick:
+        if not heap or heap[0][0] > now:
+            return finished
+        state, finish_tick = t.state, t.finish_tick
+        while heap and heap[0][0] <= now:
             tick, rid = heapq.heappop(heap)
-            if t.state[rid] != DECODE or t.finish_tick[rid] != tick:
+            if state[rid] != DECODE or finish_tick[rid] != tick:
                 continue
             if self.cache is not None:
                 self._cache_sync()
