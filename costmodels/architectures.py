@@ -52,6 +52,7 @@ from . import model_sources
 from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, checkpoint_format
 from .errors import InputError, did_you_mean, validate_spec
 from .quantization import QuantScheme, get_scheme
+from .userfiles import parse_shipped_yaml
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
 ModelDType = Literal["bfloat16", "float16", "float32"]
@@ -904,14 +905,12 @@ class Derivative:
 def derivatives() -> dict[str, Derivative]:
     """Lower-cased id -> the statement that it has a catalogued model's config: the entries of
     ``data/derivatives.yaml`` and the Hugging Face ids the model catalog lists as aliases."""
-    import yaml
-
     found: dict[str, Derivative] = {}
     for spec in preset_models().values():
         for alias in spec.aliases:
             if "/" in alias:
                 found[_key(alias)] = Derivative(alias, spec.name, "listed as an alias of it in the model catalog")
-    raw = yaml.safe_load(resources.files(__package__).joinpath("data/derivatives.yaml").read_text())
+    raw = parse_shipped_yaml(resources.files(__package__).joinpath("data/derivatives.yaml").read_text())
     for item in raw["derivatives"]:
         found[_key(item["id"])] = Derivative(item["id"], item["config_of"], item["evidence"])
     return found
@@ -1178,9 +1177,7 @@ class ContextExtension:
 
 @lru_cache(maxsize=1)
 def _context_extensions() -> dict[str, ContextExtension]:
-    import yaml
-
-    raw = yaml.safe_load(resources.files(__package__).joinpath("data/context_extensions.yaml").read_text())
+    raw = parse_shipped_yaml(resources.files(__package__).joinpath("data/context_extensions.yaml").read_text())
     found = {}
     for item in raw["extensions"]:
         extension = ContextExtension(dict(item["rope_parameters"]), int(item["max_model_len"]), item["source"])
