@@ -171,7 +171,8 @@ class Engine:
         step = plan_step(sched)
         full_pass = self.predictor.step_s(step.composition)
         duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
-        return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration, pass_s=full_pass)
+        clock = self.clock
+        return Plan(clock, clock + duration, clock, step, None, 1, duration, 0.0, full_pass)
 
     def cut(self, plan: Plan, time_s: float) -> Plan | None:
         """``plan`` (made from the current state) cut to the steps that start before ``time_s``: what

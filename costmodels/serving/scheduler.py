@@ -480,14 +480,14 @@ class Scheduler:
             if shared > self.shared_blocks:
                 self.shared_blocks = shared
         finished = self._advance_decodes(1, end_s)
+        computed, prompt, generated = t.computed, t.prompt, t.generated
         for rid, n in plan.chunks:
-            done = t.computed[rid]
-            t.computed[rid] = done + n
-            self.prefill_blocks += counts[done + n] - counts[done]
+            done = computed[rid]
+            computed[rid] = now = done + n
+            self.prefill_blocks += counts[now] - counts[done]
             self.prefill_context += n
-            if done + n == t.prompt[rid] + t.generated[rid]:
-                if self._emit_after_prefill(rid, end_s):
-                    finished.append(rid)
+            if now == prompt[rid] + generated[rid] and self._emit_after_prefill(rid, end_s):
+                finished.append(rid)
         return finished
 
     def apply_run(self, steps: int, end_s: float) -> list[int]:
@@ -522,40 +522,43 @@ class Scheduler:
     def _emit_after_prefill(self, rid: int, end_s: float) -> bool:
         """A request's computed tokens caught up: it samples a token. True when it leaves the engine."""
         t, counts = self.table, self.blocks.table
-        t.generated[rid] += 1
+        generated = t.generated[rid] = t.generated[rid] + 1
         if math.isnan(t.first_token_s[rid]):
             t.first_token_s[rid] = end_s
         else:
             self.gaps_s.append((end_s, end_s - t.last_emit_s[rid]))
             self.gap_requests.append(rid)
-        leaving = t.generated[rid] >= t.output[rid] or self.limits.prefill_only
+        computed = t.computed[rid]
+        leaving = generated >= t.output[rid] or self.limits.prefill_only
         if leaving and self.cache is not None:
             self._cache_sync()
-            self._release(rid, self._own_blocks(rid, t.computed[rid]), t.computed[rid],
-                          keep=t.follow_up[rid] >= 0 or t.generated[rid] < t.output[rid])
+            self._release(rid, self._own_blocks(rid, computed), computed,
+                          keep=t.follow_up[rid] >= 0 or generated < t.output[rid])
+        shared = self._shared_blocks(rid)
         self.prefilling.remove(rid)
-        self.prefill_blocks -= self._own_blocks(rid, t.computed[rid])
-        self.prefill_context -= t.computed[rid]
+        self.prefill_blocks -= counts[computed] - shared
+        self.prefill_context -= computed
         if leaving:
             t.last_emit_s[rid] = end_s
             self._finish(rid, end_s)
             return True
-        remaining = t.output[rid] - t.generated[rid]
+        remaining = t.output[rid] - generated
         if self.speculation is not None:
             emitted = self.speculation.steps_to_emit(self.rng, remaining)
             t.emitted[rid] = emitted
             steps = len(emitted)
         else:
             steps = remaining
+        tick = self.tick
         t.state[rid] = DECODE
-        t.base_context[rid] = float(t.computed[rid])
-        t.base_tick[rid] = self.tick
-        t.finish_tick[rid] = self.tick + steps
-        heapq.heappush(self.finish_heap, (self.tick + steps, rid))
+        t.base_context[rid] = float(computed)
+        t.base_tick[rid] = tick
+        t.finish_tick[rid] = tick + steps
+        heapq.heappush(self.finish_heap, (tick + steps, rid))
         self.num_decode += 1
         self._count_decode(rid, 1)
-        self.decode_context += t.computed[rid]
-        self.decode_shared_blocks += self._shared_blocks(rid)
+        self.decode_context += computed
+        self.decode_shared_blocks += shared
         self._decode_cache = None
         return False
 
