@@ -15,7 +15,6 @@ time of each.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -40,7 +39,7 @@ def compare_space(name: str, worst: int) -> dict[str, list[float]]:
         start = time.process_time()
         outcome = evaluator.evaluate(candidate, screen=None)
         record = outcome.record
-        key = json.dumps(record.deployment, sort_keys=True)
+        key = record.deployment.spec.model_dump_json()
         if not (record.simulation and record.estimate) or key in seen:  # drawn points repaired to one scored
             continue
         seen.add(key)
@@ -56,7 +55,7 @@ def compare_space(name: str, worst: int) -> dict[str, list[float]]:
         meets = {k: all(p99[k][m] <= target for m, target in (("ttft", slo.p99_ttft_s), ("tpot", slo.p99_tpot_s))
                         if target is not None) for k in p99}
         verdicts.append(meets["estimate"] != meets["simulation"])
-        rows.append((p99["estimate"]["ttft"] / p99["simulation"]["ttft"] - 1, record.deployment, p99))
+        rows.append((p99["estimate"]["ttft"] / p99["simulation"]["ttft"] - 1, record.deployment.spec.model_dump(mode="json"), p99))
     print(f"{name}: {len(verdicts)} distinct deployments estimated and simulated; CPU {estimate_s:.1f} s for the estimates, "
           f"{simulate_s:.0f} s for the simulations (with the estimate and its checks)")
     for m in METRICS:

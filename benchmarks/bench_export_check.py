@@ -35,7 +35,7 @@ import yaml
 
 from servopt.costmodels.architectures import config_files
 from servopt.optimizer.cli import main as servopt
-from servopt.results import check_commands_with_vllm, serve_commands, with_configs
+from servopt.results import FrontPoint, check_commands_with_vllm, serve_commands, with_configs
 from servopt.results._export_kubernetes import (
     KUBERNETES_VERSION, LWS_EXAMPLE_ENV, check_manifests, container_words, serve_argvs,
 )
@@ -80,13 +80,13 @@ def main() -> None:
             code, text = run(["export", str(folder), "--pick", str(point["trial"]), *check,
                               "--out", str(folder / f"export-{point['trial']}")])
             verdict = [line for line in text.splitlines() if "--check" in line or "error" in line]
-            weights = point.get("weights") or {}
+            record = FrontPoint.model_validate(point).deployment
             checked += 1
             failures += code != 0
             scripts = {p.name: p.read_text() for p in sorted((folder / f"export-{point['trial']}").glob("*.sh"))}
             shell += labelled(serve_commands(scripts), f"{name} trial {point['trial']}")
-            print(f"{name:<22} trial {point['trial']:>4} {point['deployment']['quantization']:<6} "
-                  f"{weights.get('serve_id', point['serve_id']):<58} "
+            print(f"{name:<22} trial {point['trial']:>4} {record.quantization:<6} "
+                  f"{record.weights.serve_id if record.weights else point['serve_id']:<58} "
                   + (f"{'ok' if code == 0 else 'REJECTED'}: {verdict[-1] if verdict else text.strip()[-200:]}" if check
                      else f"{'exported' if code == 0 else 'FAILED: ' + text.strip()[-200:]}"))
             code, text = run(["export", str(folder), "--pick", str(point["trial"]), "--format", "kubernetes",

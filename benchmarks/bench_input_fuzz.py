@@ -1322,15 +1322,16 @@ def case_front(rng: random.Random, job_dir: Path) -> Case:
     elif mutation == "metric_text":
         key = rng.choice(list(point.get("metrics") or {"cost_usd_per_hour": 0}))
         point.setdefault("metrics", {})[key], needle = "cheap", key
-    elif mutation == "no_gpu":
-        point.get("deployment", {}).pop("gpu", None)
+    elif mutation == "no_gpu":  # the deployment record's spec
+        point.get("deployment", {}).get("spec", {}).pop("gpu", None)
         needle = "gpu"
     elif mutation == "negative_trial":
         point["trial"], needle = -rng.randrange(1, 10**6), "trial"
     elif mutation == "zero_gpus_per_node":
-        point["gpus_per_node"], needle = 0, "gpus_per_node"
+        point.setdefault("deployment", {})["gpus_per_node"], needle = 0, "gpus_per_node"
     elif mutation == "roles_not_list":
-        point["roles"], needle = rng.choice([{"role": "replica"}, "replica", [5]]), "roles"
+        point.setdefault("deployment", {})["roles"] = rng.choice([{"role": "replica"}, "replica", [5]])
+        needle = "roles"
     elif mutation == "objective_missing":
         front["workload"].pop("objective", None)
         needle = "objective"

@@ -21,6 +21,7 @@ from bench_optimizer_setup import cli
 
 from servopt.costmodels.deployment import MAX_ENGINES
 from servopt.optimizer.defaults import default_workload_text
+from servopt.results import FrontPoint
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
                 print(f"{rate:5d} req/s: optimize failed: {done.stderr.strip()}")
             result = json.loads(done.stdout) if done.stdout.strip() else {}
             front = json.loads((Path(tmp) / f"out{rate}" / "front.json").read_text())["points"] if result else []
-            replicas = sorted({p["deployment"]["replicas"] for p in front})
+            replicas = sorted({FrontPoint.model_validate(p).deployment.spec.replicas for p in front})
             print(f"{rate:5d} req/s: {seconds[rate]:.1f} CPU s, exit {done.returncode}, {result.get('trials')} trials, "
                   f"{result.get('simulated')} simulated, front of {len(front)} (replicas {replicas})")
     ratio = seconds[1000] / seconds[10]

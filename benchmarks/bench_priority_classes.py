@@ -35,6 +35,7 @@ from servopt.costmodels.architectures import get_model
 from servopt.costmodels.deployment import Deployment
 from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.serving import Traffic, estimate, simulate
+from servopt.results import FrontPoint
 
 CLASSES = [
     {"name": "chat", "share": 0.5, "priority": 0,
@@ -144,8 +145,8 @@ def main() -> None:
         front = json.loads((root / "job" / "front.json").read_text())
         print("  front (re-checked):")
         for point in front["points"]:
-            d, m = point["deployment"], point["class_metrics"]
-            print(f"  trial {point['trial']}: {d['scheduling_policy']:8} max_num_seqs {d['max_num_seqs']:3}  "
+            d, m = FrontPoint.model_validate(point).deployment.spec, point["class_metrics"]
+            print(f"  trial {point['trial']}: {d.scheduling_policy:8} max_num_seqs {d.max_num_seqs:3}  "
                   f"chat P99 TTFT {m.get('p99_ttft_s[chat]', float('nan')):.3f} s  "
                   f"batch P99 TTFT {m.get('p99_ttft_s[batch]', float('nan')):.3f} s  "
                   f"${point['metrics']['cost_usd_per_hour']:.2f}/h")

@@ -52,8 +52,8 @@ def main() -> None:
             continue
         number = front[0]
         check, record = collected["rechecks"][number], records[number]
-        d = record.deployment
-        print(f"  cheapest: trial {number}, {record.replicas} x {d['gpu']} TP{d['tp']} ({record.num_gpus} GPUs), "
+        d = record.deployment.spec
+        print(f"  cheapest: trial {number}, {record.replicas} x {d.gpu} TP{d.tp} ({record.num_gpus} GPUs), "
               f"${check.cost_usd_per_hour:.2f}/hour; P99 TTFT {_p99(check.simulation, 'ttft')}, e2e "
               f"{_p99(check.simulation, 'e2e')}; one replica down: TTFT {_p99(check.n_minus_1, 'ttft')}, e2e "
               f"{_p99(check.n_minus_1, 'e2e')}")

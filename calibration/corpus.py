@@ -42,8 +42,8 @@ from ..costmodels.checkpoints import checkpoints_of
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import get_gpu
-from ..costmodels.memory import plan_memory
 from ..costmodels.profile import PerformanceProfile
+from ..costmodels.serving.compiled import compile_deployment
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version, resolve_engine
@@ -417,14 +417,13 @@ def _bench_row_run(row: dict, table: str, index: int, folders: list[Path]) -> Me
 
 
 def _kv_capacity_tokens(run: MeasuredRun) -> float:
-    d = run.deployment
-    resolved = resolve_model(run.model)
-    plan = plan_memory(resolved.spec, get_gpu(d.gpu), quantization=d.quantization or resolved.quantization,
-                       kv_cache_dtype=d.kv_cache_dtype, tp=d.tp, pp=d.pp, gpu_memory_utilization=d.gpu_memory_utilization,
-                       max_model_len=d.max_model_len or resolved.spec.max_context,
-                       kv_cache_memory_bytes=d.kv_cache_memory_gib * 2**30 if d.kv_cache_memory_gib else None)
-    # Tokens of full-attention context the pool holds (sliding-window layers hold less, never more).
-    return float(plan.kv_cache_blocks * plan.block_size / plan.layout.groups) * d.replicas * d.data_parallel_size
+    """Tokens of full-attention context the run's KV pools hold (its deployment compiled: its own
+    limits and data-parallel ranks, vLLM's defaults for the rest)."""
+    gpu = get_gpu(run.deployment.gpu)
+    compiled = compile_deployment(resolve_model(run.model).spec, run.deployment, gpu, PerformanceProfile.spec_default(gpu))
+    if compiled.error:
+        raise InputError(f"run {run.run_id}: {compiled.error}")
+    return compiled.kv_pool_tokens()
 
 
 def _with_traffic(run: MeasuredRun, cache: SessionCache | None) -> MeasuredRun:
@@ -510,14 +509,9 @@ def load_corpus(shared_e2e: Path = SHARED_E2E, repo_e2e: Path = REPO_E2E) -> lis
 
 
 def compiled_run(run: MeasuredRun, profile: PerformanceProfile):
-    """The run's deployment compiled for its model (the checkpoint's quantization where the run names none)."""
-    from ..costmodels.serving.compiled import compile_deployment
-
+    """The run's deployment compiled for its model (the checkpoint's own format where the run names none)."""
     resolved = resolve_model(run.model)
-    deployment = run.deployment
-    if deployment.quantization is None and resolved.quantization:
-        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
-    return compile_deployment(resolved.spec, deployment, get_gpu(deployment.gpu), profile)
+    return compile_deployment(resolved.spec, run.deployment, get_gpu(run.deployment.gpu), profile)
 
 
 def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:

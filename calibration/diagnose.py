@@ -152,12 +152,6 @@ def check_model(result: BenchResult, resolved: ResolvedModel, requested: str) ->
                      f"'{printable(requested)}': pass --model with the model the server ran (or the run of this model)")
 
 
-def _kv_pool_tokens(compiled) -> float:
-    """Tokens of full-attention context the deployment's KV blocks hold, over every engine."""
-    return float(sum(r.plan.kv_cache_blocks * r.plan.block_size / r.plan.layout.groups * r.engines
-                     for r in compiled.roles if r.name != "prefill"))
-
-
 def _pin_kv_pool(compiled, metrics: VllmMetrics | None, profile: PerformanceProfile, notes: list[str]):
     """Use the KV pool vLLM reported (per engine) where the deployment leaves it to servopt's plan."""
     d = compiled.deployment
@@ -239,15 +233,13 @@ def diagnose(results: list[BenchResult], model: str, deployment: Deployment, gpu
         if served != resolved.spec.name:
             raise InputError(f"metrics '{metrics.source}' come from a server of model_name '{printable(name)}', not "
                              f"'{printable(model)}': scrape the server that ran the benchmark")
-    if deployment.quantization is None and resolved.quantization:
-        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
     version = deployment.vllm_version or CURRENT_VLLM
     notes: list[str] = []
     compiled = compile_deployment(resolved.spec, deployment, gpu, profile).require()
     compiled = _pin_kv_pool(compiled, metrics, profile, notes).require()
     deployment = compiled.deployment
-    cache = SessionCache(_kv_pool_tokens(compiled)) if deployment.enable_prefix_caching else None
-    engines = sum(r.engines for r in compiled.roles if r.name != "prefill")
+    cache = SessionCache(compiled.kv_pool_tokens()) if deployment.enable_prefix_caching else None
+    engines = sum(r.engines for r in compiled.roles if r.generates)
     runs = []
     for index, result in enumerate(results):
         traffic = Traffic.model_validate(result.traffic_spec(seed=seed, vllm_version=version, cache=cache,

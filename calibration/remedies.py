@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..costmodels.architectures import ModelSpec
-from ..costmodels.capacity import replica_capacity
+from ..costmodels.capacity import role_capacity
 from ..costmodels.deployment import DisaggregationConfig, Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec
@@ -108,9 +108,7 @@ def _replica_changes(s: Situation) -> list[Change]:
     if s.offered_rate:
         role = s.compiled.roles[0]
         try:
-            cap = replica_capacity(role.cost, role.plan, mean_input_tokens=s.mean_input_tokens,
-                                   mean_output_tokens=s.mean_output_tokens, max_num_seqs=role.limits.max_num_seqs,
-                                   max_num_batched_tokens=role.limits.max_num_batched_tokens)
+            cap = role_capacity(role, s.mean_input_tokens, s.mean_output_tokens)
             formula = cap.replicas_for(s.offered_rate / (role.per_replica * role.dp))
         except InputError:
             formula = 0

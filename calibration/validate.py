@@ -27,14 +27,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.hardware import GIB
-from ..costmodels.memory import kv_capacity, plan_memory
+from ..costmodels.deployment import Deployment
+from ..costmodels.errors import one_line
+from ..costmodels.memory import kv_capacity
+from ..costmodels.serving.compiled import compile_deployment
 from ..costmodels.serving.traffic import MAX_RATE_PER_S
-from ..costmodels.vllm_defaults import BLOCK_SIZE, default_batch_limits
+from ..costmodels.vllm_defaults import BLOCK_SIZE, parse_vllm_version
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error
@@ -147,6 +151,22 @@ def _number(value) -> float | None:
     return float(value)
 
 
+def _whole(value) -> int | None:
+    """A table cell as a whole number (None when empty)."""
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def _release(text) -> str | None:
+    """The vLLM release a table cell names ('0.19.0 (per results dir name)' is 0.19.0), None when it names none."""
+    if text is None or (isinstance(text, float) and np.isnan(text)) or not str(text).strip():
+        return None
+    try:
+        return ".".join(map(str, parse_vllm_version(str(text))))
+    except InputError:
+        return None
+
+
 def _gpu_from_cell(value) -> GPUSpec | None:
     """A GPU named the way public logs name it ('A100 80GB (per filename)', 'H100 (80GB assumed)',
     'AMD MI300X (ROCm; ...)'); None when it is unknown or not stated."""
@@ -240,14 +260,20 @@ class MemoryValidator(Validator):
             reasons.append("GPU or gpu_memory_utilization not stated: whole-budget prediction skipped")
             return "; ".join(reasons)
         record["gpu"] = gpu.name
-        default_tokens, default_seqs = default_batch_limits(gpu)
-        plan = plan_memory(
-            spec, gpu, tp=tp, pp=pp, kv_cache_dtype=kv_dtype, gpu_memory_utilization=utilization,
-            max_model_len=int(_number(row.get("max_model_len")) or spec.max_context), block_size=block,
-            max_num_batched_tokens=int(_number(row.get("max_num_batched_tokens")) or default_tokens),
-            max_num_seqs=int(_number(row.get("max_num_seqs")) or default_seqs),
-        )
-        record["pred_kv_cache_tokens"] = plan.kv_capacity_tokens
+        # The deployment the log describes, compiled as every prediction is: limits the log leaves
+        # out are vLLM's defaults for that GPU and that vLLM release.
+        try:
+            deployment = Deployment(
+                gpu=gpu.name, tp=tp, pp=pp, data_parallel_size=int(_number(row.get("dp")) or 1), kv_cache_dtype=kv_dtype,
+                gpu_memory_utilization=float(utilization), block_size=block, vllm_version=_release(row.get("vllm_version")),
+                max_model_len=int(_number(row.get("max_model_len")) or spec.max_context),
+                max_num_batched_tokens=_whole(row.get("max_num_batched_tokens")), max_num_seqs=_whole(row.get("max_num_seqs")))
+            compiled = compile_deployment(spec, deployment, gpu, PerformanceProfile.spec_default(gpu))
+        except (InputError, ValidationError) as err:
+            return f"not a deployment servopt can compile: {one_line(str(err))}"
+        if compiled.error:
+            return compiled.error
+        record["pred_kv_cache_tokens"] = compiled.roles[0].plan.kv_capacity_tokens
         return ""
 
 

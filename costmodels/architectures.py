@@ -53,6 +53,7 @@ from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, ch
 from .errors import InputError, did_you_mean, validate_spec
 from .quantization import QuantScheme, get_scheme
 from .userfiles import parse_shipped_yaml
+from .vllm_defaults import VLLM_DEFAULT_MAX_LEN
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
 ModelDType = Literal["bfloat16", "float16", "float32"]
@@ -572,8 +573,6 @@ _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 # RoPE types whose max_position_embeddings is already the scaled length (vLLM does not multiply by
 # their factor): ``_get_and_verify_max_len``, vllm/config/model.py@v0.33.0 lines 2600-2634.
 _PRESCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-# vLLM's assumption when a config names no maximum length (same function, lines 2579-2596).
-VLLM_DEFAULT_MAX_LEN = 2048
 
 
 def _rope_sections(config: dict) -> list[dict]:

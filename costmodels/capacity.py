@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from .errors import InputError
 from .memory import MemoryPlan
-from .roofline import StepCostModel
+from .roofline import Batch, StepCostModel
+from .serving.compiled import DECODE, PREFILL, Role
 
 # Guards against float noise such as 2.0000000000000004 rounding up to 3.
 _EPSILON = 1e-9
@@ -87,3 +88,32 @@ def replica_capacity(cost: StepCostModel, plan: MemoryPlan, *, mean_input_tokens
     prefill_s = cost.prefill_time_s(math.ceil(mean_input_tokens), max_num_batched_tokens)
     occupancy = prefill_s + mean_output_tokens * decode_step_s / tokens_per_decode_step
     return ReplicaCapacity(concurrency=concurrency, occupancy_s=occupancy, kv_limited=kv_fit < max_num_seqs)
+
+
+def prefill_capacity(cost: StepCostModel, mean_input_tokens: float, max_num_batched_tokens: int) -> ReplicaCapacity:
+    """A P/D prefill instance: as many prompts per step as the token budget holds, one step each."""
+    prompt = max(math.ceil(mean_input_tokens), 1)
+    per_step = max(max_num_batched_tokens // prompt, 1)
+    if per_step > 1:
+        step_s = cost.step(Batch(prefill_tokens=[prompt] * per_step)).time_s
+    else:
+        step_s = cost.prefill_time_s(prompt, max_num_batched_tokens)
+    return ReplicaCapacity(concurrency=float(per_step), occupancy_s=step_s, kv_limited=False)
+
+
+def role_capacity(role: Role, mean_input_tokens: float, mean_output_tokens: float, num_speculative_tokens: int = 0,
+                  tokens_per_decode_step: float = 1.0) -> ReplicaCapacity:
+    """Capacity of one engine of a compiled role, with its own limits: a replica serves whole
+    requests (:func:`replica_capacity`), a prefill instance their prompts (:func:`prefill_capacity`),
+    and a decode instance holds a request only while it generates."""
+    limits = role.limits
+    if role.name == PREFILL:
+        return prefill_capacity(role.cost, mean_input_tokens, limits.max_num_batched_tokens)
+    cap = replica_capacity(role.cost, role.plan, mean_input_tokens=mean_input_tokens, mean_output_tokens=mean_output_tokens,
+                           max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
+                           num_speculative_tokens=num_speculative_tokens, tokens_per_decode_step=tokens_per_decode_step)
+    if role.name == DECODE:
+        decode_s = role.cost.decode_step_time_s(max(int(cap.concurrency), 1),
+                                                math.ceil(mean_input_tokens + mean_output_tokens / 2), num_speculative_tokens)
+        cap = ReplicaCapacity(cap.concurrency, mean_output_tokens * decode_s, cap.kv_limited)
+    return cap

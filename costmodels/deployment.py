@@ -8,12 +8,11 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .errors import MAX_TOKENS, Name, Spec
+from .errors import MAX_MEMORY_GIB, MAX_TOKENS, Name, Spec
 from .quantization import WeightScheme
 from .vllm_defaults import (
     ALL2ALL_COLLECTIVES,
@@ -21,6 +20,7 @@ from .vllm_defaults import (
     GPU_MEMORY_UTILIZATION,
     SCHEDULING_POLICIES,
     SCHEDULING_POLICY,
+    batch_limits_problem,
     gpu_memory_utilization,
     parse_vllm_version,
     release,
@@ -65,28 +65,6 @@ class SpeculativeConfig(Spec):
         if self.method == "draft_model" and not self.draft_model:
             raise ValueError("method 'draft_model' needs draft_model (a preset alias or Hugging Face id)")
         return self
-
-
-@dataclass(frozen=True)
-class Placement:
-    """One vLLM instance's place: its replica, role, first node, first GPU there, and GPU count."""
-
-    replica: int
-    role: str
-    node: int
-    first_gpu: int
-    gpus: int
-    gpus_per_node: int
-
-    @property
-    def nodes(self) -> list[int]:
-        """Every node it occupies (pipeline stages beyond the first node take whole nodes)."""
-        return list(range(self.node, self.node + -(-self.gpus // self.gpus_per_node)))
-
-    @property
-    def devices(self) -> list[int]:
-        """Its GPUs on the first node (CUDA_VISIBLE_DEVICES there)."""
-        return list(range(self.first_gpu, self.first_gpu + min(self.gpus, self.gpus_per_node)))
 
 
 class DisaggregationConfig(Spec):
@@ -147,7 +125,7 @@ class Deployment(Spec):
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS)
     kv_cache_memory_gib: float | None = Field(
-        default=None, gt=0, le=8192,
+        default=None, gt=0, le=MAX_MEMORY_GIB,
         description="KV cache per GPU (vLLM's --kv-cache-memory); default: what gpu_memory_utilization leaves")
     block_size: int = Field(default=BLOCK_SIZE, ge=1, le=1024)
     speculative: SpeculativeConfig | None = None
@@ -189,12 +167,11 @@ class Deployment(Spec):
 
     @model_validator(mode="after")
     def _check_limits(self) -> Deployment:
-        if (self.max_num_seqs and self.max_num_batched_tokens
-                and self.max_num_batched_tokens < self.max_num_seqs):
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                f"({self.max_num_seqs}), as vLLM requires"
-            )
+        # The rest of vLLM's rule (drafts, max_model_len) needs the model: CompiledDeployment.batch_problem.
+        problem = (self.max_num_seqs and self.max_num_batched_tokens
+                   and batch_limits_problem(self.max_num_seqs, self.max_num_batched_tokens))
+        if problem:
+            raise ValueError(problem[1])
         if self.engines > MAX_ENGINES:
             raise ValueError(f"{self.engines} engines (replicas x instances or data-parallel ranks x pp) is more "
                              f"than the {MAX_ENGINES} servopt simulates")
@@ -217,44 +194,3 @@ class Deployment(Spec):
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_replica * self.replicas
-
-    def instance_roles(self) -> list[tuple[str, int]]:
-        """(role, GPUs) of each vLLM instance, replica by replica, prefill instances before decode ones;
-        the role is 'serve' for an aggregated instance."""
-        d = self.disaggregation
-        if d is None:
-            per_replica = [("serve", self.tp * self.pp * self.data_parallel_size)]
-        else:
-            per_replica = ([("prefill", d.prefill_tp * self.pp)] * d.prefill_instances
-                           + [("decode", d.decode_tp * self.pp)] * d.decode_instances)
-        return per_replica * self.replicas
-
-    def placement(self, gpus_per_node: int) -> list[Placement]:
-        """Where each instance runs: whole onto the next node with room for it; one that needs a node
-        or more takes whole nodes of its own (its pipeline stages span the next ones). ``servopt
-        export`` starts them there and whole-node pricing rents those nodes.
-
-        >>> [(p.node, p.first_gpu) for p in Deployment(gpu="h100", tp=2, replicas=3).placement(4)]
-        [(0, 0), (0, 2), (1, 0)]
-        """
-        out, node, used = [], 0, 0  # the open node and the GPUs taken on it
-        replicas_roles = self.instance_roles()
-        per_replica = len(replicas_roles) // self.replicas
-        for index, (role, gpus) in enumerate(replicas_roles):
-            if used and used + min(gpus, gpus_per_node) > gpus_per_node:
-                node, used = node + 1, 0
-            out.append(Placement(index // per_replica, role, node, used, gpus, gpus_per_node))
-            if gpus >= gpus_per_node:
-                node, used = node + -(-gpus // gpus_per_node), 0
-            else:
-                used += gpus
-        return out
-
-    def num_nodes(self, gpus_per_node: int) -> int:
-        """Nodes the fleet occupies as :meth:`placement` places it.
-
-        >>> Deployment(gpu="h100", tp=2, replicas=3).num_nodes(4)
-        2
-        """
-        last = self.placement(gpus_per_node)[-1]
-        return last.nodes[-1] + 1

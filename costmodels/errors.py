@@ -40,6 +40,8 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 
 # Largest token count any length field accepts: ten million tokens is beyond every model's context.
 MAX_TOKENS = 10_000_000
+# GPU memory, and the KV cache of one GPU: at most 8 TiB.
+MAX_MEMORY_GIB = 8 * 1024
 # Integers above 2**53 cannot round-trip through a float, and no count servopt reads comes near it.
 MAX_INT = 2**53
 # How much of a user's value or key an error message quotes.
@@ -227,9 +229,10 @@ def format_validation_error(err: Exception, source: str = "", shown: int = 5,
     return one_line(prefix + "; ".join(parts))
 
 
-def validate_spec(spec: type[SpecT], data: Any, source: str) -> SpecT:
-    """Validate user data against a pydantic spec; every problem becomes one InputError naming its field."""
+def validate_spec(spec: type[SpecT], data: Any, source: str, context: dict[str, Any] | None = None) -> SpecT:
+    """Validate user data against a pydantic spec; every problem becomes one InputError naming its field
+    (``context``: pydantic's validation context, for validators that read it)."""
     try:
-        return spec.model_validate(data)
+        return spec.model_validate(data, context=context)
     except ValidationError as err:
         raise InputError(format_validation_error(err, source, spec=spec)) from None

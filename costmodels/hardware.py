@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .errors import InputError, Name, Spec, did_you_mean, label, quote, unknown_name_error, validate_spec
+from .errors import MAX_MEMORY_GIB, InputError, Name, Spec, did_you_mean, label, quote, unknown_name_error, validate_spec
 from .userfiles import parse_shipped_yaml, read_yaml_mapping, shown
 
 GIB = 1024**3
@@ -34,7 +34,7 @@ GIB = 1024**3
 # 288 GB, 8 TB/s and 15 PFLOP/s of dense fp4; a GPU-hour costs a few dollars.
 MAX_PRICE_PER_GPU_HOUR = 1000.0
 GPUPrice = Annotated[float, Field(ge=0, le=MAX_PRICE_PER_GPU_HOUR)]
-MemoryGiB = Annotated[float, Field(ge=0.1, le=8192)]
+MemoryGiB = Annotated[float, Field(ge=0.1, le=MAX_MEMORY_GIB)]
 
 Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
 

@@ -31,8 +31,9 @@ import numpy as np
 from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GIB, GPUSpec
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, kv_bytes_per_value
-from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION
+from .quantization import MODEL_DTYPE_BYTES, check_supported, kv_bytes_per_value
+from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, default_batch_limits
+from .weights import own_scheme
 
 DEFAULT_BLOCK_SIZE = BLOCK_SIZE
 
@@ -330,8 +331,8 @@ def plan_memory(
     pp: int = 1,
     dp: int = 1,
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     max_model_len: int | None = None,
     extra_weights_bytes_per_gpu: float = 0.0,
@@ -340,7 +341,8 @@ def plan_memory(
 ) -> MemoryPlan:
     """Memory of one replica (tp x pp x dp GPUs) as vLLM lays it out (:func:`weight_bytes` for ``dp``).
 
-    ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one).
+    ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one);
+    the limits to vLLM's defaults for the GPU (:func:`~servopt.costmodels.vllm_defaults.default_batch_limits`).
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
     ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory``, per GPU) sizes the KV cache directly
@@ -348,10 +350,13 @@ def plan_memory(
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    default_tokens, default_seqs = default_batch_limits(gpu)
+    max_num_batched_tokens = max_num_batched_tokens or default_tokens
+    max_num_seqs = max_num_seqs or default_seqs
     if block_size < 1 or max_num_batched_tokens < 1 or max_num_seqs < 1:
         raise InputError("block_size, max_num_batched_tokens and max_num_seqs must be positive")
     # A pre-quantized checkpoint is served in its own format unless another scheme is asked for.
-    quantization = quantization or model.native_quantization or MODEL_DTYPE_SCHEME[model.dtype]
+    quantization = quantization or own_scheme(model)
     check_supported(quantization, gpu)
     weights = weight_bytes(model, quantization, tp, pp, dp)
     layers_per_stage = math.ceil(model.num_layers / pp)

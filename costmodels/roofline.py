@@ -39,17 +39,20 @@ from .errors import InputError
 from .hardware import GPUSpec
 from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, weight_bytes
 from .moe import ExpertLayout, moe_kernel
-from .profile import PerformanceProfile, smooth_max
-from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME, check_supported, math_dtype, runs_weight_only
+from .profile import PerformanceProfile, cpu_wait_s, smooth_max
+from .quantization import MODEL_DTYPE_BYTES, check_supported, math_dtype, runs_weight_only
 from .vllm_defaults import (
     ALL2ALL_COLLECTIVES,
+    ALLREDUCE_IMPLEMENTATIONS,
     MAX_CUDAGRAPH_TOKENS,
-    allreduce_limits,
+    allreduce_implementation,
     async_scheduling,
     default_all2all_backend,
+    default_batch_limits,
     engine_generation,
     parse_vllm_version,
 )
+from .weights import own_scheme
 
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
@@ -143,6 +146,22 @@ class _Linear:
     quantized: bool = True
 
 
+@dataclass(frozen=True)
+class AttentionRoofline:
+    """One attention phase of one layer as roofline coefficients, in seconds: compute per query-key
+    pair, memory traffic per cached token read and per query token (read Q, write O), the launch
+    overhead of a step and the work each sequence adds; prefill's compute efficiency ramps with the
+    mean chunk (``half_efficiency_query`` tokens give half of it, 0: flat). The step model and its
+    scalar view (:class:`ScalarStepTime`) both read these."""
+
+    compute_per_pair_s: float
+    memory_per_kv_token_s: float
+    memory_per_query_token_s: float
+    overhead_s: float
+    overhead_per_seq_s: float
+    half_efficiency_query: float = 0.0
+
+
 @dataclass
 class _OpCost:
     time_s: np.ndarray
@@ -211,7 +230,7 @@ class StepCostModel:
     _shared: _TokenTables = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.quantization = self.quantization or MODEL_DTYPE_SCHEME[self.model.dtype]
+        self.quantization = self.quantization or own_scheme(self.model)
         check_supported(self.quantization, self.gpu)
         weight_bytes(self.model, self.quantization, self.tp, self.pp, self.dp)  # validates tp/pp/dp
         m, tp = self.model, self.tp
@@ -225,9 +244,9 @@ class StepCostModel:
         self._heads = m.num_attention_heads / tp
         self._kv_layer_bytes = kv_bytes_per_token_per_layer_per_gpu(m, self.kv_cache_dtype, tp)
         self._linears = self._layer_linears()
-        self._window = m.sliding_window
-        self._sliding_layers = m.num_sliding_layers if m.sliding_window else 0
-        self._full_layers = m.num_layers - self._sliding_layers
+        self.window = m.sliding_window
+        self.sliding_layers = m.num_sliding_layers if m.sliding_window else 0
+        self.full_layers = m.num_layers - self.sliding_layers
         self._spans_nodes = tp * self.pp * self.dp > self.gpu.nvlink_gpus
         self._version = parse_vllm_version(self.vllm_version)
         self._layout = None if m.moe is None else ExpertLayout(
@@ -242,15 +261,16 @@ class StepCostModel:
         if ALL2ALL_COLLECTIVES[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
             raise InputError(f"all2all_backend {self.all2all_backend} runs with tp 1 (one GPU per data-parallel "
                              "rank); use allgather_reducescatter with tp > 1")
-        self._engine = self.engine or engine_generation(self._version, self.pp)
-        self._async = self._engine == "v1" and async_scheduling(self._version, self.pp)
+        self.engine = self.engine or engine_generation(self._version, self.pp)
+        self.async_scheduling = self.engine == "v1" and async_scheduling(self._version, self.pp)
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._precompute_attention()
         self._shared = _TokenTables(np.zeros(0), np.zeros(0))
         self._table_s = np.zeros(0)
         self._table_compute_s = np.zeros(0)
-        self._grow_table(8192)
+        # Tabulated up to the largest step vLLM runs by default on this GPU (grown on demand).
+        self._grow_table(default_batch_limits(self.gpu, self._version)[0])
 
     def with_graph_max_tokens(self, graph_max_tokens: int) -> StepCostModel:
         """This model with another CUDA-graph size (the largest step vLLM captures), sharing its
@@ -416,15 +436,10 @@ class StepCostModel:
         time_s = np.zeros_like(message)
         across_nodes = self.tp > self.gpu.nvlink_gpus
         link = self.internode_bytes_per_s if across_nodes else None
-        custom_max, symm_max = allreduce_limits(self.tp, self.gpu, self._version, nvlink=not across_nodes)
-        custom = message <= custom_max
-        kinds = {
-            "custom_graph": custom & (tokens <= self.graph_max_tokens),
-            "custom_eager": custom & (tokens > self.graph_max_tokens),
-            "symm_mem": ~custom & (message <= symm_max),
-            "nccl": message > max(custom_max, symm_max),
-        }
-        for kind, mask in kinds.items():
+        kinds = allreduce_implementation(message, self.tp, self.gpu, self._version,
+                                         captured=tokens <= self.graph_max_tokens, nvlink=not across_nodes)
+        for kind in ALLREDUCE_IMPLEMENTATIONS:
+            mask = kinds == kind
             if mask.any():
                 time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
         return time_s
@@ -537,38 +552,42 @@ class StepCostModel:
         self._flops_per_pair = flops_per_pair
         self._query_bytes = q_values * self._act_bytes
         dec, pre = profile.attention_decode, profile.attention_prefill
-        self._dec_compute_per_pair = flops_per_pair / (peak * dec.compute_efficiency)
-        self._dec_memory_per_ctx = self._kv_layer_bytes / (bw * dec.memory_efficiency)
-        self._dec_memory_per_query = self._query_bytes / (bw * dec.memory_efficiency)
-        self._dec_overhead = dec.overhead_s
-        self._dec_overhead_per_seq = dec.per_seq_overhead_s
-        self._pre_compute_per_pair = flops_per_pair / (peak * pre.compute_efficiency)
-        self._pre_half_q = pre.half_efficiency_query_tokens
-        self._pre_memory_per_kv = self._kv_layer_bytes / (bw * pre.memory_efficiency)
-        self._pre_memory_per_query = self._query_bytes / (bw * pre.memory_efficiency)
-        self._pre_overhead = pre.overhead_s
-        self._pre_overhead_per_seq = pre.per_seq_overhead_s
+        self.decode_attention = AttentionRoofline(
+            flops_per_pair / (peak * dec.compute_efficiency), self._kv_layer_bytes / (bw * dec.memory_efficiency),
+            self._query_bytes / (bw * dec.memory_efficiency), dec.overhead_s, dec.per_seq_overhead_s)
+        self.prefill_attention = AttentionRoofline(
+            flops_per_pair / (peak * pre.compute_efficiency), self._kv_layer_bytes / (bw * pre.memory_efficiency),
+            self._query_bytes / (bw * pre.memory_efficiency), pre.overhead_s, pre.per_seq_overhead_s,
+            pre.half_efficiency_query_tokens)
 
     def _decode_attention(self, query_per_seq: np.ndarray, query: np.ndarray, context: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, compute-bound time) of decode attention over ``layers`` layers."""
-        compute = self._dec_compute_per_pair * context * query_per_seq
-        memory = self._dec_memory_per_ctx * context + self._dec_memory_per_query * query
+        a = self.decode_attention
+        compute = a.compute_per_pair_s * context * query_per_seq
+        memory = a.memory_per_kv_token_s * context + a.memory_per_query_token_s * query
         seqs = query / np.maximum(query_per_seq, 1e-9)
-        overhead = self._dec_overhead + self._dec_overhead_per_seq * seqs
+        overhead = a.overhead_s + a.overhead_per_seq_s * seqs
         time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
         return time_s, np.where(compute > memory, time_s, 0.0)
 
     def _prefill_attention(self, pairs: np.ndarray, kv_tokens: np.ndarray, tokens: np.ndarray, chunks: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
+        a = self.prefill_attention
         mean_chunk = tokens / np.maximum(chunks, 1)
-        ramp = (mean_chunk + self._pre_half_q) / np.maximum(mean_chunk, 1e-9) if self._pre_half_q else 1.0
-        compute = self._pre_compute_per_pair * pairs * ramp
-        memory = self._pre_memory_per_kv * kv_tokens + self._pre_memory_per_query * tokens
+        half = a.half_efficiency_query
+        ramp = (mean_chunk + half) / np.maximum(mean_chunk, 1e-9) if half else 1.0
+        compute = a.compute_per_pair_s * pairs * ramp
+        memory = a.memory_per_kv_token_s * kv_tokens + a.memory_per_query_token_s * tokens
         # One kernel launch per layer for the whole batch, plus per-sequence work (profile.attention_time_s).
-        overhead = self._pre_overhead + self._pre_overhead_per_seq * chunks
+        overhead = a.overhead_s + a.overhead_per_seq_s * chunks
         time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
         return time_s, np.where(compute > memory, time_s, 0.0)
 
     # --- public API -----------------------------------------------------------------------------
+    def scalar_view(self, include_overhead: bool = True) -> ScalarStepTime:
+        """This model's step time on Python floats, for one step at a time (:class:`ScalarStepTime`;
+        ``include_overhead`` False leaves out the engine's CPU time, as for a drafter's steps)."""
+        return ScalarStepTime(self, include_overhead)
+
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
@@ -615,7 +634,7 @@ class StepCostModel:
         most of that step's GPU time.
         """
         tokens, token_s, parts, attention, gpu_s = self._gpu_parts(agg)
-        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self._async, self._engine)
+        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self.async_scheduling, self.engine)
         if not return_compute_bound:
             return total
         compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
@@ -627,7 +646,7 @@ class StepCostModel:
         offsets = np.asarray(batch.prefill_offsets, dtype=float) if len(batch.prefill_offsets) else np.zeros_like(chunks)
         context = np.asarray(batch.decode_context, dtype=float)
         q_per_seq = 1 + batch.num_speculative_tokens
-        window = self._window
+        window = self.window
         windowed_ctx = np.minimum(context, window) if window else context
         windowed_kv = np.minimum(offsets + chunks, window + chunks) if window else offsets + chunks
 
@@ -653,9 +672,9 @@ class StepCostModel:
         query = np.asarray(agg.decode_query_tokens, dtype=float)
         per_seq = query / np.maximum(agg.num_decode_seqs, 1)
         prefill_tokens = np.asarray(agg.num_tokens, dtype=float) - query
-        kinds = [(self._full_layers, agg.decode_context, agg.prefill_pairs, agg.prefill_kv_tokens)]
-        if self._sliding_layers:
-            kinds.append((self._sliding_layers, agg.decode_context_windowed, agg.prefill_pairs_windowed,
+        kinds = [(self.full_layers, agg.decode_context, agg.prefill_pairs, agg.prefill_kv_tokens)]
+        if self.sliding_layers:
+            kinds.append((self.sliding_layers, agg.decode_context_windowed, agg.prefill_pairs_windowed,
                           agg.prefill_kv_tokens_windowed))
         parts: dict[str, list] = {"attention_decode": [], "attention_prefill": []}
         for layers, context, pairs, kv_tokens in kinds:
@@ -686,7 +705,7 @@ class StepCostModel:
         breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
         memory_s = sum(breakdown.values()) - compute_s
         breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled, sum(breakdown.values()),
-                                                                      self._async, self._engine)[0])
+                                                                      self.async_scheduling, self.engine)[0])
         return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
@@ -697,12 +716,12 @@ class StepCostModel:
         offsets = np.arange(0, prompt_tokens, chunk, dtype=float)
         sizes = np.minimum(chunk, prompt_tokens - offsets)
         kv = offsets + sizes
-        windowed_kv = np.minimum(kv, self._window + sizes) if self._window else kv
+        windowed_kv = np.minimum(kv, self.window + sizes) if self.window else kv
         zeros, ones = np.zeros_like(sizes), np.ones_like(sizes)
         # Every chunk is a step of its own: the vectorized step time over the chunks.
         return float(self.step_time_s(aggregates_from_arrays(
             num_tokens=sizes, num_sampled=ones, decode_query_tokens=zeros, decode_context=zeros,
-            prefill_pairs=_pairs(sizes, offsets, None), prefill_pairs_windowed=_pairs(sizes, offsets, self._window),
+            prefill_pairs=_pairs(sizes, offsets, None), prefill_pairs_windowed=_pairs(sizes, offsets, self.window),
             prefill_kv_tokens=kv, prefill_kv_tokens_windowed=windowed_kv, prefill_chunks=ones,
             num_decode_seqs=zeros)).sum())
 
@@ -751,10 +770,12 @@ class DecodeLine:
 
 
 class ScalarStepTime:
-    """Scalar twin of :meth:`StepCostModel.step_time_s` for an event loop that times one step at a time.
+    """The scalar view of a :class:`StepCostModel` (:meth:`StepCostModel.scalar_view`), for an event
+    loop that times one step at a time.
 
-    numpy's per-call overhead dominates single-step evaluation, so this evaluates the same formulas
-    (token-op table, attention roofline per layer kind, LM head, step overhead) on Python floats.
+    numpy's per-call overhead dominates single-step evaluation, so this evaluates the step model's
+    own tables (token-count operators, LM head), attention coefficients (:class:`AttentionRoofline`)
+    and CPU term (:func:`~servopt.costmodels.profile.cpu_wait_s`) on Python floats.
     ``tests/test_serving_predictor.py`` checks it against the vectorized model.
 
     Example:
@@ -763,7 +784,7 @@ class ScalarStepTime:
         >>> from servopt.costmodels.profile import PerformanceProfile
         >>> gpu = get_gpu("h100")
         >>> cost = StepCostModel(get_model("llama-3.1-8b"), gpu, PerformanceProfile.spec_default(gpu))
-        >>> fast = ScalarStepTime(cost)
+        >>> fast = cost.scalar_view()
         >>> agg = cost.aggregate(Batch(decode_context=[1000] * 8))
         >>> abs(fast.decode(8, 1, 8000.0, 8000.0) - float(cost.step_time_s(agg)[0])) < 1e-12
         True
@@ -772,19 +793,21 @@ class ScalarStepTime:
     def __init__(self, cost: StepCostModel, include_overhead: bool = True):
         self.cost = cost
         c = cost
-        self._kinds = [(float(c._full_layers), False)]
-        if c._sliding_layers:
-            self._kinds.append((float(c._sliding_layers), True))
-        self._window = float(c._window) if c._window else None
-        self._dec = (c._dec_compute_per_pair, c._dec_memory_per_ctx, c._dec_memory_per_query, c._dec_overhead,
-                     c._dec_overhead_per_seq)
-        self._pre = (c._pre_compute_per_pair, c._pre_half_q, c._pre_memory_per_kv, c._pre_memory_per_query,
-                     c._pre_overhead, c._pre_overhead_per_seq)
-        self._overhead = c.profile.engine_cpu_s(c._engine) if include_overhead else (0.0, 0.0)
+        self._kinds = [(float(c.full_layers), False)]
+        if c.sliding_layers:
+            self._kinds.append((float(c.sliding_layers), True))
+        self._window = float(c.window) if c.window else None
+        # Plain tuples of the step model's coefficients: the event loop unpacks them on every step.
+        dec, pre = c.decode_attention, c.prefill_attention
+        self._dec = (dec.compute_per_pair_s, dec.memory_per_kv_token_s, dec.memory_per_query_token_s, dec.overhead_s,
+                     dec.overhead_per_seq_s)
+        self._pre = (pre.compute_per_pair_s, pre.half_efficiency_query, pre.memory_per_kv_token_s,
+                     pre.memory_per_query_token_s, pre.overhead_s, pre.overhead_per_seq_s)
+        self._overhead = c.profile.engine_cpu_s(c.engine) if include_overhead else (0.0, 0.0)
         # V0 multi-step scheduling (--num-scheduler-steps n) schedules and processes outputs once per
         # n decode steps: each decode step pays 1/n of the engine's CPU time.
         self._decode_overhead = tuple(x / c.num_scheduler_steps for x in self._overhead)
-        self._async = c._async
+        self._async = c.async_scheduling
         self._tokens: list[float] = []
         self._lm_head: list[float] = []
         self._lines: dict[tuple[int, int, int], tuple] = {}
@@ -807,7 +830,7 @@ class ScalarStepTime:
         """The step's time: its GPU time plus the CPU time not hidden behind it (PerformanceProfile.step_overhead)."""
         step_s, per_seq_s = self._decode_overhead if decode_only else self._overhead
         cpu_s = step_s + per_seq_s * num_sampled
-        return gpu_s + (max(cpu_s - gpu_s, 0.0) if self._async else cpu_s)
+        return gpu_s + cpu_wait_s(cpu_s, gpu_s, self._async, max)
 
     def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
                  decode_context: float, decode_context_windowed: float, prefill_pairs: float,
@@ -873,7 +896,7 @@ class ScalarStepTime:
                 intercept += compute_intercept
         gpu_now = intercept + slope * context + slope_window * context_windowed
         # _with_overhead(gpu_now, q, decode_only=True), its CPU time taken from the terms.
-        shown_s = gpu_now + (max(cpu_s - gpu_now, 0.0) if self._async else cpu_s)
+        shown_s = gpu_now + cpu_wait_s(cpu_s, gpu_now, self._async, max)
         return DecodeLine(intercept + (shown_s - gpu_now), slope, slope_window, limit, limit_window)
 
     def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int) -> tuple:

@@ -4,10 +4,13 @@ servopt always exports these flags explicitly, but uses the same defaults when a
 the command line leaves them out, so that a prediction describes what ``vllm serve`` would run, and
 it simulates a measured run with the defaults of the vLLM version that ran it.
 
-Each rule cites where vLLM decides it:
+Each rule is written here once, and cites where vLLM decides it (``file@tag`` of vLLM's source; the
+line numbers are those of the tag):
 
-- ``gpu_memory_utilization``: 0.9 up to 0.19, 0.92 from 0.20 (``CacheConfig``).
-- batch limits (``EngineArgs.get_batch_defaults``, V1 engine from 0.8): see :func:`default_batch_limits`.
+- ``gpu_memory_utilization``: 0.9 up to 0.19, 0.92 from 0.20 (``CacheConfig.gpu_memory_utilization``,
+  ``vllm/config/cache.py@v0.33.0`` line 215): :func:`gpu_memory_utilization`.
+- batch limits (``EngineArgs.get_batch_defaults``, V1 engine from 0.8): see :func:`default_batch_limits`;
+  the token budget a step needs (``SchedulerConfig.verify_max_model_len``): :func:`min_batched_tokens`.
 - the engine: V1 from 0.8 (V0 before, and for pipeline parallelism in 0.8), whose CPU costs per
   step differ (:func:`engine_generation`).
 - async scheduling (the next step is scheduled while the GPU runs the current one, so the
@@ -23,7 +26,10 @@ Each rule cites where vLLM decides it:
 - data parallelism (``docs/serving/data_parallel_deployment.md``): ``--max-num-seqs`` and the token
   budget apply per DP rank; the API server sends a request to the rank with the lowest
   ``4 x waiting + running`` (``DPLBAsyncMPClient.get_core_engine_for_request``,
-  :data:`DP_LB_WAITING_WEIGHT`).
+  :data:`DP_LB_WAITING_WEIGHT`; the rule of the releases through 2025. vLLM 0.33 scores a rank
+  ``max(clients x in-flight, waiting + running)`` and weighs waiting requests by the rank's KV
+  pressure, ``vllm/v1/engine/core_client.py@v0.33.0`` lines 1767-1790, which servopt does not
+  model yet).
 - which collectives an MoE layer's dispatch and combine run over the DP ranks (``--all2all-backend``;
   earlier the ``VLLM_ALL2ALL_BACKEND`` variable): ``naive`` (broadcasts, i.e. an all-gather, and
   an all-reduce of the gathered buffer) until ``allgather_reducescatter`` (PR #23964, 2025-08-29)
@@ -60,6 +66,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import InputError
 from .hardware import GPUSpec
 
@@ -67,17 +75,27 @@ VllmVersion = tuple[int, int, int]
 
 # The vLLM a deployment describes when it names none (the version servopt's exports target).
 CURRENT_VLLM = "0.33.0"
+# CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py@v0.33.0 line 185).
 BLOCK_SIZE = 16
-# vLLM 0.33 default (0.9 up to 0.19, 0.92 from 0.20); see gpu_memory_utilization().
-GPU_MEMORY_UTILIZATION = 0.92
-# --scheduling-policy: first come, first served unless "priority" is asked for.
+# --scheduling-policy: first come, first served unless "priority" is asked for
+# (SchedulerConfig.policy, vllm/config/scheduler.py@v0.33.0 line 159).
 SCHEDULING_POLICIES = ("fcfs", "priority")
 SCHEDULING_POLICY = "fcfs"
-# Largest step (tokens) that replays a captured CUDA graph by default.
+# Largest step (tokens) that replays a captured CUDA graph by default: max_cudagraph_capture_size
+# "is capped at 512 by default" (CompilationConfig, vllm/config/compilation.py@v0.33.0 line 706).
 MAX_CUDAGRAPH_TOKENS = 512
+# CacheConfig.gpu_memory_utilization: 0.92 from 0.20 (vllm/config/cache.py@v0.33.0 line 215), 0.9 before.
+GPU_MEMORY_UTILIZATION_FROM_0_20 = 0.92
+GPU_MEMORY_UTILIZATION_BEFORE_0_20 = 0.9
+
+# The context vLLM assumes when a model's config names no maximum length (``_get_and_verify_max_len``,
+# vllm/config/model.py@v0.33.0 lines 2579-2596).
+VLLM_DEFAULT_MAX_LEN = 2048
 
 MiB = 1024 * 1024
-# Custom all-reduce limits when symmetric memory is available (Hopper "9.0", Blackwell "10.0").
+# Custom all-reduce limits when symmetric memory is available (Hopper "9.0", Blackwell "10.0"):
+# CUSTOM_ALL_REDUCE_MAX_SIZES and SYMM_MEM_ALL_REDUCE_MAX_SIZES in
+# vllm/distributed/device_communicators/all_reduce_utils.py@v0.33.0 lines 31-70.
 _CUSTOM_MAX_BYTES_WITH_SYMM = {
     "hopper": {2: 64 * MiB, 4: 32 * MiB, 6: MiB // 2, 8: MiB // 4},
     "blackwell": {2: 2 * MiB, 4: 2 * MiB, 6: 1 * MiB, 8: 1 * MiB},
@@ -87,9 +105,10 @@ _SYMM_MEM_MAX_BYTES = {
     "blackwell": {2: 8 * MiB, 4: 32 * MiB, 6: 128 * MiB, 8: 128 * MiB},
 }
 # World sizes where vLLM's symmetric-memory all-reduce runs multimem (NVLS) instead of two-shot
-# (SymmMemCommunicator._WORLD_SIZES_MULTIMEM, device_communicators/symm_mem.py).
+# (SymmMemCommunicator._WORLD_SIZES_MULTIMEM, vllm/distributed/device_communicators/symm_mem.py@v0.33.0 line 26).
 _SYMM_MEM_MULTIMEM_WORLD_SIZES = {"hopper": (4, 6, 8), "blackwell": (6, 8)}
-# CustomAllreduce's own buffer (max_size) before symmetric memory took the middle sizes.
+# CustomAllreduce's own buffer, max_size=8192 * 1024 (vllm/distributed/device_communicators/
+# custom_all_reduce.py@v0.33.0 line 138), all it covered before symmetric memory took the middle sizes.
 _CUSTOM_MAX_BYTES = 8 * MiB
 _CUSTOM_WORLD_SIZES = (2, 4, 6, 8)
 
@@ -308,9 +327,11 @@ def resolve_engine(version: VllmVersion, *, pp: int = 1, max_model_len: int, mla
                           tuple(reasons))
 
 
-# vLLM's DP load balancer scores a rank 4 x waiting + running requests and picks the lowest.
+# vLLM's DP load balancer scores a rank 4 x waiting + running requests and picks the lowest (the
+# releases through 2025; see the module docstring for 0.33's score).
 DP_LB_WAITING_WEIGHT = 4
-# --all2all-backend values servopt models, and the NCCL collectives (dispatch, combine) each runs.
+# --all2all-backend values servopt models, and the NCCL collectives (dispatch, combine) each runs
+# (ParallelConfig.all2all_backend, default "allgather_reducescatter": vllm/config/parallel.py@v0.33.0 line 220).
 ALL2ALL_COLLECTIVES = {
     "naive": ("all_gather", "all_reduce"),
     "allgather_reducescatter": ("all_gather", "reduce_scatter"),
@@ -340,8 +361,16 @@ def tokenize_s_per_token(version: VllmVersion, frontend: str = "vllm") -> float:
 
 
 def gpu_memory_utilization(version: VllmVersion) -> float:
-    """vLLM's default ``--gpu-memory-utilization``."""
-    return 0.92 if version >= (0, 20, 0) else 0.9
+    """vLLM's default ``--gpu-memory-utilization``.
+
+    >>> gpu_memory_utilization((0, 19, 0)), gpu_memory_utilization((0, 33, 0)) == GPU_MEMORY_UTILIZATION
+    (0.9, True)
+    """
+    return GPU_MEMORY_UTILIZATION_FROM_0_20 if version >= (0, 20, 0) else GPU_MEMORY_UTILIZATION_BEFORE_0_20
+
+
+# What vLLM starts with when the deployment names neither the release nor the fraction.
+GPU_MEMORY_UTILIZATION = gpu_memory_utilization(parse_vllm_version(CURRENT_VLLM))
 
 
 def engine_generation(version: VllmVersion, pp: int) -> str:
@@ -361,12 +390,13 @@ def async_scheduling(version: VllmVersion, pp: int) -> bool:
 def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of ``vllm serve`` on this GPU.
 
-    From 0.9 (``EngineArgs.get_batch_defaults``): >= 70 GiB and not A100 (H100, H200, B200, MI300X):
-    8192 / 1024; other GPUs, the A100 included (large budgets cut A100 throughput, vLLM PR #17885):
-    2048 / 256. From 0.28 a tier for >= 160 GiB (B200, B300) serves 16384 / 1024 (``arg_utils.py``
-    at tag v0.28.0; not in v0.27.0). The V1 engine of 0.8 served 2048 / 256 everywhere; the
-    V0 engine before it chunked prefills into 512-token steps (``SchedulerConfig`` with chunked
-    prefill on).
+    From 0.9 (``EngineArgs.get_batch_defaults``, the OPENAI_API_SERVER column;
+    ``vllm/engine/arg_utils.py@v0.33.0`` lines 2940-3006): >= 70 GiB and not A100 (H100, H200,
+    MI300X): 8192 / 1024; other GPUs, the A100 included (large budgets cut A100 throughput, vLLM PR
+    #17885): 2048 / 256. From 0.28 a tier for >= 160 GiB (B200, B300) serves 16384 / 1024
+    (``arg_utils.py`` at tag v0.28.0; not in v0.27.0). The V1 engine of 0.8 served 2048 / 256
+    everywhere; the V0 engine before it chunked prefills into 512-token steps (``SchedulerConfig``
+    with chunked prefill on).
     """
     version = version or parse_vllm_version(None)
     if version < (0, 8, 0):
@@ -378,6 +408,43 @@ def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tu
     if gpu.memory_gib >= 70 and not gpu.name.startswith("a100"):
         return 8192, 1024
     return 2048, 256
+
+
+def min_batched_tokens(max_num_seqs: int, drafts: int = 0, chunked_prefill: bool = True, max_model_len: int = 0) -> int:
+    """The smallest ``--max-num-batched-tokens`` servopt serves with: every running sequence and its
+    ``drafts`` in one step, and without chunked prefill a whole ``max_model_len`` prompt.
+
+    vLLM refuses to start below ``max_num_seqs``, and without chunked prefill below
+    ``max_model_len`` (``SchedulerConfig.verify_max_model_len``, ``vllm/config/scheduler.py@v0.33.0``
+    lines 317-336). A decoding sequence verifies ``1 + drafts`` tokens a step; vLLM 0.33 starts
+    below ``max_num_seqs x (1 + drafts)`` with a warning (``VllmConfig._set_max_num_scheduled_tokens``,
+    ``vllm/config/vllm.py@v0.33.0`` lines 2341-2368) but then cannot run ``max_num_seqs`` sequences
+    in one step, which servopt does not model: it asks for the budget instead.
+
+    >>> min_batched_tokens(256), min_batched_tokens(256, drafts=3), min_batched_tokens(64, chunked_prefill=False, max_model_len=8192)
+    (256, 1024, 8192)
+    """
+    return max(max_num_seqs * (1 + drafts), 0 if chunked_prefill else max_model_len)
+
+
+def batch_limits_problem(max_num_seqs: int, max_num_batched_tokens: int, drafts: int = 0, chunked_prefill: bool = True,
+                         max_model_len: int = 0) -> tuple[float, str] | None:
+    """(amount, reason) of the first rule of :func:`min_batched_tokens` the limits break (amount > 0
+    grows with how far off), or None.
+
+    >>> batch_limits_problem(256, 128)
+    (1.0, 'max_num_batched_tokens (128) < max_num_seqs (256), as vLLM requires')
+    """
+    seqs, tokens = max_num_seqs, max_num_batched_tokens
+    need = min_batched_tokens(seqs, drafts)
+    if tokens < need:
+        what = f"max_num_seqs ({seqs})" + (f" x (1 + {drafts} drafts)" if drafts else "")
+        return need / tokens - 1, f"max_num_batched_tokens ({tokens}) < {what}, as vLLM requires"
+    if tokens < min_batched_tokens(seqs, drafts, chunked_prefill, max_model_len):
+        return (max_model_len / tokens - 1,
+                f"without chunked prefill max_num_batched_tokens ({tokens}) must cover max_model_len ({max_model_len}), "
+                "as vLLM requires")
+    return None
 
 
 def allreduce_limits(num_gpus: int, gpu: GPUSpec, version: VllmVersion, nvlink: bool = True) -> tuple[float, float]:
@@ -400,14 +467,21 @@ def symm_mem_variant(num_gpus: int, gpu: GPUSpec) -> str:
     return "multimem" if num_gpus in _SYMM_MEM_MULTIMEM_WORLD_SIZES.get(gpu.architecture, ()) else "two_shot"
 
 
-def allreduce_implementation(message_bytes: float, num_gpus: int, gpu: GPUSpec, version: VllmVersion,
-                             captured: bool, nvlink: bool = True) -> str:
-    """Which all-reduce vLLM runs for a message: 'custom_graph', 'custom_eager', 'symm_mem' or 'nccl'.
+ALLREDUCE_IMPLEMENTATIONS = ("custom_graph", "custom_eager", "symm_mem", "nccl")
+
+
+def allreduce_implementation(message_bytes: float | np.ndarray, num_gpus: int, gpu: GPUSpec, version: VllmVersion,
+                             captured: bool | np.ndarray, nvlink: bool = True) -> str | np.ndarray:
+    """Which all-reduce vLLM runs for a message: 'custom_graph', 'custom_eager', 'symm_mem' or 'nccl'
+    (``CudaCommunicator.all_reduce``: the custom kernel up to its limit, then symmetric memory up to
+    its own, then NCCL; :func:`allreduce_limits`). For arrays of messages, an array of those names.
 
     ``captured``: the step replays a CUDA graph (:data:`MAX_CUDAGRAPH_TOKENS`); ``nvlink`` as in
     :func:`allreduce_limits`.
     """
     custom_max, symm_max = allreduce_limits(num_gpus, gpu, version, nvlink)
-    if message_bytes <= custom_max:
-        return "custom_graph" if captured else "custom_eager"
-    return "symm_mem" if message_bytes <= symm_max else "nccl"
+    message = np.asarray(message_bytes, dtype=float)
+    custom = message <= custom_max
+    kinds = np.select([custom & np.asarray(captured), custom, message <= symm_max], list(ALLREDUCE_IMPLEMENTATIONS[:3]),
+                      ALLREDUCE_IMPLEMENTATIONS[3])
+    return str(kinds) if kinds.ndim == 0 else kinds

@@ -28,11 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..costmodels.capacity import ReplicaCapacity, replica_capacity
+from ..costmodels.capacity import ReplicaCapacity, role_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
-from ..costmodels.roofline import Batch, StepCostModel
-from ..costmodels.serving.compiled import CompiledDeployment
+from ..costmodels.serving.compiled import CompiledDeployment, num_nodes
 from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
@@ -146,10 +145,10 @@ class TrialOutcome:
         """Flat attributes to filter trials by (in optuna-dashboard, or ``trials_dataframe()``): the
         deployment as run, its cost and, when predicted, its P99 latencies. The other knobs are the
         trial's parameters already."""
-        r, d = self.record, self.record.deployment
-        out: dict[str, Any] = {"model": r.serve_id, "gpu": d["gpu"], "quantization": d["quantization"]}
-        if not d.get("disaggregation"):
-            out["tp"] = d["tp"]
+        r, d = self.record, self.record.deployment.spec
+        out: dict[str, Any] = {"model": r.serve_id, "gpu": d.gpu, "quantization": d.quantization}
+        if not d.disaggregation:
+            out["tp"] = d.tp
         out.update({"replicas": r.replicas, "gpus_used": r.num_gpus, "gpus_rented": r.gpus_rented})
         out.update({key[len("cost_"):]: value for key, value in r.costs().items() if value is not None})
         for metric in ("ttft", "tpot", "itl", "e2e"):
@@ -229,11 +228,14 @@ class Evaluator:
 
     def remember(self, record: dict[str, Any]) -> None:
         """Seed the caches with a stored trial's summaries, so a resumed job never repeats them."""
+        if record.get("estimate") is None and record.get("simulation") is None:
+            return
+        spec = TrialRecord.model_validate(record).deployment.spec
         if record.get("estimate") is not None:
-            self._summaries[self._key("estimate", record["model"], record["deployment"])] = record["estimate"]
+            self._summaries[self._key("estimate", record["model"], spec)] = record["estimate"]
         if record.get("simulation") is not None:
             requests_seed = (record["simulated_requests"], self.problem.workload.seed)
-            key = self._key("simulate", record["model"], record["deployment"], requests_seed)
+            key = self._key("simulate", record["model"], spec, requests_seed)
             self._summaries[key] = record["simulation"]
 
     def summaries(self, kind: str) -> int:
@@ -259,21 +261,7 @@ class Evaluator:
         drafts = compiled.drafts
         needed, capacities = 0.0, []
         for role in compiled.roles:
-            limits = role.limits
-            if role.name == "prefill":
-                cap = _prefill_capacity(role.cost, stats.mean_input_tokens, limits.max_num_batched_tokens)
-            else:
-                output = stats.mean_output_tokens
-                cap = replica_capacity(
-                    role.cost, role.plan, mean_input_tokens=stats.mean_input_tokens, mean_output_tokens=output,
-                    max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
-                    num_speculative_tokens=drafts, tokens_per_decode_step=_TOKENS_PER_VERIFY,
-                )
-                if role.name == "decode":
-                    # A decode instance holds a request only while it generates.
-                    decode_s = role.cost.decode_step_time_s(max(int(cap.concurrency), 1),
-                                                            math.ceil(stats.mean_input_tokens + output / 2), drafts)
-                    cap = ReplicaCapacity(cap.concurrency, output * decode_s, cap.kv_limited)
+            cap = role_capacity(role, stats.mean_input_tokens, stats.mean_output_tokens, drafts, _TOKENS_PER_VERIFY)
             capacities.append(cap)
             if stats.rate_per_s is not None:
                 # Each instance and each of its data-parallel ranks holds its share.
@@ -307,7 +295,7 @@ class Evaluator:
         rented = deployment.num_gpus
         if whole_nodes(self.problem.workload, gpu):
             node = self.problem.ctx.node_size(deployment.gpu)
-            rented = deployment.num_nodes(node) * node
+            rented = num_nodes(deployment, node) * node
         per_hour = rented * gpu.price_per_gpu_hour
         input_per_s, output_per_s = self.problem.stats.tokens_per_s()
         if summary is not None and summary.get("output_tokens_per_s"):
@@ -461,21 +449,18 @@ class Evaluator:
         space, w = self.problem.space, self.problem.workload
         seen = self.preview(candidate)
         candidate, model, compiled = seen.candidate, seen.model, seen.compiled
-        choice = self.problem.ctx.models[model]
-        option = choice.option(str(candidate["quantization"]))
         record: dict[str, Any] = {
             "knobs": dict(candidate.values), "model": model,
             # Knobs the repair moved: drawn value -> scored value.
             "repaired": {k: [seen.drawn.get(k), v] for k, v in candidate.values.items() if seen.drawn.get(k) != v},
             # What vLLM loads for these weights: the model, or the pre-quantized checkpoint of the scheme.
-            "serve_id": option.serve_id if option else choice.serve_id,
-            "weights": option.describe() if option else None,
+            "serve_id": compiled.weights.serve_id,
             "fidelity": "precheck", "estimate": None, "simulation": None, "simulated_requests": None,
         }
         violations = dict(seen.violations)
         if seen.capacity is not None:
             record["capacity"] = seen.capacity
-        record["deployment"] = compiled.deployment.model_dump(mode="json")
+        record["deployment"] = compiled.record()
         scored: Prediction | None = None
         amounts = {name: 0.0 for name in self.constraint_names}
         amounts.update({name: v.amount for name, v in violations.items()})
@@ -489,8 +474,7 @@ class Evaluator:
                 amounts["simulator"] = 1.0
                 reasons.append(violations["simulator"].reason)
         if scored is not None:
-            record["deployment"] = space.validated(compiled.deployment).model_dump(mode="json")
-            record["roles"] = compiled.describe_roles()
+            record["deployment"] = compiled.record().model_copy(update={"spec": space.validated(compiled.deployment)})
             record["estimate"] = scored.summary
             record["fidelity"] = "estimate"
             record["n_minus_1"] = scored.n_minus_1
@@ -585,17 +569,6 @@ class Evaluator:
             compiled, summary = bigger, self._estimate(model, bigger)
             retries += 1
         return compiled, summary
-
-
-def _prefill_capacity(cost: StepCostModel, mean_input_tokens: float, max_num_batched_tokens: int) -> ReplicaCapacity:
-    """A prefill instance: as many prompts per step as the token budget holds, one step each."""
-    prompt = max(math.ceil(mean_input_tokens), 1)
-    per_step = max(max_num_batched_tokens // prompt, 1)
-    if per_step > 1:
-        step_s = cost.step(Batch(prefill_tokens=[prompt] * per_step)).time_s
-    else:
-        step_s = cost.prefill_time_s(prompt, max_num_batched_tokens)
-    return ReplicaCapacity(concurrency=float(per_step), occupancy_s=step_s, kv_limited=False)
 
 
 def _prediction_reasons(summary: Summary, violations: dict[str, float], slo, fidelity: str) -> list[str]:

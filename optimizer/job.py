@@ -41,7 +41,6 @@ from typing import Any
 import optuna
 from joblib import Parallel, delayed
 
-from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import output_folder, read_text, write_text
 from ..costmodels.userfiles import parse_json, shown
@@ -412,7 +411,7 @@ class Job:
         problem = self.problem
         trials = [
             TrialResult(t.number, list(t.values) if t.values else None,
-                        self._with_roles(TrialRecord.model_validate(t.user_attrs[RECORD_ATTR])),
+                        self._current(TrialRecord.model_validate(t.user_attrs[RECORD_ATTR])),
                         t.duration.total_seconds() if t.duration else None)
             for t in evaluated_trials(study)
         ]
@@ -438,14 +437,15 @@ class Job:
         }
 
 
-    def _with_roles(self, record: TrialRecord) -> TrialRecord:
-        """A simulated trial's record with its deployment's compiled roles (studies written before
-        records carried all of them are compiled again here, so the export reads them like any)."""
-        current = bool(record.roles) and all("data_parallel_size" in role for role in record.roles)
-        if record.fidelity != "simulate" or current:
+    def _current(self, record: TrialRecord) -> TrialRecord:
+        """A simulated trial's record with its whole deployment record (studies written before
+        records carried all of it are compiled again here, keeping the weights they recorded, so
+        the export reads them like any)."""
+        old = record.deployment
+        if record.fidelity != "simulate" or (old.roles and old.gpus_per_node and old.moe is not None):
             return record
-        compiled = self.problem.ctx.compile(record.model, Deployment.model_validate(record.deployment))
-        return record.model_copy(update={"roles": compiled.describe_roles()})
+        fresh = self.problem.ctx.compile(record.model, old.spec).record()
+        return record.model_copy(update={"deployment": fresh.model_copy(update={"weights": old.weights or fresh.weights})})
 
 
 # How long a worker that has run out of budget waits for other workers' last trials before it

@@ -41,6 +41,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ..results import TrialRecord
 from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
 from ._sampler import DistinctSampler
@@ -518,11 +519,9 @@ def recheck(problem: Problem, record: dict[str, Any], evaluator: Evaluator | Non
     """Simulate a trial's deployment again with ``final_requests`` and a fresh seed (the one after the
     search's, the same for every candidate: common random numbers), scored as the search scored it
     (:meth:`Evaluator.predict`)."""
-    from ..costmodels.deployment import Deployment
-
     evaluator = evaluator or Evaluator(problem)
     w = problem.workload
-    compiled = problem.ctx.compile(record["model"], Deployment.model_validate(record["deployment"]))
+    compiled = problem.ctx.compile(record["model"], TrialRecord.model_validate(record).deployment.spec)
     scored = evaluator.predict(record["model"], compiled, w.fidelity.final_requests, w.seed + 1)
     # Rules judged before any prediction (memory, accuracy, ...) held, or the trial would not have
     # been simulated; the prediction's rules are judged again at this fidelity.

@@ -19,22 +19,20 @@ Everything that comes from a user (model and checkpoint ids, local paths, draft 
 of a hardware file) is passed through :func:`shlex.quote` in commands and stripped of control
 characters in comments, so nothing in a workload can run as shell code.
 
-Each instance's parallelism and limits are those of its role in the compiled deployment
-(:meth:`~servopt.costmodels.serving.compiled.CompiledDeployment.describe_roles`, with vLLM's defaults
-filled in where the deployment left a limit out), as the trial recorded them in ``roles``; the
-export derives none of them again.
+Everything comes from the compiled deployment's record
+(:class:`~servopt.costmodels.serving.compiled.DeploymentRecord`): the weights served, each role's
+parallelism and limits (vLLM's defaults filled in where the deployment left a limit out) and where
+each instance runs; the export derives none of them again.
 
 Example:
-    >>> point = {"trial": 3, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
-    ...     "gpu": "h100", "tp": 2, "pp": 1, "replicas": 1, "quantization": "fp8", "kv_cache_dtype": "fp8",
-    ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
-    ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
-    ...     "speculative": None, "disaggregation": None},
-    ...     "roles": [{"role": "replica", "instances_per_replica": 1, "tp": 2, "pp": 1, "data_parallel_size": 1,
-    ...                "max_num_seqs": 96, "max_num_batched_tokens": 4096}]}
-    >>> plan = launch_plan(point)
-    >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
-    CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000 --tensor-parallel-size 2
+    >>> from servopt.costmodels import Deployment, PerformanceProfile, get_gpu, get_model
+    >>> from servopt.costmodels.serving import compile_deployment
+    >>> gpu = get_gpu("h100")
+    >>> d = Deployment(gpu="h100", tp=2, quantization="fp8", kv_cache_dtype="fp8", max_num_seqs=96,
+    ...                max_num_batched_tokens=4096, max_model_len=8192)
+    >>> record = compile_deployment(get_model("llama-3.1-8b"), d, gpu, PerformanceProfile.spec_default(gpu)).record()
+    >>> print(launch_plan(record, trial=3)["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
+    CUDA_VISIBLE_DEVICES=0,1 vllm serve meta-llama/Llama-3.1-8B --port 8000 --tensor-parallel-size 2
     --quantization fp8 --kv-cache-dtype fp8 --max-num-seqs 96 --max-num-batched-tokens 4096
     --enable-chunked-prefill --max-model-len 8192 --gpu-memory-utilization 0.92 --enable-prefix-caching
 """
@@ -51,12 +49,18 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..costmodels.deployment import ROUTER, Deployment
+from ..costmodels.deployment import SpeculativeConfig
 from ..costmodels.errors import InputError
-from ..costmodels.quantization import ONLINE_SCHEMES
+from ..costmodels.quantization import MODEL_DTYPE_SCHEME
+from ..costmodels.serving.compiled import (
+    DECODE, PREFILL, REPLICA, DeploymentRecord, Placement, RoleRecord, WeightsRecord,
+)
+from ..costmodels.vllm_defaults import CURRENT_VLLM, parse_vllm_version
 
-VLLM_VERSION = "0.33"
-DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+# The vLLM release the scripts are written for: the one servopt's defaults describe.
+VLLM_VERSION = "{}.{}".format(*parse_vllm_version(CURRENT_VLLM)[:2])
+# vLLM's --dtype for weights served in a model dtype's own scheme (bf16 -> bfloat16, ...).
+DTYPES = {scheme: dtype for dtype, scheme in MODEL_DTYPE_SCHEME.items()}
 BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
 ROUTER_PORT = 8192
@@ -70,65 +74,62 @@ def comment(text: Any) -> str:
     return "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in str(text))
 
 
-def _weights(point: dict[str, Any]) -> tuple[str, str | None, str]:
-    """The model vLLM loads, its ``--quantization`` (None: 16-bit weights), and what
-    ``kv_cache_dtype auto`` means for it."""
-    d = point["deployment"]
-    scheme = d["quantization"]
-    weights = point.get("weights") or {}
-    model = weights.get("serve_id") or point["serve_id"]
-    if weights:
-        return model, weights.get("vllm_quantization"), weights.get("kv_cache_auto") or "auto"
-    # A front point written before checkpoints were recorded: only schemes vLLM applies itself.
-    if scheme in DTYPES:
-        return model, None, "auto"
-    if scheme in ONLINE_SCHEMES:
-        return model, scheme, "auto"
-    raise InputError(f"trial {point['trial']} serves {scheme} weights but its record names no {scheme} checkpoint; "
-                     "rerun servopt optimize (or servopt report) on the job to record it")
+def served_weights(record: DeploymentRecord, trial: int | None = None) -> WeightsRecord:
+    """The weights a record serves; InputError for a record of an old job that named no checkpoint
+    for a pre-quantized scheme."""
+    if record.weights is None:
+        scheme = record.quantization
+        raise InputError(f"trial {trial} serves {scheme} weights but its record names no {scheme} checkpoint; "
+                         "rerun servopt optimize (or servopt report) on the job to record it")
+    return record.weights
 
 
-def speculative_config(spec: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of ``--speculative-config`` for vLLM 0.33."""
-    config: dict[str, Any] = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
-    if spec["method"] == "ngram":
-        config["prompt_lookup_max"] = max(spec["num_speculative_tokens"], 4)
-    if spec.get("draft_model"):
-        config["model"] = spec["draft_model"]
-    if spec.get("draft_tp"):
-        config["draft_tensor_parallel_size"] = spec["draft_tp"]
+def speculative_config(spec: SpeculativeConfig) -> dict[str, Any]:
+    """The JSON of ``--speculative-config`` for vLLM 0.33.
+
+    >>> speculative_config(SpeculativeConfig(method="ngram", num_speculative_tokens=3))
+    {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
+    """
+    config: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.method == "ngram":
+        config["prompt_lookup_max"] = max(spec.num_speculative_tokens, 4)
+    if spec.draft_model:
+        config["model"] = spec.draft_model
+    if spec.draft_tp:
+        config["draft_tensor_parallel_size"] = spec.draft_tp
     return config
 
 
-def engine_args(d: dict[str, Any], role: dict[str, Any], quantization: str | None) -> list[str]:
-    """The engine flags of one instance of a compiled ``role``, in a fixed order."""
-    args = ["--tensor-parallel-size", str(role["tp"])]
-    if role["pp"] > 1:
-        args += ["--pipeline-parallel-size", str(role["pp"]), "--distributed-executor-backend", "ray"]
-    if role["data_parallel_size"] > 1:
-        args += ["--data-parallel-size", str(role["data_parallel_size"])]
-    if d.get("enable_expert_parallel"):
+def engine_args(record: DeploymentRecord, role: RoleRecord) -> list[str]:
+    """The engine flags of one instance of a compiled ``role`` of ``record``, in a fixed order."""
+    d, weights = record.spec, served_weights(record)
+    args = ["--tensor-parallel-size", str(role.tp)]
+    if role.pp > 1:
+        args += ["--pipeline-parallel-size", str(role.pp), "--distributed-executor-backend", "ray"]
+    if role.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(role.data_parallel_size)]
+    if d.enable_expert_parallel:
         args.append("--enable-expert-parallel")
-    if d.get("all2all_backend"):
-        args += ["--all2all-backend", d["all2all_backend"]]
-    if quantization:
-        args += ["--quantization", quantization]
-    elif d["quantization"] in DTYPES:
-        args += ["--dtype", DTYPES[d["quantization"]]]
-    args += ["--kv-cache-dtype", d["kv_cache_dtype"], "--max-num-seqs", str(role["max_num_seqs"]),
-             "--max-num-batched-tokens", str(role["max_num_batched_tokens"])]
-    args.append("--enable-chunked-prefill" if d["enable_chunked_prefill"] else "--no-enable-chunked-prefill")
-    args += ["--max-model-len", str(d["max_model_len"]), "--gpu-memory-utilization", f"{d['gpu_memory_utilization']:g}"]
-    args.append("--enable-prefix-caching" if d["enable_prefix_caching"] else "--no-enable-prefix-caching")
-    if d.get("scheduling_policy") == "priority":
+    if d.all2all_backend:
+        args += ["--all2all-backend", d.all2all_backend]
+    if weights.vllm_quantization:
+        args += ["--quantization", weights.vllm_quantization]
+    elif weights.scheme in DTYPES:
+        args += ["--dtype", DTYPES[weights.scheme]]
+    args += ["--kv-cache-dtype", d.kv_cache_dtype, "--max-num-seqs", str(role.max_num_seqs),
+             "--max-num-batched-tokens", str(role.max_num_batched_tokens)]
+    args.append("--enable-chunked-prefill" if d.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    args += ["--max-model-len", str(record.max_model_len), "--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
+    args.append("--enable-prefix-caching" if d.enable_prefix_caching else "--no-enable-prefix-caching")
+    if d.scheduling_policy == "priority":
         args += ["--scheduling-policy", "priority"]
-    if d.get("enforce_eager"):
+    if d.enforce_eager:
         args.append("--enforce-eager")
-    if d.get("num_scheduler_steps", 1) > 1:
+    if d.num_scheduler_steps > 1:
         # Only releases up to 0.10.0 have the flag (Deployment refuses it for later ones).
-        args += ["--num-scheduler-steps", str(d["num_scheduler_steps"])]
-    if d.get("speculative"):
-        args += ["--speculative-config", json.dumps(speculative_config(d["speculative"]), separators=(",", ":"))]
+        args += ["--num-scheduler-steps", str(d.num_scheduler_steps)]
+    if d.speculative:
+        args += ["--speculative-config", json.dumps(speculative_config(d.speculative), separators=(",", ":"))]
     return args
 
 
@@ -151,18 +152,17 @@ def data_parallel_nodes(dp: int, tp: int, gpus_per_node: int) -> list[list[str]]
             for k in range(-(-dp // local))]
 
 
-# The compiled deployment's role names, as the launch scripts label instances.
-ROLE_LABELS = {"replica": "serve", "prefill": "prefill", "decode": "decode"}
-KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+# vLLM's --kv-transfer-config kv_role of each P/D role (NixlConnector).
+KV_ROLES = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
 
 
-def compiled_roles(point: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The point's roles as compiled (label -> role, prefill before decode): what each instance runs."""
-    roles = point.get("roles")
-    if not roles:
-        raise InputError(f"trial {point['trial']}: front.json has no compiled roles (it was written by an older "
+def compiled_instances(record: DeploymentRecord, trial: int | None = None) -> list[tuple[RoleRecord, Placement]]:
+    """(role, placement) of every instance to start, in the fleet's order; InputError for a record
+    of an old job that kept no compiled roles."""
+    if not record.roles:
+        raise InputError(f"trial {trial}: front.json has no compiled roles (it was written by an older "
                          "servopt); run servopt report on the job folder to write it again")
-    return {ROLE_LABELS[role["role"]]: role for role in roles}
+    return record.instances()
 
 
 def priority_note(classes: list[dict[str, Any]] | None, flag: str = "--scheduling-policy priority",
@@ -178,60 +178,63 @@ def priority_note(classes: list[dict[str, Any]] | None, flag: str = "--schedulin
             f"extra_body={{\"priority\": 1}}); {otherwise}." + who)
 
 
-def launch_plan(point: dict[str, Any], gpus_per_node: int = 8, calibrated: bool = True,
-                max_model_len_basis: str | None = None, classes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Every instance to start (with its node, ports and command), the router, and notes, as data
-    (``classes``: the workload's tenant classes, named in the priority note)."""
-    d = point["deployment"]
-    model, quantization, kv_auto = _weights(point)
-    dis = d.get("disaggregation")
-    roles = compiled_roles(point)
-    placements = Deployment.model_validate(d).placement(gpus_per_node)
+def launch_plan(record: DeploymentRecord, *, trial: int | None = None, calibrated: bool = True,
+                max_model_len_basis: str | None = None, classes: list[dict[str, Any]] | None = None,
+                metrics: dict[str, float] | None = None, class_metrics: dict[str, float] | None = None) -> dict[str, Any]:
+    """Every instance to start (with its node, ports and command), the router, and notes, as data.
+
+    ``trial`` and ``metrics`` (the predicted costs and P99s, ``class_metrics`` per tenant class) are
+    quoted in the scripts' headers; ``max_model_len_basis`` says where ``--max-model-len`` comes
+    from; ``classes`` (the workload's tenant classes) are named in the priority note;
+    ``calibrated`` False adds the UNCALIBRATED warning.
+    """
+    d = record.spec
+    weights = served_weights(record, trial)
+    model, kv_auto = weights.serve_id, weights.kv_cache_auto
     instances = []
     port, side_port = BASE_PORT, NIXL_SIDE_CHANNEL_BASE_PORT
-    for place in placements:
-        role = roles[place.role]
-        tp, dp, kv_role = role["tp"], role["data_parallel_size"], KV_ROLES.get(place.role)
+    for role, place in compiled_instances(record, trial):
+        tp, dp, kv_role = role.tp, role.data_parallel_size, KV_ROLES.get(role.role)
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.devices))}
-        args = ["--port", str(port), *engine_args(d, role, quantization)]
+        args = ["--port", str(port), *engine_args(record, role)]
         if kv_role:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_port)
             side_port += 1
             transfer = {"kv_connector": "NixlConnector", "kv_role": kv_role}
             args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
-        parts = data_parallel_nodes(dp, tp, gpus_per_node)
+        parts = data_parallel_nodes(dp, tp, place.gpus_per_node)
         for k, extra in enumerate(parts):
             nodes = [place.node + k] if len(parts) > 1 else place.nodes
-            instances.append({"replica": place.replica, "role": place.role, "node": place.node + k, "nodes": nodes,
-                              "port": port, "tp": tp, "pp": role["pp"], "dp": dp // len(parts), "env": env,
+            instances.append({"replica": place.replica, "role": role.role, "node": place.node + k, "nodes": nodes,
+                              "port": port, "tp": tp, "pp": role.pp, "dp": dp // len(parts), "env": env,
                               "model": model, "args": args + extra,
                               "command": shell_command(env, ["vllm", "serve", model], args + extra)})
         port += 1
-    num_nodes = placements[-1].nodes[-1] + 1
-    simulated_router = d.get("router", ROUTER)
-    router = _router([i for i in instances if "--headless" not in i["args"]], bool(dis), num_nodes, simulated_router)
+    simulated_router = d.router
+    router = _router([i for i in instances if "--headless" not in i["args"]], d.disaggregation is not None,
+                     record.num_nodes, simulated_router)
     notes = []
     if router and ROUTER_POLICIES[simulated_router] != simulated_router:
         notes.append(f"the latencies were predicted behind a {simulated_router} router, which the vLLM Router does not "
                      f"offer; router.sh starts its {router['policy']} policy (the less loaded of two replicas drawn "
                      "at random), whose tails may differ: predict again with router: power_of_two")
-    if d["kv_cache_dtype"] == "auto" and kv_auto != "auto":
+    if d.kv_cache_dtype == "auto" and kv_auto != "auto":
         notes.append(f"--kv-cache-dtype auto: {model} carries {kv_auto.upper()} KV-cache scales, so vLLM stores an "
                      f"{kv_auto} KV cache (as predicted)")
-    weights = point.get("weights") or {}
-    if weights.get("config_source"):
-        notes.append(f"{model}: model config: {weights['config_source']}")
+    if weights.config_source:
+        notes.append(f"{model}: model config: {weights.config_source}")
     if max_model_len_basis:
-        notes.append(f"--max-model-len {d['max_model_len']}: {max_model_len_basis}")
-    if d.get("scheduling_policy") == "priority":
+        notes.append(f"--max-model-len {record.max_model_len}: {max_model_len_basis}")
+    if d.scheduling_policy == "priority":
         notes.append(priority_note(classes))
     if not calibrated:
-        notes.append(f"UNCALIBRATED: {d['gpu']} has no calibration profile; its predictions rest on datasheet "
+        notes.append(f"UNCALIBRATED: {d.gpu} has no calibration profile; its predictions rest on datasheet "
                      "defaults. Measure before relying on them (servopt calibrate run on that GPU).")
-    return {"vllm_version": VLLM_VERSION, "trial": point["trial"], "model": model, "gpu": d["gpu"],
-            "calibrated": calibrated, "replicas": d["replicas"], "num_nodes": num_nodes, "instances": instances,
-            "router": router, "notes": notes, "deployment": d, "weights": point.get("weights"),
-            "metrics": point.get("metrics", {}), "class_metrics": point.get("class_metrics", {})}
+    return {"vllm_version": VLLM_VERSION, "trial": trial, "model": model, "gpu": d.gpu,
+            "calibrated": calibrated, "replicas": d.replicas, "num_nodes": record.num_nodes, "instances": instances,
+            "router": router, "notes": notes, "deployment": d.model_dump(mode="json"),
+            "weights": weights.model_dump(mode="json"), "metrics": metrics or {},
+            "class_metrics": class_metrics or {}}
 
 
 # The vLLM Router's policy for each simulated router (costmodels/serving/router.py); least_outstanding
@@ -253,7 +256,7 @@ def _router(instances: list[dict], disaggregated: bool, num_nodes: int, router: 
     if disaggregated:
         args = ["--vllm-pd-disaggregation"]
         for inst in instances:
-            args += ["--prefill" if inst["role"] == "prefill" else "--decode", url(inst)]
+            args += ["--prefill" if inst["role"] == PREFILL else "--decode", url(inst)]
         args += ["--prefill-policy", policy, "--decode-policy", policy]
     else:
         args = ["--worker-urls", *[url(inst) for inst in instances], "--policy", policy]
@@ -292,7 +295,7 @@ def _usage(script: str, names: list[str]) -> list[str]:
 def node_scripts(plan: dict[str, Any]) -> dict[str, str]:
     """``node-N.sh`` for every node, and ``router.sh`` when there is a router."""
     multi_node = plan["num_nodes"] > 1
-    pd_multi_node = multi_node and any(i["role"] != "serve" for i in plan["instances"])
+    pd_multi_node = multi_node and any(i["role"] != REPLICA for i in plan["instances"])
     scripts = {}
     for node in range(plan["num_nodes"]):
         name = f"node-{node}.sh"
@@ -315,8 +318,9 @@ def node_scripts(plan: dict[str, Any]) -> dict[str, str]:
             lines.append(f"ray start --head --port={RAY_PORT}")
         lines.append("trap 'kill $(jobs -p) 2>/dev/null || true' EXIT")
         for inst in here:
-            lines.append(comment(f"# replica {inst['replica']}, {inst['role']} instance, port {inst['port']}"))
-            prefix = 'VLLM_NIXL_SIDE_CHANNEL_HOST="$node_address" ' if pd_multi_node and inst["role"] != "serve" else ""
+            what = "" if inst["role"] == REPLICA else f", {inst['role']} instance"
+            lines.append(comment(f"# replica {inst['replica']}{what}, port {inst['port']}"))
+            prefix = 'VLLM_NIXL_SIDE_CHANNEL_HOST="$node_address" ' if pd_multi_node and inst["role"] != REPLICA else ""
             command = inst["command"].replace("'${head_address}'", '"$head_address"') if data_parallel else inst["command"]
             lines.append(f"{prefix}{command} > vllm-{inst['port']}.log 2>&1 &")
         lines += ['echo "started $(jobs -p | wc -l) vLLM instance(s); logs in $PWD/vllm-*.log"', "wait"]
@@ -336,13 +340,13 @@ def node_scripts(plan: dict[str, Any]) -> dict[str, str]:
 
 def render_readme(plan: dict[str, Any], scripts: dict[str, str]) -> str:
     """The order to start the scripts, and what each one needs."""
-    d = plan["deployment"]
+    d, weights = plan["deployment"], plan["weights"]
     lines = [comment(f"# vLLM launch scripts: trial {plan['trial']} ({plan['model']} on {plan['gpu']})"), ""]
     if not plan["calibrated"]:
         lines += [comment(f"**UNCALIBRATED**: no calibration profile for {plan['gpu']}; the predictions behind this "
                           "deployment rest on datasheet defaults."), ""]
     lines += [f"vLLM {plan['vllm_version']}; {plan['replicas']} replica(s), {len(plan['instances'])} instance(s) on "
-              f"{plan['num_nodes']} node(s) of {plan['gpu']}; weights: {d['quantization']}, KV cache {d['kv_cache_dtype']}.",
+              f"{plan['num_nodes']} node(s) of {plan['gpu']}; weights: {weights['scheme']}, KV cache {d['kv_cache_dtype']}.",
               "", "Start order:", ""]
     step = 1
     multi_node = plan["num_nodes"] > 1

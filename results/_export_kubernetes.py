@@ -29,15 +29,16 @@ leader, headless data-parallel ranks) quote every word with :func:`shlex.quote` 
 written by ``yaml.safe_dump``, and comments are stripped of control characters.
 
 Example:
-    >>> point = {"trial": 3, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
-    ...     "gpu": "h100", "tp": 2, "pp": 1, "replicas": 2, "quantization": "bf16", "kv_cache_dtype": "auto",
-    ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
-    ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
-    ...     "speculative": None, "disaggregation": None},
-    ...     "roles": [{"role": "replica", "instances_per_replica": 1, "tp": 2, "pp": 1, "data_parallel_size": 1,
-    ...                "max_num_seqs": 96, "max_num_batched_tokens": 4096}]}
+    >>> from servopt.costmodels import Deployment, PerformanceProfile, get_gpu
+    >>> from servopt.costmodels.architectures import resolve_model
+    >>> from servopt.costmodels.serving import compile_deployment
+    >>> from servopt.costmodels.weights import WeightsOption
     >>> from servopt.results import launch_plan
-    >>> docs = kubernetes_manifests(launch_plan(point), KubernetesOptions(name="chat"))
+    >>> gpu, model = get_gpu("h100"), resolve_model("meta-llama/Llama-3.1-8B-Instruct").spec
+    >>> d = Deployment(gpu="h100", tp=2, replicas=2, max_model_len=8192)
+    >>> weights = WeightsOption.as_is(model, serve_id="meta-llama/Llama-3.1-8B-Instruct")
+    >>> record = compile_deployment(model, d, gpu, PerformanceProfile.spec_default(gpu), weights=weights).record()
+    >>> docs = kubernetes_manifests(launch_plan(record), KubernetesOptions(name="chat"))
     >>> [(d["kind"], d["metadata"]["name"]) for d in docs]  # doctest: +NORMALIZE_WHITESPACE
     [('Deployment', 'chat-replica'), ('Service', 'chat-replica'), ('PodDisruptionBudget', 'chat-replica'),
      ('ServiceAccount', 'chat-router'), ('Role', 'chat-router'), ('RoleBinding', 'chat-router'),
@@ -61,6 +62,7 @@ from typing import Any
 import yaml
 
 from ..costmodels.errors import InputError
+from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, role_name
 from ._export import RAY_PORT, VLLM_VERSION, comment
 
 # vLLM's published image (docker/Dockerfile's vllm-openai target); its entrypoint is not relied on:
@@ -83,7 +85,6 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 # Labels and variables the LWS controller sets (api/leaderworkerset/v1/leaderworkerset_types.go@v0.10.0).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-ROLE_NAMES = {"serve": "replica", "prefill": "prefill", "decode": "decode"}
 # What NVML calls each catalog GPU (nvidia-smi's name; torch.cuda.get_device_name gives the same),
 # from the `device` column of aiconfigurator-core 0.12.0's kernel tables where it has the GPU
 # (calibration/measured/kernel, ../shared/data/measured/kernel), else the name GPU feature discovery
@@ -254,7 +255,7 @@ def _env(ctx: _Context, inst: dict[str, Any], multi_node: bool) -> list[dict[str
     pod_ip = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     if multi_node:  # Ray and vLLM name each node by the address the others reach it at
         env.append({"name": "VLLM_HOST_IP", **pod_ip})
-    if inst["role"] in ("prefill", "decode"):
+    if inst["role"] in (PREFILL, DECODE):
         # NixlConnector's side channel: vLLM's default host is localhost (vllm/envs.py@v0.33.0), which a
         # decode pod cannot reach; the port stays the plan's.
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", **pod_ip})
@@ -388,9 +389,9 @@ def router_args(plan: dict[str, Any], options: KubernetesOptions) -> list[str]:
     discovery = ["--service-discovery", "--service-discovery-namespace", options.namespace,
                  "--service-discovery-port", str(CONTAINER_PORT)]
     if "--vllm-pd-disaggregation" in args:
-        discovery += ["--prefill-selector", *selector("prefill"), "--decode-selector", *selector("decode")]
+        discovery += ["--prefill-selector", *selector(PREFILL), "--decode-selector", *selector(DECODE)]
     else:
-        discovery += ["--selector", *selector("replica")]
+        discovery += ["--selector", *selector(REPLICA)]
     return ["vllm-router", *args, *discovery, "--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
 
 
@@ -431,7 +432,7 @@ def kubernetes_manifests(plan: dict[str, Any], options: KubernetesOptions | None
                    _node_placement(plan, options, vendor), _n_minus_1_holds(plan.get("metrics") or {}))
     docs: list[dict[str, Any]] = []
     for label, instances in _group(plan).items():
-        role = ROLE_NAMES[label]
+        role = role_name(label)  # plan.json of older exports named an aggregated instance 'serve'
         shapes = {tuple(_args(parts[0])) for parts in instances}
         if len(shapes) != 1:
             raise InputError(f"trial {plan['trial']}: the {role} instances run different flags; export with --format vllm")

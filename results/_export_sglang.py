@@ -30,20 +30,16 @@ SGLang, and the plan says so):
   with a chain of ``g`` steps; prefill/decode disaggregation: ``--disaggregation-mode`` per role
   (NIXL transfer) and SGLang's router in PD mode.
 
-Example:
-    >>> point = {"trial": 3, "model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {
-    ...     "gpu": "h100", "tp": 2, "pp": 1, "replicas": 1, "quantization": "fp8", "kv_cache_dtype": "fp8",
-    ...     "max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_chunked_prefill": True,
-    ...     "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 8192,
-    ...     "speculative": None, "disaggregation": None},
-    ...     "roles": [{"role": "replica", "instances_per_replica": 1, "tp": 2, "pp": 1, "data_parallel_size": 1,
-    ...                "max_num_seqs": 96, "max_num_batched_tokens": 4096, "weights_bytes_per_gpu": 4.6e9,
-    ...                "kv_cache_bytes_per_gpu": 73.5e9, "gpu_memory_bytes": 85.9e9}]}
-    >>> plan = sglang_plan(point)
-    >>> print(plan["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
-    CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct
-    --port 8000 --tp-size 2 --quantization fp8 --kv-cache-dtype fp8_e4m3 --max-running-requests 96
-    --chunked-prefill-size 4096 --context-length 8192 --mem-fraction-static 0.909
+Example (vLLM's defaults for an H200 fill the limits the deployment leaves out):
+    >>> from servopt.costmodels import Deployment, PerformanceProfile, get_gpu, get_model
+    >>> from servopt.costmodels.serving import compile_deployment
+    >>> h200 = get_gpu("h200")
+    >>> compiled = compile_deployment(get_model("llama-3.1-8b"), Deployment(gpu="h200", kv_cache_dtype="fp8"), h200,
+    ...                               PerformanceProfile.spec_default(h200))
+    >>> print(sglang_plan(compiled.record())["instances"][0]["command"])  # doctest: +NORMALIZE_WHITESPACE
+    CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --port 8000
+    --tp-size 1 --dtype bfloat16 --kv-cache-dtype fp8_e4m3 --max-running-requests 1024 --chunked-prefill-size 8192
+    --context-length 131072 --mem-fraction-static 0.905
 """
 
 from __future__ import annotations
@@ -52,21 +48,20 @@ from typing import Any
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
-from ._export import BASE_PORT, _weights, comment, compiled_roles, priority_note, shell_command
+from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, DeploymentRecord, RoleRecord
+from ._export import BASE_PORT, DTYPES, ROUTER_PORT, comment, compiled_instances, priority_note, served_weights, shell_command
 
-ROUTER_PORT = 8192
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
-DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 SPECULATIVE_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "ngram": "NGRAM",
                           "draft_model": "STANDALONE"}
 
 
-def _memory_fraction(role: dict[str, Any]) -> float | None:
+def _memory_fraction(role: RoleRecord) -> float | None:
     """Share of GPU memory for the weights plus the KV pool of the compiled role's memory plan (None
     when the trial did not record it)."""
-    if "gpu_memory_bytes" not in role:
+    if role.gpu_memory_bytes is None or role.weights_bytes_per_gpu is None or role.kv_cache_bytes_per_gpu is None:
         return None
-    return round((role["weights_bytes_per_gpu"] + role["kv_cache_bytes_per_gpu"]) / role["gpu_memory_bytes"], 3)
+    return round((role.weights_bytes_per_gpu + role.kv_cache_bytes_per_gpu) / role.gpu_memory_bytes, 3)
 
 
 # SGLang's default --priority-scheduling-preemption-threshold: a waiting request whose priority is
@@ -74,95 +69,95 @@ def _memory_fraction(role: dict[str, Any]) -> float | None:
 SGLANG_PRIORITY_PREEMPTION_THRESHOLD = 10
 
 
-def sglang_args(point: dict[str, Any], d: dict[str, Any], role: dict[str, Any], moe: bool,
-                priority_span: int = 0) -> list[str]:
-    """SGLang's server flags for one instance of a compiled ``role`` (after ``--model-path`` and
-    ``--port``), in a fixed order (``priority_span``: the largest difference between the classes'
-    priorities)."""
-    tp, dp = role["tp"], role["data_parallel_size"]
-    ep = d.get("enable_expert_parallel", False) and moe
+def sglang_args(record: DeploymentRecord, role: RoleRecord, moe: bool, priority_span: int = 0) -> list[str]:
+    """SGLang's server flags for one instance of a compiled ``role`` of ``record`` (after
+    ``--model-path`` and ``--port``), in a fixed order (``priority_span``: the largest difference
+    between the classes' priorities)."""
+    d, weights = record.spec, served_weights(record)
+    tp, dp = role.tp, role.data_parallel_size
+    ep = d.enable_expert_parallel and moe
     if moe and dp > 1:
         args = ["--tp-size", str(tp * dp), "--dp-size", str(dp), "--enable-dp-attention"]
     else:
         args = ["--tp-size", str(tp)] + (["--dp-size", str(dp)] if dp > 1 else [])
     if ep:
         args += ["--ep-size", str(tp * dp)]
-    if role["pp"] > 1:
-        args += ["--pp-size", str(role["pp"])]
-    scheme = d["quantization"]
-    if scheme == "fp8" and (point.get("weights") or {}).get("serve_id", point["serve_id"]) == point["serve_id"]:
+    if role.pp > 1:
+        args += ["--pp-size", str(role.pp)]
+    if weights.scheme == "fp8" and weights.format is None:
         args += ["--quantization", "fp8"]  # a 16-bit checkpoint quantized at load
-    elif scheme in DTYPES:
-        args += ["--dtype", DTYPES[scheme]]
-    args += ["--kv-cache-dtype", KV_DTYPES[d["kv_cache_dtype"]], "--max-running-requests", str(role["max_num_seqs"]),
-             "--chunked-prefill-size", str(role["max_num_batched_tokens"] if d["enable_chunked_prefill"] else -1),
-             "--context-length", str(d["max_model_len"])]
+    elif weights.scheme in DTYPES:
+        args += ["--dtype", DTYPES[weights.scheme]]
+    args += ["--kv-cache-dtype", KV_DTYPES[d.kv_cache_dtype], "--max-running-requests", str(role.max_num_seqs),
+             "--chunked-prefill-size", str(role.max_num_batched_tokens if d.enable_chunked_prefill else -1),
+             "--context-length", str(record.max_model_len)]
     fraction = _memory_fraction(role)
-    args += ["--mem-fraction-static", f"{fraction if fraction is not None else d['gpu_memory_utilization']:g}"]
-    if not d["enable_prefix_caching"]:
+    args += ["--mem-fraction-static", f"{fraction if fraction is not None else d.gpu_memory_utilization:g}"]
+    if not d.enable_prefix_caching:
         args.append("--disable-radix-cache")
-    if d.get("scheduling_policy") == "priority":
+    if d.scheduling_policy == "priority":
         args += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
         if priority_span >= SGLANG_PRIORITY_PREEMPTION_THRESHOLD:  # vLLM never preempts for a waiting request
             args += ["--priority-scheduling-preemption-threshold", str(priority_span + 1)]
-    spec = d.get("speculative")
+    spec = d.speculative
     if spec:
-        g = spec["num_speculative_tokens"]
-        args += ["--speculative-algorithm", SPECULATIVE_ALGORITHMS[spec["method"]], "--speculative-num-steps", str(g),
+        g = spec.num_speculative_tokens
+        args += ["--speculative-algorithm", SPECULATIVE_ALGORITHMS[spec.method], "--speculative-num-steps", str(g),
                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(g + 1)]
-        if spec.get("draft_model"):
-            args += ["--speculative-draft-model-path", spec["draft_model"]]
+        if spec.draft_model:
+            args += ["--speculative-draft-model-path", spec.draft_model]
     return args
 
 
-def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8, classes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _moe(record: DeploymentRecord) -> bool:
+    """Whether the model is MoE (records of old jobs did not say: the model is resolved then)."""
+    if record.moe is not None:
+        return record.moe
+    try:
+        return resolve_model(record.model or served_weights(record).serve_id).spec.moe is not None
+    except InputError:
+        return False
+
+
+def sglang_plan(record: DeploymentRecord, *, trial: int | None = None, classes: list[dict[str, Any]] | None = None,
+                metrics: dict[str, float] | None = None) -> dict[str, Any]:
     """Every SGLang server to start (with its command), the PD router, and notes, as plain data
-    (``classes``: the workload's tenant classes, for priority scheduling)."""
-    d = point["deployment"]
+    (``classes``: the workload's tenant classes, for priority scheduling). Servers run where the
+    record places its instances."""
+    d = record.spec
     priorities = [c.get("priority", 0) for c in classes or []]
     span = max(priorities) - min(priorities) if priorities else 0
-    model = _weights(point)[0]
-    try:
-        moe = resolve_model(point.get("model") or point["serve_id"]).spec.moe is not None
-    except InputError:
-        moe = False
-    dis = d.get("disaggregation")
+    model, moe = served_weights(record, trial).serve_id, _moe(record)
     instances, routers, notes = [], [], []
-    node, next_gpu, port = 0, 0, BASE_PORT
-    for replica in range(d["replicas"]):
-        urls: dict[str, list[str]] = {"prefill": [], "decode": []}
-        for label, role in compiled_roles(point).items():
-            gpus = role["tp"] * role["pp"] * role["data_parallel_size"]
-            if gpus > gpus_per_node:
-                raise InputError(f"trial {point['trial']}: {gpus} GPUs per SGLang server span nodes; export it for "
-                                 "vLLM (servopt export --format vllm), whose multi-node commands servopt writes")
-            for _ in range(role["instances_per_replica"]):
-                if next_gpu + gpus > gpus_per_node:
-                    node, next_gpu = node + 1, 0
-                env = {"CUDA_VISIBLE_DEVICES": ",".join(str(next_gpu + i) for i in range(gpus))}
-                next_gpu += gpus
-                args = ["--model-path", model, "--port", str(port),
-                        *sglang_args(point, d, role, moe, span)]
-                if label != "serve":
-                    args += ["--disaggregation-mode", label, "--disaggregation-transfer-backend", "nixl"]
-                    urls[label].append(f"http://node{node}:{port}")
-                instances.append({"replica": replica, "role": label, "node": node, "port": port, "gpus": gpus,
-                                  "env": env, "args": args,
-                                  "command": shell_command(env, ["python", "-m", "sglang.launch_server"], args)})
-                port += 1
-        if dis:
-            router = ["--pd-disaggregation", *[a for url in urls["prefill"] for a in ("--prefill", url)],
-                      *[a for url in urls["decode"] for a in ("--decode", url)], "--port", str(ROUTER_PORT + replica)]
-            routers.append({"replica": replica, "args": router,
-                            "command": shell_command({}, ["python", "-m", "sglang_router.launch_router"], router)})
+    port = BASE_PORT
+    urls: dict[int, dict[str, list[str]]] = {}
+    for role, place in compiled_instances(record, trial):
+        if place.gpus > place.gpus_per_node:
+            raise InputError(f"trial {trial}: {place.gpus} GPUs per SGLang server span nodes; export it for "
+                             "vLLM (servopt export --format vllm), whose multi-node commands servopt writes")
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.devices))}
+        args = ["--model-path", model, "--port", str(port), *sglang_args(record, role, moe, span)]
+        if role.role != REPLICA:
+            args += ["--disaggregation-mode", role.role, "--disaggregation-transfer-backend", "nixl"]
+            urls.setdefault(place.replica, {PREFILL: [], DECODE: []})[role.role].append(f"http://node{place.node}:{port}")
+        instances.append({"replica": place.replica, "role": role.role, "node": place.node, "port": port,
+                          "gpus": place.gpus, "env": env, "args": args,
+                          "command": shell_command(env, ["python", "-m", "sglang.launch_server"], args)})
+        port += 1
+    for replica, by_role in urls.items():
+        router = ["--pd-disaggregation", *[a for url in by_role[PREFILL] for a in ("--prefill", url)],
+                  *[a for url in by_role[DECODE] for a in ("--decode", url)], "--port", str(ROUTER_PORT + replica)]
+        routers.append({"replica": replica, "args": router,
+                        "command": shell_command({}, ["python", "-m", "sglang_router.launch_router"], router)})
+    dis = d.disaggregation
     notes.append("latencies were predicted for vLLM; SGLang's kernels and scheduler differ, so measure before relying "
                  "on them")
     if dis:
         notes.append("nodeN in the router commands stands for the host of node N (pip install sglang-router).")
-    if d["replicas"] > 1:
-        notes.append(f"{d['replicas']} replicas: put a load balancer in front of the "
+    if d.replicas > 1:
+        notes.append(f"{d.replicas} replicas: put a load balancer in front of the "
                      + ("routers." if dis else "servers' ports."))
-    if d.get("scheduling_policy") == "priority":
+    if d.scheduling_policy == "priority":
         notes.append(priority_note(classes, "--enable-priority-scheduling --schedule-low-priority-values-first",
                                    "without --enable-priority-scheduling SGLang ignores it"))
         kept = ("raised here above the classes' span of " if span >= SGLANG_PRIORITY_PREEMPTION_THRESHOLD
@@ -171,9 +166,9 @@ def sglang_plan(point: dict[str, Any], gpus_per_node: int = 8, classes: list[dic
                      "SGLang does when the waiting one's priority is more than --priority-scheduling-preemption-threshold "
                      f"(default {SGLANG_PRIORITY_PREEMPTION_THRESHOLD}; {kept}{span}) better; and under KV pressure it "
                      "retracts by length unless --retraction-policy priority (recent releases)")
-    return {"framework": "sglang", "trial": point["trial"], "model": model, "gpu": d["gpu"],
-            "replicas": d["replicas"], "num_nodes": node + 1, "instances": instances, "routers": routers,
-            "notes": notes, "deployment": d, "metrics": point.get("metrics", {})}
+    return {"framework": "sglang", "trial": trial, "model": model, "gpu": d.gpu, "replicas": d.replicas,
+            "num_nodes": record.num_nodes, "instances": instances, "routers": routers, "notes": notes,
+            "deployment": d.model_dump(mode="json"), "metrics": metrics or {}}
 
 
 def render_sglang(plan: dict[str, Any]) -> str:

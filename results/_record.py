@@ -6,13 +6,19 @@ as a :class:`TrialRecord`; :meth:`~servopt.optimizer.job.Job.collect` hands the 
 (``estimate``, ``simulation``) keep the simulator's summary as it serialises it
 (``ServingSummary.to_dict``); :meth:`TrialRecord.p99` reads them.
 
+The deployment of a trial is its compiled deployment's
+:class:`~servopt.costmodels.serving.compiled.DeploymentRecord` (the spec, the weights served, each
+role's resolved limits and placements). Records and front.json files written by older servopt
+versions, which kept the spec, ``roles`` and ``weights`` side by side as plain dictionaries, are
+read into the same types (:func:`legacy_deployment`).
+
 Example:
     >>> r = TrialRecord(knobs={"gpu": "h100"}, model="m", serve_id="org/m", fidelity="precheck",
     ...     deployment={"gpu": "h100"}, cost_usd_per_hour=2.5, gpus_rented=1, replicas=1, num_gpus=1,
     ...     accuracy_drop_pct=0.0, feasible=False, reason="memory", profile="spec", profile_calibrated=False,
     ...     eval_s=0.01)
-    >>> r.summary is None, r.p99("ttft")
-    (True, nan)
+    >>> r.summary is None, r.p99("ttft"), r.deployment.spec.tp
+    (True, nan, 1)
 """
 
 from __future__ import annotations
@@ -21,9 +27,35 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..costmodels.errors import MAX_INT
+from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES
+from ..costmodels.serving.compiled import DeploymentRecord
 
 Summary = dict[str, Any]
+
+
+def legacy_deployment(data: dict[str, Any], gpus_per_node: int | None = None) -> dict[str, Any]:
+    """A trial record or front point written before the :class:`DeploymentRecord`, with its spec
+    (``deployment``), compiled ``roles`` and ``weights`` side by side, in the current layout (the
+    same dictionary when it is current already). Records from before the weights were recorded
+    served their ``serve_id`` in a 16-bit dtype or a scheme vLLM applies at start-up; one that names
+    another scheme has no weights record (its checkpoint is unknown)."""
+    spec = data.get("deployment")
+    if not isinstance(spec, dict) or "spec" in spec:
+        return data
+    weights = data.get("weights")
+    scheme = spec.get("quantization")
+    if weights is None and scheme in (*MODEL_DTYPE_SCHEME.values(), *ONLINE_SCHEMES):
+        weights = {"scheme": scheme, "serve_id": data.get("serve_id", ""),
+                   "vllm_quantization": scheme if scheme in ONLINE_SCHEMES else None,
+                   "source": "not recorded by the servopt that ran the job"}
+    record = {"spec": spec, "model": data.get("model", ""), "weights": weights,
+              "max_model_len": spec.get("max_model_len") or 0, "roles": data.get("roles") or [],
+              "gpus_per_node": data.get("gpus_per_node", gpus_per_node)}
+    rest = {k: v for k, v in data.items() if k not in ("weights", "roles", "gpus_per_node")}
+    return {**rest, "deployment": record}
 
 
 def summary_p99(summary: Summary | None, metric: str, tenant: str | None = None) -> float:
@@ -52,15 +84,13 @@ class TrialRecord(BaseModel):
     repaired: dict[str, list[Any]] = Field(default_factory=dict, description="knob -> [drawn, scored]")
     model: str
     serve_id: str
-    weights: dict[str, Any] | None = None
     fidelity: Literal["precheck", "estimate", "simulate"]
     estimate: Summary | None = None
     simulation: Summary | None = None
     simulated_requests: int | None = None
     n_minus_1: Summary | None = Field(default=None, description="the prediction with one replica down (redundancy)")
     capacity: dict[str, Any] | None = None
-    deployment: dict[str, Any]
-    roles: list[dict[str, Any]] = Field(default_factory=list, description="each vLLM instance kind as compiled")
+    deployment: DeploymentRecord
     estimate_objectives: list[float] | None = None
     screened_out: str | None = None
     memory_headroom_gib: float | None = None
@@ -77,6 +107,11 @@ class TrialRecord(BaseModel):
     profile: str
     profile_calibrated: bool
     eval_s: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_layout(cls, data: Any) -> Any:
+        return legacy_deployment(data) if isinstance(data, dict) else data
 
     @property
     def summary(self) -> Summary | None:
@@ -121,3 +156,27 @@ class TrialResult:
     values: list[float] | None
     record: TrialRecord
     duration_s: float | None = None
+
+
+class FrontPoint(BaseModel):
+    """One point of front.json, as ``servopt export`` reads it: the trial, the model key and the id
+    served, the compiled deployment's record, the knobs, and the predicted figures its scripts
+    quote (``metrics``: costs, GPUs and P99s; ``class_metrics``: each tenant class's P99s).
+    front.json files of older jobs are read into the same type (:func:`legacy_deployment`). Strict
+    about its own types: front.json is a file anyone can edit."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    trial: int = Field(ge=0, le=MAX_INT)
+    model: str = ""
+    serve_id: str
+    deployment: DeploymentRecord
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    profile_calibrated: bool = True
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    class_metrics: dict[str, float | None] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_layout(cls, data: Any) -> Any:
+        return legacy_deployment(data) if isinstance(data, dict) else data

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..costmodels.deployment import Deployment
 from ._record import TrialRecord, summary_classes, summary_p99
 
 KNOB_COLUMNS = [
@@ -71,11 +72,16 @@ def speculation_text(knobs: dict[str, Any]) -> str:
     return "off" if label == "off" else f"{label} g={knobs.get('num_speculative_tokens')}"
 
 
-def pd_split_text(deployment: dict[str, Any]) -> str:
-    dis = deployment.get("disaggregation")
+def pd_split_text(deployment: Deployment) -> str:
+    dis = deployment.disaggregation
     if not dis:
         return "aggregated"
-    return f"{dis['prefill_instances']}P(tp{dis['prefill_tp']}):{dis['decode_instances']}D(tp{dis['decode_tp']})"
+    return f"{dis.prefill_instances}P(tp{dis.prefill_tp}):{dis.decode_instances}D(tp{dis.decode_tp})"
+
+
+def spec_json(deployment: Deployment) -> str:
+    """The deployment spec as the tables' ``deployment`` column holds it."""
+    return json.dumps(deployment.model_dump(mode="json"), sort_keys=True)
 
 
 def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
@@ -109,7 +115,7 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
             "objective_latency_s": values[1] if values else math.nan,
             "profile_calibrated": r.profile_calibrated,
             "eval_s": r.eval_s,
-            "deployment": json.dumps(r.deployment, sort_keys=True),
+            "deployment": spec_json(r.deployment.spec),
         }
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -153,24 +159,24 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
         r = by_number[number]
         check = data["rechecks"][number]
         summary = check.simulation
-        d = r.deployment
+        d = r.deployment.spec
         rows.append({
             "trial": number,
             "model": r.serve_id,
-            "gpu": d["gpu"],
+            "gpu": d.gpu,
             "num_gpus": r.num_gpus,
             "gpus_rented": check.gpus_rented,
             "replicas": r.replicas,
-            "quantization": d["quantization"],
-            "kv_cache_dtype": d["kv_cache_dtype"],
-            "tp": d["tp"] if not d.get("disaggregation") else None,
-            "data_parallel_size": d.get("data_parallel_size", 1) if not d.get("disaggregation") else None,
-            "enable_expert_parallel": d.get("enable_expert_parallel", False),
-            "pp": d["pp"],
-            "max_num_seqs": d["max_num_seqs"],
-            "max_num_batched_tokens": d["max_num_batched_tokens"],
-            "enable_chunked_prefill": d["enable_chunked_prefill"],
-            "scheduling_policy": d.get("scheduling_policy", "fcfs"),
+            "quantization": d.quantization,
+            "kv_cache_dtype": d.kv_cache_dtype,
+            "tp": d.tp if not d.disaggregation else None,
+            "data_parallel_size": d.data_parallel_size if not d.disaggregation else None,
+            "enable_expert_parallel": d.enable_expert_parallel,
+            "pp": d.pp,
+            "max_num_seqs": d.max_num_seqs,
+            "max_num_batched_tokens": d.max_num_batched_tokens,
+            "enable_chunked_prefill": d.enable_chunked_prefill,
+            "scheduling_policy": d.scheduling_policy,
             "pd_split": pd_split_text(d),
             "speculation": speculation_text(r.knobs),
             **cost_columns(check.costs()),
@@ -182,9 +188,9 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "simulated_requests": check.requests,
             "equivalent_trials": " ".join(str(n) for n in equivalents.get(number, [])),
             "profile_calibrated": r.profile_calibrated,
-            "weights_format": (r.weights or {}).get("format") or "",
-            "config_source": (r.weights or {}).get("config_source") or "",
-            "deployment": json.dumps(d, sort_keys=True),
+            "weights_format": (r.deployment.weights.format if r.deployment.weights else None) or "",
+            "config_source": (r.deployment.weights.config_source if r.deployment.weights else None) or "",
+            "deployment": spec_json(d),
         })
     frame = pd.DataFrame(rows)
     if len(frame):

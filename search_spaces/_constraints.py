@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..costmodels.quantization import support_problem
-from ..costmodels.serving.compiled import CompiledDeployment
+from ..costmodels.serving.compiled import CompiledDeployment, role_layout
 from ..costmodels.speculation import speculation_problem
 from ._context import SpaceContext
 
@@ -161,5 +161,4 @@ CONSTRAINTS: tuple[Constraint, ...] = (
 
 def _role_tps(compiled: CompiledDeployment) -> list[tuple[str, int]]:
     """(role, TP) of every role, read from the deployment (so also when it could not be compiled)."""
-    d, dis = compiled.deployment, compiled.deployment.disaggregation
-    return [("aggregated", d.tp)] if dis is None else [("prefill", dis.prefill_tp), ("decode", dis.decode_tp)]
+    return [(role, tp) for role, _, tp in role_layout(compiled.deployment)]

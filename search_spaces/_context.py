@@ -6,42 +6,15 @@ never parses files itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..costmodels.architectures import ModelSpec
 from ..costmodels.deployment import Deployment
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.profile import PerformanceProfile
-from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES, AccuracyTable, get_scheme
+from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES, AccuracyTable
 from ..costmodels.serving.compiled import CompiledDeployment, CompileCache, compile_deployment
-
-
-@dataclass(frozen=True)
-class WeightsOption:
-    """One way to serve a model's weights in a scheme: what ``vllm serve`` loads and how.
-
-    ``serve_id`` is the checkpoint to load (the model itself, or a pre-quantized checkpoint of it);
-    ``spec`` carries that checkpoint's format (exact bytes per weight, what ``kv_cache_dtype auto``
-    means); ``vllm_quantization`` is the ``--quantization`` value (None for 16-bit weights);
-    ``accuracy_drop_pct`` is the drop its card publishes (None: the shipped per-scheme table);
-    ``source`` says why it can be served (on the fly, catalog checkpoint, the workload's checkpoint).
-    """
-
-    scheme: str
-    serve_id: str
-    spec: ModelSpec
-    vllm_quantization: str | None
-    source: str
-    accuracy_drop_pct: float | None = None
-
-    def describe(self) -> dict:
-        """Plain data for trial records and exports (``config_source``: which config the weights'
-        architecture was read from, as resolution reported it)."""
-        fmt = self.spec.checkpoint
-        return {"scheme": self.scheme, "serve_id": self.serve_id, "vllm_quantization": self.vllm_quantization,
-                "kv_cache_auto": self.spec.kv_cache_dtype("auto"), "source": self.source,
-                "format": fmt.describe() if fmt else None, "kernels": fmt.kernels if fmt else None,
-                "config_source": self.spec.config_source, "max_context": self.spec.max_context}
+from ..costmodels.weights import WeightsOption
 
 
 @dataclass(frozen=True)
@@ -120,10 +93,15 @@ class SpaceContext:
 
     def compile(self, model: str, deployment: Deployment) -> CompiledDeployment:
         """The deployment of ``model`` compiled once for the constraints, capacity, estimate and
-        simulation (:mod:`~servopt.costmodels.serving.compiled`), sharing step models and memory
-        plans with the job's other trials."""
-        return compile_deployment(self.models[model].spec_for(deployment.quantization), deployment,
-                                  self.gpus[deployment.gpu], self.profile(deployment.gpu), self.cache)
+        simulation (:mod:`~servopt.costmodels.serving.compiled`), with the weights its scheme is
+        served through, sharing step models and memory plans with the job's other trials."""
+        choice, scheme = self.models[model], deployment.quantization
+        # A scheme the model cannot be served in (the quantization_on_gpu constraint says so) is
+        # priced on the model's own architecture.
+        weights = choice.option(scheme) or WeightsOption(scheme, choice.serve_id, choice.spec, None,
+                                                         "no checkpoint known for this scheme")
+        return compile_deployment(choice.spec, deployment, self.gpus[deployment.gpu], self.profile(deployment.gpu),
+                                  self.cache, weights=weights, gpus_per_node=self.node_size(deployment.gpu))
 
 
 def weight_options(spec: ModelSpec, serve_id: str, quantization: str | None,
@@ -135,14 +113,11 @@ def weight_options(spec: ModelSpec, serve_id: str, quantization: str | None,
     (id, its spec, why, published drop)): the workload's and the catalog's pre-quantized ones.
     """
     if quantization is not None:
-        fmt = spec.checkpoint
-        method = fmt.method if fmt else get_scheme(quantization).vllm_quantization
-        return {quantization: WeightsOption(quantization, serve_id, spec, method, "the checkpoint's own weights")}
+        return {quantization: replace(WeightsOption.as_is(spec, quantization, serve_id), source="the checkpoint's own weights")}
     own = MODEL_DTYPE_SCHEME[spec.dtype]
-    options = {own: WeightsOption(own, serve_id, spec, None, "the model's own weights")}
+    options = {own: WeightsOption.as_is(spec, own, serve_id)}
     for scheme in sorted(ONLINE_SCHEMES):
-        options[scheme] = WeightsOption(scheme, serve_id, spec, get_scheme(scheme).vllm_quantization,
-                                        f"quantized by vLLM at start-up (--quantization {scheme})")
+        options[scheme] = WeightsOption.as_is(spec, scheme, serve_id)
     for scheme, (checkpoint_id, checkpoint_spec, why, drop) in (checkpoints or {}).items():
         options[scheme] = WeightsOption(scheme, checkpoint_id, checkpoint_spec, checkpoint_spec.checkpoint.method,
                                         why, drop)

@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from ..costmodels.quantization import support_problem
-from ..costmodels.serving import CompiledDeployment
+from ..costmodels.vllm_defaults import min_batched_tokens
+from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, CompiledDeployment
 from ._candidate import Candidate
 from ._context import SpaceContext
 from ._domains import Choices, Domain, Value
@@ -65,9 +66,8 @@ class TokenBudget(Repair):
 
     def apply(self, values: dict[str, Value], space: SearchSpace) -> dict[str, Value]:
         drafts = int(values.get("num_speculative_tokens", 0)) if values.get("speculation", SPECULATION_OFF) != SPECULATION_OFF else 0
-        need = int(values["max_num_seqs"]) * (1 + drafts)
-        if not values["enable_chunked_prefill"]:
-            need = max(need, space.ctx.max_model_len[str(values.get("model", next(iter(space.ctx.models))))])
+        context = space.ctx.max_model_len[str(values.get("model", next(iter(space.ctx.models))))]
+        need = min_batched_tokens(int(values["max_num_seqs"]), drafts, bool(values["enable_chunked_prefill"]), context)
         if int(values["max_num_batched_tokens"]) >= need:
             return values
         raised = space.domain("max_num_batched_tokens").at_least(need)
@@ -94,7 +94,7 @@ class SmallestFittingTP(Repair):
     attention heads, fits a node and holds the weights, activations and one longest request."""
 
     name = "memory"
-    KNOB_ROLES: ClassVar[dict[str, str]] = {"tp": "replica", "prefill_tp": "prefill", "decode_tp": "decode"}
+    KNOB_ROLES: ClassVar[dict[str, str]] = {"tp": REPLICA, "prefill_tp": PREFILL, "decode_tp": DECODE}
 
     def apply(self, values: dict[str, Value], space: SearchSpace) -> dict[str, Value]:
         ctx = space.ctx
@@ -107,8 +107,8 @@ class SmallestFittingTP(Repair):
                 trial = {**values, knob: tp}
                 if heads % tp or tp > node:
                     continue
-                compiled = space.compile(Candidate(trial))
-                role = next((r for r in compiled.roles if r.name == self.KNOB_ROLES[knob]), None)
+                roles = {r.name: r for r in space.compile(Candidate(trial)).roles}
+                role = roles.get(self.KNOB_ROLES[knob])
                 if role is not None and role.plan.fits:
                     values = trial
                     break

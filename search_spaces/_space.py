@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ..costmodels.deployment import ROUTER, Deployment, DisaggregationConfig, SpeculativeConfig
+from ..costmodels.deployment import Deployment, DisaggregationConfig, SpeculativeConfig
 from ..costmodels.errors import InputError, did_you_mean
-from ..costmodels.vllm_defaults import SCHEDULING_POLICY
 from ..costmodels.serving.compiled import CompiledDeployment
 from ._candidate import Candidate
 from ._constraints import CONSTRAINTS, Constraint, Violation
@@ -29,8 +28,7 @@ class SearchSpace:
         >>> space = SearchSpace(example_context(), {"tp": [1, 2], "quantization": "fp8", "mode": "aggregated"})
         >>> space.domain("quantization").pinned, space.domain("tp").values()
         ('fp8', [1, 2])
-        >>> candidate = space.fixed({"gpu": "h100", "tp": 2, "kv_cache_dtype": "auto", "max_num_seqs": 64,
-        ...     "max_num_batched_tokens": 4096, "enable_chunked_prefill": True, "speculation": "off", "headroom": 0.0})
+        >>> candidate = Candidate(space.complete({"gpu": "h100", "tp": 2}, np.random.default_rng(0)))
         >>> space.deployment(candidate, replicas=3).num_gpus
         6
     """
@@ -143,25 +141,14 @@ class SearchSpace:
         return str(candidate.get("model", next(iter(self.ctx.models))))
 
     def deployment(self, candidate: Candidate, replicas: int = 1) -> Deployment:
-        """The deployment a candidate describes, with ``replicas`` copies."""
+        """The deployment a candidate describes, with ``replicas`` copies: every knob named after a
+        deployment field is that field (a knob the candidate leaves inactive keeps the field's
+        default), the others say how to build the rest (serving mode, speculation)."""
         c = candidate
         model = self.model_key(c)
-        fields: dict[str, Any] = {
-            "gpu": c["gpu"],
-            "tp": c.get("tp", 1),
-            "pp": c.get("pp", 1),
-            "data_parallel_size": c.get("data_parallel_size", 1),
-            "enable_expert_parallel": c.get("enable_expert_parallel", False),
-            "replicas": c.get("replicas", replicas),
-            "quantization": c["quantization"],
-            "kv_cache_dtype": c["kv_cache_dtype"],
-            "max_num_seqs": c["max_num_seqs"],
-            "max_num_batched_tokens": c["max_num_batched_tokens"],
-            "enable_chunked_prefill": c["enable_chunked_prefill"],
-            "scheduling_policy": c.get("scheduling_policy", SCHEDULING_POLICY),
-            "router": c.get("router", ROUTER),
-            "max_model_len": self.ctx.max_model_len[model],
-        }
+        fields: dict[str, Any] = {name: value for name, value in c.values.items() if name in Deployment.model_fields}
+        fields.setdefault("replicas", replicas)
+        fields["max_model_len"] = self.ctx.max_model_len[model]
         if c.get("mode") == DISAGGREGATED:
             fields["tp"] = c["prefill_tp"]
             fields["disaggregation"] = DisaggregationConfig(
@@ -175,8 +162,8 @@ class SearchSpace:
                 method=choice.method, num_speculative_tokens=c["num_speculative_tokens"],
                 acceptance_rate=choice.acceptance_rate, draft_model=choice.draft_model,
             )
-        # vLLM's own rule (max_num_batched_tokens >= max_num_seqs) is a searched constraint here:
-        # build without validation and let BatchLimits report it (validated() checks the rest).
+        # vLLM's own rules (the token budget against max_num_seqs, ...) are searched constraints here:
+        # build without validation and let BatchLimits report them (validated() checks the rest).
         return Deployment.model_construct(**fields)
 
     @staticmethod

@@ -23,19 +23,23 @@ TINY = {
 }
 
 
-def with_roles(point: dict) -> dict:
-    """A front point as servopt writes it: with its deployment's roles as compiled (the export reads them)."""
+def compiled_record(point: dict, gpus_per_node: int | None = None):
+    """The deployment record of a front point given as servopt wrote points before the record (its
+    spec, ``serve_id`` and ``weights``): compiled (roles, placements on ``gpus_per_node``), serving
+    those weights, as the exporters read it."""
     from servopt.costmodels.architectures import resolve_model
     from servopt.costmodels.deployment import Deployment
     from servopt.costmodels.hardware import get_gpu
     from servopt.costmodels.profile import PerformanceProfile
     from servopt.costmodels.serving import compile_deployment
+    from servopt.results import FrontPoint
 
     deployment = Deployment.model_validate(point["deployment"])
     gpu = get_gpu(deployment.gpu)
     spec = resolve_model(point.get("model") or point["serve_id"]).spec
-    compiled = compile_deployment(spec, deployment, gpu, PerformanceProfile.spec_default(gpu))
-    return {**point, "roles": compiled.describe_roles()}
+    compiled = compile_deployment(spec, deployment, gpu, PerformanceProfile.spec_default(gpu), gpus_per_node=gpus_per_node)
+    weights = FrontPoint.model_validate({"trial": 0, **point}).deployment.weights
+    return compiled.record().model_copy(update={"weights": weights})
 
 
 @pytest.fixture

@@ -2,9 +2,10 @@
 tokens (input + output)."""
 
 import pytest
-from _optimizer_fixtures import TINY, with_roles
+from _optimizer_fixtures import TINY, compiled_record
 
 from servopt.costmodels.deployment import Deployment
+from servopt.costmodels.serving.compiled import num_nodes
 from servopt.optimizer._evaluate import Evaluator
 from servopt.optimizer._problem import build_problem
 from servopt.optimizer.workload import parse_workload
@@ -25,10 +26,10 @@ PD = {"gpu": "h100", "disaggregation": {"prefill_instances": 3, "prefill_tp": 1,
 ])
 def test_nodes_as_export_places_the_instances(spec, node, nodes):
     d = Deployment.model_validate({**spec, "max_num_seqs": 64, "max_num_batched_tokens": 4096})
-    assert d.num_nodes(node) == nodes
-    point = with_roles({"trial": 0, "serve_id": "meta-llama/Llama-3.1-8B-Instruct",
-                        "deployment": {**d.model_dump(mode="json"), "quantization": "bf16"}})
-    assert launch_plan(point, gpus_per_node=node)["num_nodes"] == nodes
+    assert num_nodes(d, node) == nodes
+    record = compiled_record({"serve_id": "meta-llama/Llama-3.1-8B-Instruct",
+                              "deployment": {**d.model_dump(mode="json"), "quantization": "bf16"}}, gpus_per_node=node)
+    assert record.num_nodes == nodes and launch_plan(record)["num_nodes"] == nodes
 
 
 def evaluator(**changes):

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _optimizer_fixtures import with_roles
+from _optimizer_fixtures import compiled_record
 
 from servopt.costmodels.errors import InputError
 from servopt.results import find_vllm_python, launch_plan, node_scripts, render_readme, render_shell, serve_commands
@@ -26,9 +26,17 @@ DIS = {"prefill_instances": 1, "prefill_tp": 2, "decode_instances": 2, "decode_t
        "decode_max_num_batched_tokens": None, "same_node": None, "rdma_gbps": 50.0}
 
 
-def point(weights=None, **over):
-    return with_roles({"trial": 7, "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {**BASE, **over},
-                       "weights": weights})
+def record(weights=None, **over):
+    """The deployment record of BASE with ``over`` (serving ``weights``: a weights record's fields)."""
+    return compiled_record({"serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": {**BASE, **over},
+                            "weights": weights})
+
+
+def old_point(**over):
+    """A front.json point as servopt wrote it before the deployment record: spec, roles and weights side by side."""
+    r = record(**over)
+    return {"serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": r.spec.model_dump(mode="json"),
+            "weights": None, "roles": [role.model_dump(mode="json") for role in r.roles]}
 
 
 def flags(argv):
@@ -44,7 +52,7 @@ def flags(argv):
 
 
 def test_every_searched_value_is_exported_as_chosen():
-    plan = launch_plan(point())
+    plan = launch_plan(record())
     assert len(plan["instances"]) == 3 and plan["replicas"] == 3
     argv = shlex.split(plan["instances"][0]["command"])
     assert argv[:4] == ["CUDA_VISIBLE_DEVICES=0,1", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
@@ -60,7 +68,7 @@ def test_every_searched_value_is_exported_as_chosen():
 
 
 def test_pipeline_spans_nodes_with_one_script_each():
-    plan = launch_plan(point(tp=8, pp=2, replicas=1, quantization="bf16", enable_prefix_caching=False,
+    plan = launch_plan(record(tp=8, pp=2, replicas=1, quantization="bf16", enable_prefix_caching=False,
                              enable_chunked_prefill=True))
     f = flags(shlex.split(plan["instances"][0]["command"])[4:])
     assert f["--pipeline-parallel-size"] == "2" and f["--dtype"] == "bfloat16" and "--quantization" not in f
@@ -75,7 +83,7 @@ def test_pipeline_spans_nodes_with_one_script_each():
 
 
 def test_replicas_over_nodes_are_not_started_on_one_machine():
-    plan = launch_plan(point(tp=4, replicas=4))  # 16 GPUs: two nodes of 8
+    plan = launch_plan(record(tp=4, replicas=4))  # 16 GPUs: two nodes of 8
     scripts = node_scripts(plan)
     assert sorted(scripts) == ["node-0.sh", "node-1.sh", "router.sh"]
     assert scripts["node-0.sh"].count("vllm serve") == 2 and scripts["node-1.sh"].count("vllm serve") == 2
@@ -87,18 +95,18 @@ def test_replicas_over_nodes_are_not_started_on_one_machine():
 @pytest.mark.parametrize("router, policy", [("round_robin", "round_robin"), ("power_of_two", "power_of_two"),
                                             ("least_outstanding", "power_of_two")])
 def test_the_router_starts_the_policy_that_was_simulated(router, policy):
-    plan = launch_plan(point(router=router))
+    plan = launch_plan(record(router=router))
     args = plan["router"]["args"]
     assert args[args.index("--policy") + 1] == policy
     assert any("does not offer" in note for note in plan["notes"]) == (router != policy)
-    dis = launch_plan(point(disaggregation=DIS, replicas=1, router=router))["router"]["args"]
+    dis = launch_plan(record(disaggregation=DIS, replicas=1, router=router))["router"]["args"]
     assert dis[dis.index("--prefill-policy") + 1] == dis[dis.index("--decode-policy") + 1] == policy
 
 
 def test_speculative_config_json_survives_the_shell():
     spec = {"method": "eagle3", "num_speculative_tokens": 3, "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
             "acceptance_rate": None, "draft_tp": None}
-    plan = launch_plan(point(speculative=spec, replicas=1))
+    plan = launch_plan(record(speculative=spec, replicas=1))
     f = flags(shlex.split(plan["instances"][0]["command"])[4:])
     assert json.loads(f["--speculative-config"]) == {"method": "eagle3", "num_speculative_tokens": 3,
                                                       "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
@@ -107,7 +115,7 @@ def test_speculative_config_json_survives_the_shell():
 def test_pre_quantized_checkpoint_is_served_with_its_method_and_kv_meaning():
     weights = {"scheme": "fp8", "serve_id": "nvidia/Llama-3.1-8B-Instruct-FP8", "vllm_quantization": "modelopt",
                "kv_cache_auto": "fp8", "source": "catalog", "format": "modelopt fp8"}
-    plan = launch_plan(point(weights=weights, replicas=1, kv_cache_dtype="auto"))
+    plan = launch_plan(record(weights=weights, replicas=1, kv_cache_dtype="auto"))
     argv = shlex.split(plan["instances"][0]["command"])
     assert argv[3] == "nvidia/Llama-3.1-8B-Instruct-FP8" and flags(argv[4:])["--quantization"] == "modelopt"
     assert any("carries FP8 KV-cache scales" in n for n in plan["notes"])
@@ -116,27 +124,27 @@ def test_pre_quantized_checkpoint_is_served_with_its_method_and_kv_meaning():
 @pytest.mark.parametrize("scheme", ["int8", "awq", "gptq", "nvfp4"])
 def test_no_placeholder_when_a_checkpoint_is_unknown(scheme):
     with pytest.raises(InputError, match=f"names no {scheme} checkpoint"):
-        launch_plan(point(quantization=scheme, replicas=1))
+        launch_plan(record(quantization=scheme, replicas=1))
 
 
 def test_each_instance_runs_its_compiled_roles_limits():
     # Limits the deployment leaves to vLLM come from the compiled deployment (vLLM's H100 defaults);
     # a P/D role's own limits override the deployment's.
-    plan = launch_plan(point(max_num_seqs=None, max_num_batched_tokens=None, enable_chunked_prefill=True, replicas=1))
+    plan = launch_plan(record(max_num_seqs=None, max_num_batched_tokens=None, enable_chunked_prefill=True, replicas=1))
     f = flags(shlex.split(plan["instances"][0]["command"])[4:])
     assert f["--max-num-seqs"] == "1024" and f["--max-num-batched-tokens"] == "8192"
     dis = {**DIS, "decode_max_num_seqs": 33, "prefill_max_num_batched_tokens": 16384}
-    plan = launch_plan(point(disaggregation=dis, replicas=1))
+    plan = launch_plan(record(disaggregation=dis, replicas=1))
     limits = {i["role"]: flags(shlex.split(i["command"])[5:]) for i in plan["instances"]}
     assert limits["prefill"]["--max-num-batched-tokens"] == "16384" and limits["prefill"]["--max-num-seqs"] == "77"
     assert limits["decode"]["--max-num-seqs"] == "33" and limits["decode"]["--max-num-batched-tokens"] == "3001"
-    stale = {k: v for k, v in point(replicas=1).items() if k != "roles"}
+    stale = record(replicas=1).model_copy(update={"roles": ()})
     with pytest.raises(InputError, match="no compiled roles.*servopt report"):
         launch_plan(stale)
 
 
 def test_disaggregation_uses_the_vllm_router():
-    plan = launch_plan(point(disaggregation=DIS, replicas=1))
+    plan = launch_plan(record(disaggregation=DIS, replicas=1))
     roles = [i["role"] for i in plan["instances"]]
     assert roles == ["prefill", "decode", "decode"]
     for inst in plan["instances"]:
@@ -152,7 +160,7 @@ def test_disaggregation_uses_the_vllm_router():
 
 
 def test_uncalibrated_gpu_is_marked_in_every_file():
-    plan = launch_plan(point(replicas=1), calibrated=False)
+    plan = launch_plan(record(replicas=1), calibrated=False)
     scripts = node_scripts(plan)
     assert "# UNCALIBRATED" in scripts["node-0.sh"] and "UNCALIBRATED" in render_readme(plan, scripts)
 
@@ -167,9 +175,9 @@ def test_export_cli(tmp_path, capsys):
     front = {"study": "s", "workload": {"objective": {"cost": "usd_per_hour", "latency": "e2e"}},
              "gpus": {"h100": {"calibrated": True}},
              "points": [
-                 {**point(replicas=1), "trial": 1, "gpus_per_node": 8, "metrics": {
+                 {**old_point(replicas=1), "trial": 1, "gpus_per_node": 8, "metrics": {
                      "cost_usd_per_hour": 5.0, "p99_e2e_s": 9.0, "p99_ttft_s": 1, "p99_tpot_s": 0.02}},
-                 {**point(tp=4), "trial": 2, "gpus_per_node": 8, "metrics": {
+                 {**old_point(tp=4), "trial": 2, "gpus_per_node": 8, "metrics": {
                      "cost_usd_per_hour": 9.0, "p99_e2e_s": 4.0, "p99_ttft_s": 1, "p99_tpot_s": 0.02}}]}
     (tmp_path / "front.json").write_text(json.dumps(front))
     assert main(["export", str(tmp_path), "--pick", "fastest", "--format", "json"]) == 0
@@ -187,7 +195,7 @@ def test_export_cli(tmp_path, capsys):
 def test_export_refuses_a_tampered_front(tmp_path, capsys):
     from servopt.optimizer.cli import main
 
-    bad = {**point(replicas=1), "serve_id": "x$(touch pwned)/m", "trial": 1, "gpus_per_node": 8,
+    bad = {**old_point(replicas=1), "serve_id": "x$(touch pwned)/m", "trial": 1, "gpus_per_node": 8,
            "metrics": {"cost_usd_per_hour": 1.0, "p99_e2e_s": 1.0, "p99_ttft_s": 1, "p99_tpot_s": 0.02}}
     front = {"study": "s", "workload": {"objective": {"cost": "usd_per_hour", "latency": "e2e"}}, "points": [bad]}
     (tmp_path / "front.json").write_text(json.dumps(front))
@@ -280,7 +288,7 @@ def test_planted_strings_are_rejected_or_inert(tmp_path, payload, capsys):
 
 
 def test_serve_commands_are_read_as_the_shell_reads_them():
-    plan = launch_plan(point(disaggregation=DIS, replicas=1))
+    plan = launch_plan(record(disaggregation=DIS, replicas=1))
     commands = serve_commands(node_scripts(plan))
     assert len(commands) == 3 and all(c["argv"][:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
                                       for c in commands)
@@ -297,9 +305,9 @@ def test_vllm_parser_accepts_the_scripts():
     weights = {"scheme": "int8", "serve_id": "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
                "vllm_quantization": "compressed-tensors", "kv_cache_auto": "auto", "source": "catalog", "format": ""}
     scripts = {}
-    for i, p in enumerate([point(speculative=spec, replicas=1), point(weights=weights, quantization="int8"),
-                           point(disaggregation=DIS, replicas=2), point(tp=8, pp=2, replicas=1, quantization="bf16"),
-                           point(enforce_eager=True)]):
+    for i, p in enumerate([record(speculative=spec, replicas=1), record(weights=weights, quantization="int8"),
+                           record(disaggregation=DIS, replicas=2), record(tp=8, pp=2, replicas=1, quantization="bf16"),
+                           record(enforce_eager=True)]):
         scripts.update({f"{i}-{k}": v for k, v in node_scripts(launch_plan(p)).items()})
     version, problems = check_with_vllm(scripts)
     assert problems == [] and version.startswith("0.")

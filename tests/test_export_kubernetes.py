@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 import yaml
-from test_export import DIS, PAYLOADS, _stub_path, point
+from test_export import DIS, PAYLOADS, _stub_path, old_point, record
 
 from servopt.costmodels.errors import InputError
 from servopt.results import find_vllm_python, launch_plan
@@ -30,7 +30,7 @@ def pod_templates(doc):
 
 
 def test_each_role_runs_the_shell_exports_flags_on_one_port():
-    for p in (point(replicas=3), point(disaggregation=DIS, replicas=2)):
+    for p in (record(replicas=3), record(disaggregation=DIS, replicas=2)):
         plan = launch_plan(p)
         docs = kubernetes_manifests(plan, OPTIONS)
         deployments = by_kind(docs, "Deployment")
@@ -42,13 +42,13 @@ def test_each_role_runs_the_shell_exports_flags_on_one_port():
             words[words.index("--port") + 1] = "8000"
             assert container["command"] + container["args"] == words
         replicas = {name: d["spec"]["replicas"] for name, d in deployments.items() if name != "chat-router"}
-        expected = ({"chat-replica": 3} if not p["deployment"]["disaggregation"]
+        expected = ({"chat-replica": 3} if not p.spec.disaggregation
                     else {"chat-prefill": 2, "chat-decode": 4})
         assert replicas == expected
 
 
 def test_gpus_affinity_probes_and_shared_memory():
-    docs = kubernetes_manifests(launch_plan(point(replicas=1)), OPTIONS)
+    docs = kubernetes_manifests(launch_plan(record(replicas=1)), OPTIONS)
     pod = by_kind(docs, "Deployment")["chat-replica"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
@@ -59,7 +59,7 @@ def test_gpus_affinity_probes_and_shared_memory():
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "20Gi"}} in pod["volumes"]
     assert "router" not in json.dumps(docs)  # one instance: its Service is the entry point
     selector = KubernetesOptions(name="chat", node_selector={"pool": "gpu-a"})
-    pod = kubernetes_manifests(launch_plan(point(replicas=1)), selector)[0]["spec"]["template"]["spec"]
+    pod = kubernetes_manifests(launch_plan(record(replicas=1)), selector)[0]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "gpu-a"} and "affinity" not in pod
 
 
@@ -67,14 +67,14 @@ def test_product_label_follows_gpu_feature_discovery():
     assert gpu_product_label("NVIDIA H200") == "NVIDIA-H200"
     assert gpu_product_label("NVIDIA  GeForce RTX 4090 (x)") == "NVIDIA-GeForce-RTX-4090-x"
     with pytest.raises(InputError, match="--node-selector"):
-        kubernetes_manifests(launch_plan(point(gpu="mi300x", replicas=1)), OPTIONS, vendor="amd")
+        kubernetes_manifests(launch_plan(record(gpu="mi300x", replicas=1)), OPTIONS, vendor="amd")
     amd = KubernetesOptions(name="chat", node_selector={"amd.com/gpu.product-name": "MI300X"})
-    docs = kubernetes_manifests(launch_plan(point(gpu="mi300x", replicas=1)), amd, vendor="amd")
+    docs = kubernetes_manifests(launch_plan(record(gpu="mi300x", replicas=1)), amd, vendor="amd")
     assert docs[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 2}
 
 
 def test_instances_over_nodes_are_leader_worker_sets():
-    pipeline = kubernetes_manifests(launch_plan(point(tp=8, pp=2, replicas=2, quantization="bf16")), OPTIONS)
+    pipeline = kubernetes_manifests(launch_plan(record(tp=8, pp=2, replicas=2, quantization="bf16")), OPTIONS)
     lws = by_kind(pipeline, "LeaderWorkerSet")["chat-replica"]["spec"]
     assert lws["replicas"] == 2 and lws["leaderWorkerTemplate"]["size"] == 2
     leader, worker = (t["spec"]["containers"][0] for t in pod_templates({"kind": "LWS", "spec": lws}))
@@ -84,7 +84,7 @@ def test_instances_over_nodes_are_leader_worker_sets():
     service = by_kind(pipeline, "Service")["chat-replica"]
     assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
 
-    ranks = kubernetes_manifests(launch_plan(point(tp=1, data_parallel_size=16, replicas=1)), OPTIONS)
+    ranks = kubernetes_manifests(launch_plan(record(tp=1, data_parallel_size=16, replicas=1)), OPTIONS)
     argvs = serve_argvs(ranks)
     leader, worker = (c["argv"] for c in argvs)
     assert leader[leader.index("--data-parallel-address") + 1] == "10.0.0.1"
@@ -92,7 +92,7 @@ def test_instances_over_nodes_are_leader_worker_sets():
 
 
 def test_disruption_budget_allows_one_down_only_when_n_minus_1_was_predicted():
-    plan = launch_plan(point(replicas=3))
+    plan = launch_plan(record(replicas=3))
     assert by_kind(kubernetes_manifests(plan, OPTIONS), "PodDisruptionBudget")["chat-replica"]["spec"]["maxUnavailable"] == 0
     for saturated, allowed in ((False, 1), (True, 0)):
         plan["metrics"] = {"n_minus_1_saturated": saturated, "n_minus_1_p99_ttft_s": 0.3}
@@ -101,7 +101,7 @@ def test_disruption_budget_allows_one_down_only_when_n_minus_1_was_predicted():
 
 
 def test_router_discovers_the_pods_with_the_plans_policies():
-    plan = launch_plan(point(disaggregation=DIS, replicas=1))
+    plan = launch_plan(record(disaggregation=DIS, replicas=1))
     docs = kubernetes_manifests(plan, OPTIONS)
     router = by_kind(docs, "Deployment")["chat-router"]["spec"]["template"]["spec"]
     command = router["containers"][0]["command"]
@@ -124,8 +124,8 @@ def test_bad_options_are_refused_naming_the_flag():
 def _all_plans():
     spec = {"method": "ngram", "num_speculative_tokens": 3, "draft_model": None, "acceptance_rate": None, "draft_tp": None}
     return [launch_plan(p) for p in (
-        point(replicas=1, speculative=spec), point(replicas=3), point(disaggregation=DIS, replicas=2),
-        point(tp=8, pp=2, replicas=2, quantization="bf16"), point(tp=1, data_parallel_size=16, replicas=1))]
+        record(replicas=1, speculative=spec), record(replicas=3), record(disaggregation=DIS, replicas=2),
+        record(tp=8, pp=2, replicas=2, quantization="bf16"), record(tp=1, data_parallel_size=16, replicas=1))]
 
 
 def test_manifests_are_valid_against_the_kubernetes_schemas():
@@ -164,7 +164,8 @@ def test_planted_strings_stay_data(tmp_path, payload):
     stubs, log = _stub_path(tmp_path), tmp_path / "calls.log"
     env = {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": "1", "HF_TOKEN": "secret"}
     for shape in ({"replicas": 2}, {"tp": 8, "pp": 2, "replicas": 1}, {"tp": 1, "data_parallel_size": 16, "replicas": 1}):
-        plan = launch_plan({**point(**shape), "serve_id": evil})
+        r = record(**shape)
+        plan = launch_plan(r.model_copy(update={"weights": r.weights.model_copy(update={"serve_id": evil})}))
         docs = kubernetes_manifests(plan, OPTIONS)
         text = render_kubernetes(plan, docs)
         assert list(yaml.safe_load_all(text)) == docs
@@ -188,7 +189,7 @@ def test_export_cli_writes_and_checks_manifests(tmp_path, capsys):
 
     front = {"study": "Chat Job", "workload": {"objective": {"cost": "usd_per_hour", "latency": "e2e"}},
              "gpus": {"h100": {"calibrated": True, "vendor": "nvidia"}},
-             "points": [{**point(replicas=2), "trial": 4, "gpus_per_node": 8, "metrics": {
+             "points": [{**old_point(replicas=2), "trial": 4, "gpus_per_node": 8, "metrics": {
                  "cost_usd_per_hour": 5.0, "p99_e2e_s": 9.0, "p99_ttft_s": 1, "p99_tpot_s": 0.02}}]}
     (tmp_path / "front.json").write_text(json.dumps(front))
     assert main(["export", str(tmp_path), "--format", "kubernetes"]) == 0

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _optimizer_fixtures import TINY, with_roles, write_workload
+from _optimizer_fixtures import TINY, compiled_record, write_workload
 
 from servopt.costmodels.errors import InputError
 from servopt.optimizer.cli import main
-from servopt.results._export_sglang import check_with_sglang, render_sglang, sglang_plan
+from servopt.results import FrontPoint, check_with_sglang, render_sglang, sglang_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {
@@ -26,7 +26,7 @@ BASE = {
 
 
 def point(model="deepseek-v3", serve_id="deepseek-ai/DeepSeek-V3", **over):
-    return with_roles({"trial": 4, "model": model, "serve_id": serve_id, "deployment": {**BASE, **over}})
+    return compiled_record({"model": model, "serve_id": serve_id, "deployment": {**BASE, **over}})
 
 
 def flags(args: list[str]) -> dict:
@@ -96,7 +96,7 @@ def test_sglang_parser_accepts_the_default_jobs_front_and_moe_exports(sglang, tm
     assert main(["optimize", str(path), "--out", str(tmp_path / "out"), "--no-progress", "--json"]) == 0
     capsys.readouterr()
     front = json.loads((tmp_path / "out" / "front.json").read_text())
-    plans = [sglang_plan(p, p["gpus_per_node"]) for p in front["points"]]
+    plans = [sglang_plan(FrontPoint.model_validate(p).deployment) for p in front["points"]]
     spec = {"method": "mtp", "num_speculative_tokens": 1, "draft_model": None}
     plans += [sglang_plan(point(data_parallel_size=8, enable_expert_parallel=True, kv_cache_dtype="fp8",
                                 speculative=spec)),

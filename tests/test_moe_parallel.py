@@ -126,7 +126,7 @@ def test_workload_with_a_method_no_model_has_is_an_input_error(tmp_path):
 
 
 def test_vllm_export_writes_dp_and_ep_flags_and_headless_nodes():
-    from _optimizer_fixtures import with_roles
+    from _optimizer_fixtures import compiled_record
 
     from servopt.results import launch_plan, node_scripts
 
@@ -134,7 +134,7 @@ def test_vllm_export_writes_dp_and_ep_flags_and_headless_nodes():
          "quantization": "fp8", "kv_cache_dtype": "auto", "max_num_seqs": 256, "max_num_batched_tokens": 8192,
          "enable_chunked_prefill": True, "enable_prefix_caching": True, "gpu_memory_utilization": 0.92,
          "max_model_len": 8192, "speculative": None, "disaggregation": None}
-    plan = launch_plan(with_roles({"trial": 1, "serve_id": "deepseek-ai/DeepSeek-V3", "deployment": d}))
+    plan = launch_plan(compiled_record({"serve_id": "deepseek-ai/DeepSeek-V3", "deployment": d}))
     assert plan["num_nodes"] == 2 and plan["router"] is None  # one endpoint: the first node's
     scripts = node_scripts(plan)
     head, other = scripts["node-0.sh"], scripts["node-1.sh"]

@@ -40,13 +40,13 @@ def test_tiny_job_records_every_trial_with_a_reason(tmp_path, serving):  # noqa:
     for trial in data["trials"]:
         knobs = trial.record.knobs
         assert "batch_limits" not in trial.record.violations
-        assert knobs["enable_chunked_prefill"] or knobs["max_num_batched_tokens"] >= trial.record.deployment["max_model_len"]
+        assert knobs["enable_chunked_prefill"] or knobs["max_num_batched_tokens"] >= trial.record.deployment.spec.max_model_len
         for knob, (drawn, scored) in trial.record.repaired.items():
             assert knobs[knob] == scored != drawn
     assert outcome.front and set(outcome.front) <= set(data["rechecks"])
     assert all(data["rechecks"][n].requests == 400 for n in outcome.front)
     # No trial is spent on a deployment an earlier trial scored (the sampler compares repaired deployments).
-    scored = [(t.record.model, json.dumps(t.record.deployment, sort_keys=True)) for t in data["trials"]]
+    scored = [(t.record.model, t.record.deployment.spec.model_dump_json()) for t in data["trials"]]
     assert len(set(scored)) == len(scored)
 
 
@@ -209,5 +209,5 @@ def test_the_default_job_searches_both_serving_modes(tmp_path):
     job = tiny_job(tmp_path, space={"mode": ["aggregated", "disaggregated"], "speculation": "off"},
                    budget={"trials": 24})
     job.run(progress=False)
-    modes = Counter(t.record.deployment.get("disaggregation") is None for t in job.collect()["trials"])
+    modes = Counter(t.record.deployment.spec.disaggregation is None for t in job.collect()["trials"])
     assert modes[True] and modes[False], modes

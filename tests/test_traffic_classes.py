@@ -15,10 +15,9 @@ from servopt.costmodels.serving.requests import DrawnRequests, RequestTable, dra
 from servopt.costmodels.serving.scheduler import BlockCounter, EngineLimits, Scheduler
 from servopt.costmodels.serving.traffic import Traffic
 from servopt.optimizer.cli import main
-from servopt.results import launch_plan
-from servopt.results._export_sglang import sglang_plan
+from servopt.results import launch_plan, sglang_plan
 
-from _optimizer_fixtures import with_roles
+from _optimizer_fixtures import compiled_record
 from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, run
 
 CHAT = {"name": "chat", "share": 0.5, "priority": 0,
@@ -218,8 +217,7 @@ def test_export_schedules_by_priority_and_tells_clients_how_to_set_it():
          "max_num_seqs": 64, "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
          "enable_prefix_caching": True, "gpu_memory_utilization": 0.92, "max_model_len": 16384,
          "scheduling_policy": "priority", "speculative": None, "disaggregation": None}
-    point = with_roles({"trial": 1, "model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct",
-                        "deployment": d})
+    point = compiled_record({"model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct", "deployment": d})
     classes = [{"name": "chat", "priority": 0}, {"name": "batch; rm -rf /", "priority": 1}]
     plan = launch_plan(point, classes=classes)
     assert plan["instances"][0]["args"][-2:] == ["--scheduling-policy", "priority"]
@@ -228,5 +226,6 @@ def test_export_schedules_by_priority_and_tells_clients_how_to_set_it():
     args = sglang["instances"][0]["args"]
     assert args[-4:] == ["--enable-priority-scheduling", "--schedule-low-priority-values-first",
                          "--priority-scheduling-preemption-threshold", "13"]
-    fcfs = launch_plan(with_roles({**point, "deployment": {**d, "scheduling_policy": "fcfs"}}))
+    fcfs = launch_plan(compiled_record({"model": "llama-3.1-8b", "serve_id": "meta-llama/Llama-3.1-8B-Instruct",
+                                        "deployment": {**d, "scheduling_policy": "fcfs"}}))
     assert "--scheduling-policy" not in fcfs["instances"][0]["args"]

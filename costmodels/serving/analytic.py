@@ -71,7 +71,7 @@ from .prefix_cache import retained_history
 from .priority import ClassLoad, class_waits
 from .queueing import NO_WAIT, Wait, gg_wait
 from .requests import DrawnRequests, draw_requests, session_history
-from .compiled import CompiledDeployment, Role, compile_deployment
+from .compiled import DECODE, PREFILL, REPLICA, CompiledDeployment, Role, compile_deployment
 from .simulator import SimulationResult
 from .slo import SLO
 from .traffic import Traffic
@@ -293,10 +293,11 @@ class Routing:
 
 
 class EngineModel:
-    """Steady-state formulas of one engine role."""
+    """Steady-state formulas of one engine role (an aggregated replica prefills and decodes; a P/D
+    instance does one of the two)."""
 
-    def __init__(self, role: Role, m: TrafficMoments, mode: str, pp: int, routing: Routing):
-        self.role, self.m, self.mode, self.routing = role, m, mode, routing
+    def __init__(self, role: Role, m: TrafficMoments, pp: int, routing: Routing):
+        self.role, self.m, self.mode, self.routing = role, m, role.name, routing
         self.batch_peakedness = self.peakedness(routing.engine_cv2)
         p = role.predictor
         self.predictor = p
@@ -305,9 +306,9 @@ class EngineModel:
         self.budget = role.limits.max_num_batched_tokens
         self.seats = role.limits.max_num_seqs
         self.capacity_tokens = role.plan.kv_capacity_tokens / pp
-        self.prefill_tokens = 0.0 if mode == "decode" else max(m.input_mean - m.cached_mean, 1.0)
-        self.decode_tokens = 0.0 if mode == "prefill" else max(m.output_mean - 1, 0.0)
-        self.context = m.input_mean + (1 if mode == "prefill" else m.output_mean / 2)
+        self.prefill_tokens = 0.0 if self.mode == DECODE else max(m.input_mean - m.cached_mean, 1.0)
+        self.decode_tokens = 0.0 if self.mode == PREFILL else max(m.output_mean - 1, 0.0)
+        self.context = m.input_mean + (1 if self.mode == PREFILL else m.output_mean / 2)
         self._last_step_s = 0.0
         self._decode_cache: dict[int, float] = {}
         self._mixed_cache: dict[tuple[int, int], float] = {}
@@ -398,7 +399,7 @@ class EngineModel:
     # --- steady state ---------------------------------------------------------------------------
     def point(self, rate: float) -> EnginePoint | str:
         """The steady state at ``rate`` requests/s, or why there is none."""
-        if self.mode == "prefill":
+        if self.mode == PREFILL:
             return self._prefill_point(rate)
         steps_per_request = self.decode_tokens / self.tau
 
@@ -629,20 +630,19 @@ class _Analysis:
         self.compiled, self.m = compiled, m
         d = compiled.deployment
         pp = d.pp
-        roles = {r.name: r for r in compiled.roles}
 
-        def engine(name: str, mode: str) -> EngineModel:
-            role = roles[name]
+        def engine(name: str) -> EngineModel:
+            role = compiled.role(name)
             routing = Routing.of(m.arrival_cv2, d.router, d.replicas, role.per_replica * role.dp * pp)
-            return EngineModel(role, m, mode, pp, routing)
+            return EngineModel(role, m, pp, routing)
 
         if compiled.disaggregated:
-            self.front, self.dec = engine("prefill", "prefill"), engine("decode", "decode")
-            self.shares = (roles["prefill"].engines * pp, roles["decode"].engines * pp)
+            self.front, self.dec = engine(PREFILL), engine(DECODE)
+            self.shares = (self.front.role.engines * pp, self.dec.role.engines * pp)
         else:
-            self.front = self.dec = engine("replica", "mixed")
+            self.front = self.dec = engine(REPLICA)
             # Data-parallel ranks share the load evenly (their step model pads each to the same tokens).
-            self.shares = (roles["replica"].engines * pp,) * 2
+            self.shares = (self.front.role.engines * pp,) * 2
         self.handoff_s = compiled.transfer_s(int(round(m.input_mean))) if compiled.disaggregated else 0.0
         # A closed-loop client's next request reaches the engine after its think time and the front end.
         self.tokenize_s = compiled.tokenize_s_per_token * m.input_mean

@@ -1,7 +1,7 @@
 """Execution-time predictor: how long one engine step of a given composition takes.
 
 The target model's step comes from the roofline :class:`~servopt.costmodels.roofline.StepCostModel`
-(through its scalar twin, :class:`~servopt.costmodels.roofline.ScalarStepTime`, because the event loop
+(through its scalar view, :meth:`~servopt.costmodels.roofline.StepCostModel.scalar_view`, because the event loop
 times one step at a time), including the per-step CPU overhead of the profile. With speculative
 decoding every step also pays the drafter: ``g`` sequential drafting passes over the decoding
 sequences (no CPU overhead of their own: they run inside the same engine step).
@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..roofline import DecodeLine, ScalarStepTime, StepCostModel, aggregates_from_arrays
+from ..roofline import DecodeLine, StepCostModel, aggregates_from_arrays
 from ..speculation import Speculation
 
 
@@ -52,11 +52,11 @@ class StepTimePredictor:
     def __init__(self, cost: StepCostModel, speculation: Speculation | None = None):
         self.cost = cost
         self.speculation = speculation
-        self.target = ScalarStepTime(cost)
+        self.target = cost.scalar_view()
         self.query_per_seq = speculation.query_tokens_per_seq if speculation else 1
         self.tokens_per_step = speculation.tokens_per_verify if speculation else 1.0
         head = speculation.head.cost if speculation else None
-        self.drafter = ScalarStepTime(head, include_overhead=False) if head is not None else None
+        self.drafter = head.scalar_view(include_overhead=False) if head is not None else None
         self.draft_passes = speculation.num_speculative_tokens if speculation else 0
 
     @property

@@ -133,7 +133,7 @@ def _build_engines(compiled: CompiledDeployment, table: RequestTable, rng: np.ra
             stages = PipelineStages(d.pp) if d.pp > 1 else None
             for _ in range(d.pp * role.dp):
                 sched = Scheduler(table, role.limits, counter, predictor.query_per_seq, predictor.tokens_per_step,
-                                  predictor.window, compiled.speculation if role.name != "prefill" else None, rng)
+                                  predictor.window, compiled.speculation if role.generates else None, rng)
                 if table.sessions and d.enable_prefix_caching:
                     sched.cache = PrefixCache(role.limits.num_blocks, counter)
                 lanes.append(Engine(index, sched, predictor, stages))

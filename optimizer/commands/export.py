@@ -18,15 +18,14 @@ import yaml
 from pydantic import ConfigDict, Field
 
 from ...costmodels.architectures import config_files
-from ...costmodels.deployment import Deployment
-from ...costmodels.errors import MAX_INT, InputError, Spec, one_line, quote, validate_spec
+from ...costmodels.errors import InputError, Spec, one_line, quote, validate_spec
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import output_folder, read_text, write_text
 from ...costmodels.userfiles import parse_json, shown
 from ...results import (
-    KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_commands_with_vllm, check_manifests, check_with_sglang,
-    check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes, render_kubernetes_readme,
-    render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
+    KUBERNETES_VERSION, SHM_SIZE, FrontPoint, KubernetesOptions, check_commands_with_vllm, check_manifests,
+    check_with_sglang, check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes,
+    render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
 )
 from . import COMMANDS
 
@@ -72,22 +71,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 EXPORT_MARKERS = ("plan.json", "kubernetes.yaml")
 
 
-class _FrontPoint(Spec):
-    """A front point as export reads it (front.json holds more, which it passes on)."""
-
-    model_config = ConfigDict(extra="allow")
-    trial: int = Field(ge=0, le=MAX_INT)
-    serve_id: str
-    model: str | None = None
-    deployment: dict[str, Any]
-    roles: list[dict[str, Any]] = Field(default_factory=list)
-    weights: dict[str, Any] | None = None
-    gpus_per_node: int = Field(ge=1, le=1024)
-    metrics: dict[str, float | None] = Field(default_factory=dict)
-    class_metrics: dict[str, float | None] = Field(default_factory=dict)
-    profile_calibrated: bool = True
-
-
 class _FrontObjective(Spec):
     model_config = ConfigDict(extra="allow")
     cost: str
@@ -103,7 +86,7 @@ class _FrontWorkload(Spec):
 class _FrontFile(Spec):
     model_config = ConfigDict(extra="allow")
     workload: _FrontWorkload
-    points: list[_FrontPoint]
+    points: list[FrontPoint]  # front.json of older jobs too (FrontPoint reads their layout)
     gpus: dict[str, dict[str, Any]] = Field(default_factory=dict)
     max_model_len: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
@@ -117,56 +100,71 @@ def read_front(folder: str | Path) -> dict:
         raise InputError(f"{shown(folder)} has no front.json; run servopt optimize (or "
                          f"{shlex.join(['servopt', 'report', str(folder)])}) first") from None
     where = f"front file '{shown(path)}' (rewrite it with servopt report {shlex.quote(str(folder))})"
-    return validate_spec(_FrontFile, data, where).model_dump()
+    # Strict about the deployment spec: a point on the front passed every rule (only trial records of
+    # rejected points keep a spec as drawn).
+    front = validate_spec(_FrontFile, data, where, context={"strict_spec": True})
+    gpus = front.gpus
+    points = []
+    for point in front.points:
+        if point.deployment.gpus_per_node is None:  # written when the point kept it beside the deployment
+            nodes = (gpus.get(point.deployment.spec.gpu) or {}).get("gpus_per_node")
+            point = point.model_copy(update={"deployment": point.deployment.model_copy(update={"gpus_per_node": nodes})})
+        points.append(point)
+    return {**front.model_dump(exclude={"points"}), "points": points}
 
 
-def pick_point(front: dict, pick: str) -> dict:
-    points = front["points"]
+def pick_point(front: dict, pick: str) -> FrontPoint:
+    points: list[FrontPoint] = front["points"]
     if not points:
         raise InputError("the front is empty: nothing to export (see report.md for why)")
     objective = front["workload"]["objective"]
     keys = (f"cost_{objective['cost']}", f"p99_{objective['latency']}_s")
     for point in points:
-        missing = [k for k in keys if not isinstance(point["metrics"].get(k), float | int)]
+        missing = [k for k in keys if not isinstance(point.metrics.get(k), float | int)]
         if missing:
-            raise InputError(f"front.json: trial {point['trial']} has no metrics.{missing[0]}; rewrite front.json "
+            raise InputError(f"front.json: trial {point.trial} has no metrics.{missing[0]}; rewrite front.json "
                              "with servopt report DIR")
     if pick == "cheapest":
-        return min(points, key=lambda p: (p["metrics"][keys[0]], p["metrics"][keys[1]]))
+        return min(points, key=lambda p: (p.metrics[keys[0]], p.metrics[keys[1]]))
     if pick == "fastest":
-        return min(points, key=lambda p: (p["metrics"][keys[1]], p["metrics"][keys[0]]))
+        return min(points, key=lambda p: (p.metrics[keys[1]], p.metrics[keys[0]]))
     if not re.fullmatch(r"[0-9]{1,12}", pick):  # ASCII digits: str.isdigit also takes '²'
         raise InputError(f"--pick: expected cheapest, fastest or a trial number, got {quote(pick)}")
     for point in points:
-        if point["trial"] == int(pick):
+        if point.trial == int(pick):
             return point
-    raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p['trial']) for p in points)}")
+    raise InputError(f"--pick: trial {pick} is not on the front; front trials: {', '.join(str(p.trial) for p in points)}")
 
 
-def checked_point(point: dict) -> dict:
+def checked_point(point: FrontPoint) -> FrontPoint:
     """The point with the ids it serves checked again (front.json is a file anyone could have edited)
-    and local paths made absolute (the scripts ``cd`` into their own folder), its deployment validated."""
-    point = {**point, "serve_id": check_model_id(point["serve_id"], "front.json serve_id")}
-    if point.get("weights"):
-        weights = point["weights"]
-        point["weights"] = {**weights, "serve_id": check_model_id(weights.get("serve_id"), "front.json weights.serve_id")}
-    validate_spec(Deployment, point["deployment"], f"front.json trial {point['trial']}: deployment")
-    return point
+    and local paths made absolute (the scripts ``cd`` into their own folder)."""
+    record = point.deployment
+    if record.weights is not None:
+        weights = record.weights.model_copy(
+            update={"serve_id": check_model_id(record.weights.serve_id, "front.json deployment.weights.serve_id")})
+        record = record.model_copy(update={"weights": weights})
+    return point.model_copy(update={"serve_id": check_model_id(point.serve_id, "front.json serve_id"),
+                                    "deployment": record})
 
 
-def plan_for(front: dict, point: dict) -> dict:
+def plan_for(front: dict, point: FrontPoint) -> dict:
     """The launch plan of a front point."""
     point = checked_point(point)
-    gpu = point["deployment"]["gpu"]
-    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.get("profile_calibrated", True)))
-    basis = (front.get("max_model_len") or {}).get(point.get("model", ""), {}).get("basis")
-    classes = (front.get("workload") or {}).get("traffic", {}).get("classes")
-    return launch_plan(point, gpus_per_node=point["gpus_per_node"], calibrated=calibrated, max_model_len_basis=basis,
-                       classes=classes)
+    gpu = point.deployment.spec.gpu
+    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.profile_calibrated))
+    basis = (front.get("max_model_len") or {}).get(point.model, {}).get("basis")
+    return launch_plan(point.deployment, trial=point.trial, calibrated=calibrated, max_model_len_basis=basis,
+                       classes=_classes(front), metrics=point.metrics, class_metrics=point.class_metrics)
+
+
+def _classes(front: dict) -> list[dict] | None:
+    """The workload's tenant classes, as front.json keeps the workload."""
+    return (front.get("workload") or {}).get("traffic", {}).get("classes")
 
 
 @contextmanager
-def _front_file_problems(folder: str | Path, point: dict) -> Iterator[None]:
+def _front_file_problems(folder: str | Path, point: FrontPoint) -> Iterator[None]:
     """A front.json edited into a shape servopt does not write fails where the export reads it: one
     line naming the trial, not a traceback."""
     try:
@@ -174,7 +172,7 @@ def _front_file_problems(folder: str | Path, point: dict) -> Iterator[None]:
     except InputError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-        raise InputError(f"front.json: trial {point['trial']} is not what servopt writes ({type(err).__name__}: "
+        raise InputError(f"front.json: trial {point.trial} is not what servopt writes ({type(err).__name__}: "
                          f"{one_line(str(err))[:100]}); rewrite it with servopt report {shlex.quote(str(folder))}") \
             from None
 
@@ -245,10 +243,10 @@ def configs_checked(plan: dict, configs: dict) -> str:
             f"metadata and {len(by['card'])} by the metadata their cards state")
 
 
-def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan: dict) -> int:
+def _export_kubernetes(args: argparse.Namespace, front: dict, point: FrontPoint, plan: dict) -> int:
     options = kubernetes_options(args, front, plan["trial"])
     vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
-    docs = kubernetes_manifests(plan, options, gpus_per_node=point["gpus_per_node"], vendor=vendor)
+    docs = kubernetes_manifests(plan, options, gpus_per_node=point.deployment.gpus_per_node, vendor=vendor)
     text = render_kubernetes(plan, docs)
     out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
     write_text(out / "kubernetes.yaml", text)
@@ -269,11 +267,10 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: dict, plan:
     return 0
 
 
-def _export_sglang(args: argparse.Namespace, front: dict, point: dict) -> int:
+def _export_sglang(args: argparse.Namespace, front: dict, point: FrontPoint) -> int:
     with _front_file_problems(args.dir, point):
         point = checked_point(point)
-        plan = sglang_plan(point, gpus_per_node=point["gpus_per_node"],
-                           classes=(front.get("workload") or {}).get("traffic", {}).get("classes"))
+        plan = sglang_plan(point.deployment, trial=point.trial, classes=_classes(front), metrics=point.metrics)
         text = render_sglang(plan)
     print(text, end="")
     if args.check:

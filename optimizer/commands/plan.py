@@ -49,7 +49,7 @@ def compute_plan(args: argparse.Namespace) -> dict:
     gpu = catalog.get(args.gpu)
     resolved = resolve_model(args.model)
     model = resolved.spec
-    quant = args.quant or resolved.quantization or None
+    quant = args.quant  # None: the checkpoint's own format, else the model dtype (compile_deployment)
     if args.context > model.max_context:
         raise InputError(f"--context {args.context} exceeds what vLLM accepts for {resolved.requested}: "
                          f"{longer_context_fix(model, resolved.requested, args.context)}")

@@ -11,7 +11,7 @@ from . import COMMANDS
 from .common import add_hardware_args, load_deployment, random_seed, request_count
 
 if TYPE_CHECKING:
-    from ...costmodels.deployment import Deployment
+    from ...costmodels.serving import CompiledDeployment
     from ...costmodels.serving.traffic import Traffic
 
 
@@ -52,31 +52,30 @@ def compute_prediction(args: argparse.Namespace) -> dict:
     from ...calibration.registry import load_profile
     from ...costmodels.architectures import resolve_model
     from ...costmodels.hardware import load_catalog
-    from ...costmodels.serving import estimate, simulate
+    from ...costmodels.serving import compile_deployment, estimate_compiled, simulate_compiled
     from ..workload import load_workload
 
     workload = load_workload(args.workload)
-    deployment = load_deployment(args.deployment)
     resolved = resolve_model(workload.model)
-    if deployment.quantization is None and resolved.quantization:
-        deployment = deployment.model_copy(update={"quantization": resolved.quantization})
-    gpu = load_catalog(args.hardware).get(deployment.gpu)
+    given = load_deployment(args.deployment)
+    gpu = load_catalog(args.hardware).get(given.gpu)
     profile = load_profile(gpu, args.profile)
     traffic = workload.traffic
     slo = workload.slo if workload.slo.targets() else None
+    compiled = compile_deployment(resolved.spec, given, gpu, profile)
+    deployment = compiled.deployment  # with the scheme served (the checkpoint's own when the file names none)
 
-
-    def predict(d: Deployment):
+    def predict(c: CompiledDeployment):
         if args.analytic:
-            return estimate(resolved.spec, d, traffic, gpu, profile, slo=slo).summary
-        return simulate(resolved.spec, d, traffic, gpu, profile, num_requests=args.requests, seed=args.seed, slo=slo).summary
+            return estimate_compiled(c, traffic, slo=slo).summary
+        return simulate_compiled(c, traffic, num_requests=args.requests, seed=args.seed, slo=slo).summary
 
-    summary = predict(deployment)
+    summary = predict(compiled)
     extra = {}
     if workload.redundancy > 0 or workload.slo.n_minus_1:
         # One replica down: the same traffic on one replica fewer (none left for a single replica).
         fewer = deployment.replicas - 1
-        extra["n_minus_1"] = predict(deployment.model_copy(update={"replicas": fewer})).to_dict() if fewer else None
+        extra["n_minus_1"] = predict(compiled.with_replicas(fewer)).to_dict() if fewer else None
     result = {
         "model": resolved.spec.name,
         "gpu": gpu.name,
