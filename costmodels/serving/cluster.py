@@ -176,22 +176,31 @@ class Cluster:
         budget = max_plans if max_plans is not None else inf
         # Engines whose plan must be (re)made, and the plans made, by end time; an entry whose plan is
         # no longer its engine's is stale. Idle engines are planned again only when work reaches them.
+        # A lone engine (no lanes: its horizon is always infinite) needs no heap: its plan is the next.
         dirty = list(engines)
         planned: list = []
         order = itertools.count()
         heappush, heappop = heapq.heappush, heapq.heappop
+        alone = engines[0] if len(engines) == 1 else None
         while True:
-            for engine in dirty:
-                plan = engine.plan
+            if alone is not None:
+                best = alone
+                plan = best.plan
                 if plan is None:
-                    plan = engine.plan = engine.plan_next(
-                        events[0][0] if staged and events and id(engine) in staged else inf)
-                if plan is not None:
-                    heappush(planned, (plan.end_s, next(order), engine, plan))
+                    plan = best.plan = best.plan_next(inf)
+            else:
+                for engine in dirty:
+                    plan = engine.plan
+                    if plan is None:
+                        plan = engine.plan = engine.plan_next(
+                            events[0][0] if staged and events and id(engine) in staged else inf)
+                    if plan is not None:
+                        heappush(planned, (plan.end_s, next(order), engine, plan))
+                while planned and planned[0][3] is not planned[0][2].plan:
+                    heappop(planned)
+                best, plan = (planned[0][2], planned[0][3]) if planned else (None, None)
             dirty = []
-            while planned and planned[0][3] is not planned[0][2].plan:
-                heappop(planned)
-            if events and (not planned or events[0][0] < planned[0][0]):
+            if events and (plan is None or events[0][0] < plan.end_s):
                 time_s, rid, kind = heappop(events)
                 if kind == ARRIVAL:
                     # Route, then wait for the replica's tokenizer; the engine sees the request later.
@@ -210,9 +219,10 @@ class Cluster:
                 if lanes:
                     dirty.extend(lane for lane in lanes if lane.plan is None)
                 continue
-            if not planned:
+            if plan is None:
                 break
-            _, _, best, plan = heappop(planned)
+            if alone is None:
+                heappop(planned)
             best.plan = None
             plans += 1
             if plans > budget:
