@@ -262,8 +262,9 @@ class Cluster:
 def _hand_over(engine, rid: int, time_s: float, handed_off: bool):
     """A request reaches ``engine`` at ``time_s``: the work it planned is cut to the steps that start
     before then (the request can join only the next step), and the request joins its queue."""
-    if engine.plan is not None and engine.plan.last_start_s >= time_s:
+    plan = engine.plan
+    if plan is not None and plan.last_start_s >= time_s:
         cut = getattr(engine, "cut", None)  # a lockstep group plans again
-        engine.plan = cut(engine.plan, time_s) if cut else engine.plan_next(time_s)
+        engine.plan = cut(plan, time_s) if cut else engine.plan_next(time_s)
     engine.enqueue(rid, time_s, handed_off)
     return engine

@@ -148,7 +148,7 @@ class Engine:
         """A request arrives (a hand-off arrives with its prompt's KV transferred)."""
         sched = self.scheduler
         table = sched.table
-        if not sched.busy:
+        if not (sched.running or sched.waiting):
             self.clock = max(self.clock, time_s)
         table.computed[rid] = table.prompt[rid] if handed_off else sched.cached_prefix(rid)
         table.state[rid] = WAITING

@@ -61,6 +61,8 @@ from .prefix_cache import NO_OWNER, PrefixCache
 from .request_queue import waiting_queue
 from .requests import DECODE, DONE, PREFILL, WAITING, RequestTable
 
+_new_tuple = tuple.__new__
+
 
 @dataclass(frozen=True)
 class EngineLimits:
@@ -346,8 +348,9 @@ class Scheduler:
         else:
             pairs_w, kv_w = pairs, kv
             windowed = decode_context + handoff_context
-        composition = StepComposition(num_decode + handoff_decodes, decode_context + handoff_context, windowed,
-                                      tokens, count, pairs, pairs_w, kv, kv_w)
+        # tuple.__new__ builds the named tuple without its Python-level __new__ (once per simulated step).
+        composition = _new_tuple(StepComposition, (num_decode + handoff_decodes, decode_context + handoff_context,
+                                                   windowed, tokens, count, pairs, pairs_w, kv, kv_w))
         return composition, decode_context + prefill_context
 
     def plan_run(self) -> RunPlan | None:
@@ -479,7 +482,7 @@ class Scheduler:
                 t.scheduled_s[rid] = start_s
             if shared > self.shared_blocks:
                 self.shared_blocks = shared
-        finished = self._advance_decodes(1, end_s)
+        finished = self.apply_run(1, end_s)
         computed, prompt, generated = t.computed, t.prompt, t.generated
         for rid, n in plan.chunks:
             done = computed[rid]
@@ -491,16 +494,15 @@ class Scheduler:
         return finished
 
     def apply_run(self, steps: int, end_s: float) -> list[int]:
-        """Advance the fixed decode batch by ``steps`` steps ending at ``end_s``."""
-        return self._advance_decodes(steps, end_s)
-
-    def _advance_decodes(self, steps: int, end_s: float) -> list[int]:
+        """Advance the decodes by ``steps`` steps ending at ``end_s`` (a fixed batch's run, or a planned
+        step's decodes); returns the requests that finished."""
         self.tick = now = self.tick + steps
         self.decode_context += self.num_decode * self.growth * steps
-        heap, t = self.finish_heap, self.table
+        heap = self.finish_heap
         finished = []
         if not heap or heap[0][0] > now:
             return finished
+        t = self.table
         state, finish_tick = t.state, t.finish_tick
         while heap and heap[0][0] <= now:
             tick, rid = heapq.heappop(heap)
