@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..costmodels.errors import MAX_INT
 from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES
@@ -158,6 +158,10 @@ class TrialResult:
     duration_s: float | None = None
 
 
+# The metrics of a front.json point that are true/false (results/_tables.py n_minus_1_columns).
+METRIC_FLAGS = frozenset({"n_minus_1_saturated"})
+
+
 class FrontPoint(BaseModel):
     """One point of front.json, as ``servopt export`` reads it: the trial, the model key and the id
     served, the compiled deployment's record, the knobs, and the predicted figures its scripts
@@ -173,8 +177,17 @@ class FrontPoint(BaseModel):
     deployment: DeploymentRecord
     knobs: dict[str, Any] = Field(default_factory=dict)
     profile_calibrated: bool = True
-    metrics: dict[str, float | None] = Field(default_factory=dict)
+    # One figure is a flag: whether the fleet saturates with a replica down (jobs with redundancy).
+    metrics: dict[str, float | bool | None] = Field(default_factory=dict)
     class_metrics: dict[str, float | None] = Field(default_factory=dict)
+
+    @field_validator("metrics")
+    @classmethod
+    def _flags_only_where_flags_are(cls, metrics: dict[str, float | bool | None]) -> dict[str, float | bool | None]:
+        for key, value in metrics.items():
+            if isinstance(value, bool) and key not in METRIC_FLAGS:
+                raise ValueError(f"{key}: expected a number, not a true/false value (got {str(value).lower()})")
+        return metrics
 
     @model_validator(mode="before")
     @classmethod

@@ -101,3 +101,19 @@ def test_export_cli_reads_an_old_front(tmp_path, capsys):
     assert main(["export", str(tmp_path), "--pick", "25", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert [i["role"] for i in plan["instances"]] == [PREFILL, DECODE] and plan["weights"]["scheme"] == "fp8"
+
+
+def test_export_reads_the_replica_down_flag_of_a_job_with_redundancy(tmp_path, capsys):
+    """A job with redundancy writes among a point's metrics whether the fleet saturates with a
+    replica down (true/false); export reads it, and refuses a true/false in any other figure."""
+    front = json.loads((OLD / "front.json").read_text())
+    for point in front["points"]:
+        point["metrics"]["n_minus_1_saturated"] = False
+    (tmp_path / "front.json").write_text(json.dumps(front))
+    assert main(["export", str(tmp_path), "--pick", "25", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["n_minus_1_saturated"] is False
+    front["points"][0]["metrics"]["p99_ttft_s"] = True
+    (tmp_path / "front.json").write_text(json.dumps(front))
+    assert main(["export", str(tmp_path), "--pick", "25", "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "points.0.metrics: p99_ttft_s: expected a number, not a true/false value (got true)" in err
