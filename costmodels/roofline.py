@@ -876,28 +876,21 @@ class ScalarStepTime:
         terms = self._lines.get(key)
         if terms is None:
             terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens)
-        fixed, kinds, cpu_s = terms
-        intercept = fixed
-        slope = slope_window = 0.0
-        limit = limit_window = math.inf
+        intercept, kinds, cpu_s = terms
+        slopes = [0.0, 0.0]
+        limits = [math.inf, math.inf]
         for windowed, kink, memory_slope, memory_intercept, compute_slope, compute_intercept in kinds:
-            if windowed:
-                if context_windowed < kink:
-                    slope_window, limit_window = memory_slope, kink
-                    intercept += memory_intercept
-                else:
-                    slope_window = compute_slope
-                    intercept += compute_intercept
-            elif context < kink:
-                slope, limit = memory_slope, kink
+            if (context_windowed if windowed else context) < kink:
+                slopes[windowed] = memory_slope
                 intercept += memory_intercept
+                limits[windowed] = kink
             else:
-                slope = compute_slope
+                slopes[windowed] = compute_slope
                 intercept += compute_intercept
-        gpu_now = intercept + slope * context + slope_window * context_windowed
+        gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
         # _with_overhead(gpu_now, q, decode_only=True), its CPU time taken from the terms.
         shown_s = gpu_now + cpu_wait_s(cpu_s, gpu_now, self._async, max)
-        return DecodeLine(intercept + (shown_s - gpu_now), slope, slope_window, limit, limit_window)
+        return DecodeLine(intercept + (shown_s - gpu_now), slopes[0], slopes[1], limits[0], limits[1])
 
     def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int) -> tuple:
         """What a decode line of ``num_seqs`` sequences needs of each layer kind, in both regimes
