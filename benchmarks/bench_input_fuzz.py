@@ -917,12 +917,13 @@ def case_compressed(rng: random.Random) -> Case:
                 _requests_check(TRACE_ROWS) if expect == VALID else None)
 
 
-YAML11_MUTATIONS = ["octal", "octal", "base60", "huge_int", "hex", "plus_sign"]
+YAML11_MUTATIONS = ["octal", "octal", "base60", "huge_int", "hex", "plus_sign", "binary", "grouped", "bool11"]
 
 
 def case_yaml11(rng: random.Random) -> Case:
-    """A whole number of a YAML file spelled as YAML 1.1 and 1.2 read differently (refused naming the
-    field), too large for any float (refused), or in a spelling both read alike (read)."""
+    """A whole number (or a true/false) of a YAML file spelled as YAML 1.1 and 1.2 read differently
+    (octal, base 60, binary, digits grouped by '_', yes/no/on/off: refused naming the field), too large
+    for any float (refused), or in a spelling both read alike (read)."""
     base, primary, files, argv = rng.choice([
         (W_OPEN, "w.yaml", {"d.yaml": _yaml(D_PLAIN)}, [*PREDICT, "--analytic"]),
         (W_CLOSED, "w.yaml", {"d.yaml": _yaml(D_PLAIN)}, PREDICT),
@@ -941,6 +942,15 @@ def case_yaml11(rng: random.Random) -> Case:
         spelling, expect = "1" + "0" * rng.randrange(309, 420), INVALID
     elif mutation == "hex":
         spelling, expect = hex(value), VALID
+    elif mutation == "binary":  # a number in YAML 1.1, text in 1.2
+        spelling, expect = bin(value), INVALID
+    elif mutation == "grouped":  # 1_024: a number in YAML 1.1, text in 1.2
+        spelling, expect = f"{value:_}" if value >= 1000 else "_".join(str(value)), INVALID
+    elif mutation == "bool11":  # a true/false field spelled as YAML 1.1 only reads it (text in 1.2)
+        flags = [p for p in _paths(data) if type(_get(data, p)) is bool]
+        if flags:
+            path = rng.choice(flags)
+        spelling, expect = rng.choice(["yes", "no", "on", "off", "On", "OFF", "Yes"]), INVALID
     else:
         spelling, expect = f"+{value}", VALID
     _set(data, path, "__SPELLING__")
@@ -951,7 +961,8 @@ def case_yaml11(rng: random.Random) -> Case:
 
 
 UNIT_MUTATIONS = ["few_ms", "mooncake_no_hash", "ambiguous_s", "fast_seconds", "stated_ms", "stated_s",
-                  "case_columns", "rival_columns", "epoch_s_said_ms", "beside_missing", "beside"]
+                  "case_columns", "rival_columns", "epoch_s_said_ms", "beside_missing", "beside", "micro_unstated",
+                  "stated_us"]
 
 
 def _arrivals(rng: random.Random, n: int, gap: tuple[float, float], integer: bool) -> list[float]:
@@ -980,9 +991,12 @@ def case_units(rng: random.Random) -> Case:
         times = _arrivals(rng, n, (0.2, 20), False)
     elif mutation == "fast_seconds":  # 20-100 requests/s: as milliseconds 20-100 us apart, no trace's gap
         times, expect, needle = _arrivals(rng, n, (0.01, 0.05), False), VALID, None
-    elif mutation in ("stated_ms", "stated_s"):
+    elif mutation == "micro_unstated":  # microseconds 10-100 ms apart: as ms 10-100 s, no less a trace's gap
+        times = _arrivals(rng, n, (10_000, 100_000), True)
+    elif mutation in ("stated_ms", "stated_s", "stated_us"):
         unit = mutation[-2:].lstrip("_")
-        times = _arrivals(rng, n, (1, 60) if unit == "ms" else (0.2, 20), unit == "ms")
+        gap = {"ms": (1, 60), "s": (0.2, 20), "us": (10_000, 100_000)}[unit]
+        times = _arrivals(rng, n, gap, unit != "s")
         arrival, expect, needle = {"time_unit": unit}, VALID, None
     elif mutation in ("case_columns", "rival_columns"):
         times = _arrivals(rng, n, (0.01, 0.05), False)
@@ -1054,7 +1068,7 @@ def case_shadow(rng: random.Random) -> Case:
 
 
 SCRAPE_MUTATIONS = ["duplicate_series", "duplicate_reordered_labels", "kv_out_of_range", "bad_le", "nan_counter",
-                    "shuffle", "extra_series", "crlf", "other_engine"]
+                    "negative_le", "falling_bucket", "shuffle", "extra_series", "crlf", "other_engine"]
 
 
 def _read_kv(expected: float | None) -> Callable[[str], str]:
@@ -1066,7 +1080,8 @@ def _read_kv(expected: float | None) -> Callable[[str], str]:
 
 def case_scrape(rng: random.Random) -> Case:
     """A vLLM /metrics scrape: a series twice (counts doubled if summed), a gauge outside its range, a
-    bucket bound or value that is no number: refused naming the line; reordered, extra, CRLF: read."""
+    bucket bound or value that is no number, a negative bound, buckets that are not cumulative: refused
+    naming the line; reordered, extra, CRLF: read."""
     lines = METRICS_FIXTURE.read_text().splitlines()
     samples = [i for i, line in enumerate(lines) if line.startswith("vllm:")]
     kv_line = next(i for i in samples if lines[i].startswith("vllm:kv_cache_usage_perc"))
@@ -1094,6 +1109,16 @@ def case_scrape(rng: random.Random) -> Case:
         i = rng.choice(buckets)
         lines[i] = re.sub(r'le="[^"]*"', 'le="' + rng.choice(["abc", "", "1,5", "0.5s", "∞"]) + '"', lines[i])
         needle = "bucket bound"
+    elif mutation == "negative_le":
+        i = rng.choice([j for j in samples if "_bucket{" in lines[j] and 'le="+Inf"' not in lines[j]])
+        lines[i] = re.sub(r'le="([^"]*)"', r'le="-\1"', lines[i])
+        needle = "below 0"
+    elif mutation == "falling_bucket":  # a bucket counting more than the next larger bound: not cumulative
+        i = rng.choice([j for j in samples[:-1] if "_bucket{" in lines[j] and "_bucket{" in lines[j + 1]
+                        and lines[j].split("{")[0] == lines[j + 1].split("{")[0]])
+        above = float(lines[i + 1].rsplit(" ", 1)[1])
+        lines[i] = lines[i].rsplit(" ", 1)[0] + f" {above + rng.randint(1, 1000)}"
+        needle = "not cumulative"
     elif mutation == "nan_counter":
         i = rng.choice([j for j in samples if lines[j].startswith(("vllm:num_preemptions_total",
                                                                     "vllm:prompt_tokens_total"))])

@@ -203,13 +203,24 @@ def parse_vllm_metrics(text: str, source: str) -> VllmMetrics:
         if name is None:
             continue
         bounds: dict[float, float] = {}
+        lines: dict[float, int] = {}
         for labels, value, number in samples[f"{name}_bucket"]:
             try:
                 le = _value(labels.get("le", "+Inf"))
             except ValueError:
                 raise InputError(f"metrics '{source}' line {number}: the bucket bound le={quote(labels['le'])} of "
                                  f"{_clip(name)} is not a number (expected e.g. le=\"0.5\" or le=\"+Inf\")") from None
+            if not le >= 0:  # vLLM's histograms count seconds and tokens
+                raise InputError(f"metrics '{source}' line {number}: the bucket bound le={quote(labels['le'])} of "
+                                 f"{_clip(name)} is below 0; vLLM's histograms count seconds and tokens: {_HINT}")
             bounds[le] = bounds.get(le, 0.0) + value
+            lines[le] = number
+        ordered = sorted(bounds.items())
+        for (_, earlier), (le, later) in zip(ordered, ordered[1:]):
+            if later < earlier:  # buckets are cumulative: a falling count is no histogram (nor are its quantiles)
+                raise InputError(f"metrics '{source}' line {lines[le]}: the buckets of {_clip(name)} are not cumulative "
+                                 f"(le={le:g} counts {later:g}, fewer than a smaller bound's {earlier:g}); is the file "
+                                 f"edited, or are two scrapes mixed? {_HINT}")
         histograms[metric] = Histogram(tuple(sorted(bounds.items())), total((f"{name}_sum",)) or 0.0,
                                        total((f"{name}_count",)) or 0.0)
     counters = {k: v for k, names in _COUNTERS.items() if (v := total(names)) is not None}

@@ -67,14 +67,15 @@ def check_model_id(text: Any, field: str) -> str:
     if text.startswith("-"):
         raise InputError(f"{field}: {quote(text)} begins with '-', which vLLM and SGLang would read as an option; "
                          f"name a local folder as ./{label(text)} or by its absolute path")
-    if HF_ID_PATTERN.fullmatch(text) and _hub_rules_hold(text):
-        return text
     try:
+        # A local path first, as the model is resolved (a folder 'models/llama' is also shaped like a
+        # Hub id); absolute: the launch scripts run in folders of their own.
         if Path(text).exists():
-            # Absolute: the launch scripts run in folders of their own.
             return os.path.abspath(text)
     except OSError:  # a name longer than the file system allows: neither an id nor a path
         pass
+    if HF_ID_PATTERN.fullmatch(text) and _hub_rules_hold(text):
+        return text
     raise InputError(
         f"{field}: {text!r} is not a Hugging Face id (letters, digits, '-', '_', '.' in 'org/name', no '--' or '..') "
         "nor an existing local path")

@@ -394,19 +394,25 @@ _Loader.add_implicit_resolver(
 
 
 # Numbers that YAML 1.1 (PyYAML) and YAML 1.2 read differently, and no reader would guess right:
-# 010 is octal 8 in 1.1 and 10 in 1.2; 1:30 is base 60 (90) in 1.1 and text in 1.2.
+# 010 is octal 8 in 1.1 and 10 in 1.2; 1:30 is base 60 (90) in 1.1 and text in 1.2; 0b11 and 1_000 are
+# numbers in 1.1 and text in 1.2 (as yes/no/on/off are true/false in 1.1 and text in 1.2).
 _YAML11_SPELLINGS = (
-    (re.compile(r"^[-+]?0[0-7_]+$"), "octal {value} in YAML 1.1 (which servopt's YAML reader follows) but "
+    (re.compile(r"^[-+]?0[0-7]+$"), "octal {value} in YAML 1.1 (which servopt's YAML reader follows) but "
      "{decimal} in YAML 1.2; write {decimal} without the leading zero, or quote it as text"),
     (re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"), "base 60 in YAML 1.1 ({value}) but text in "
      "YAML 1.2; write the number itself ({value}), or quote it as text"),
+    # 0b101 (binary) and digits grouped by '_' (1_000, 0x_1F) are numbers in 1.1 only.
+    (re.compile(r"^[-+]?0b[01_]+$"), "binary {value} in YAML 1.1 (which servopt's YAML reader follows) but text in "
+     "YAML 1.2; write {value}, or quote it as text"),
+    (re.compile(r"_"), "{value} in YAML 1.1 (which servopt's YAML reader follows) but text in YAML 1.2; write the "
+     "digits without '_', or quote it as text"),
 )
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 def _check_spellings(root: yaml.Node) -> None:
-    """Refuse plain scalars spelled as YAML 1.1 octal or base-60 numbers, and integers beyond every
-    float, naming the field that holds them."""
+    """Refuse plain scalars spelled as YAML 1.1 octal, binary, digit-grouped or base-60 numbers or as
+    YAML 1.1 booleans (yes/no/on/off), and integers beyond every float, naming the field that holds them."""
     stack: list[tuple[yaml.Node, tuple]] = [(root, ())]
     seen: set[int] = set()
     while stack:
@@ -424,6 +430,12 @@ def _check_spellings(root: yaml.Node) -> None:
             problem = _spelling_problem(node.value)
             if problem:
                 raise _Misspelled(f"{field_path(path)}: {label(node.value)} is {problem}", node.start_mark)
+        elif node.tag == "tag:yaml.org,2002:bool" and node.style is None and node.value.lower() not in ("true", "false"):
+            # yes/no/on/off: true or false in YAML 1.1, text in 1.2 (`speculation: off` means the name 'off').
+            meant = node.value.lower() in ("yes", "on")
+            raise _Misspelled(f"{field_path(path)}: {label(node.value)} is {str(meant).lower()} in YAML 1.1 (which "
+                              f"servopt's YAML reader follows) but text in YAML 1.2; write {str(meant).lower()}, or "
+                              f"quote it ('{node.value}') as text", node.start_mark)
 
 
 def _spelling_problem(text: str) -> str:
@@ -431,10 +443,10 @@ def _spelling_problem(text: str) -> str:
     if digits.isdigit() and len(digits) > MAX_INT_DIGITS:
         return f"a number of {len(digits):,} digits, beyond any value servopt reads"
     for pattern, why in _YAML11_SPELLINGS:
-        if pattern.match(text):
+        if pattern.search(text):
             value = yaml.load(text, Loader=yaml.SafeLoader)  # noqa: S506 (what YAML 1.1 makes of it)
             decimal = int(digits) * (-1 if text.startswith("-") else 1) if digits.isdigit() else None
-            if decimal == value:  # 00 to 07: the same number either way
+            if decimal == value and "_" not in text:  # 00 to 07: the same number either way
                 return ""
             return why.format(value=value, decimal=decimal)
     return ""

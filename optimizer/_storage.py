@@ -30,11 +30,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import stat
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -229,20 +231,37 @@ def _open_journal_fd(path: str, flags: int, what: str) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if os.path.islink(path):
-            raise InputError(f"{what} '{shown(path)}' is a symbolic link; servopt does not follow links in its "
-                             "folders (a planted link would have the study written into its target). Remove it and "
-                             "rerun") from None
+            raise _not_a_journal(path, what, stat.S_IFLNK) from None
         if err.errno == errno.EISDIR:
-            raise InputError(f"{what} '{shown(path)}' is a folder, not a regular file; give a journal file's path") \
-                from None
+            raise _not_a_journal(path, what, stat.S_IFDIR) from None
         raise InputError(f"{what} '{shown(path)}' cannot be opened: {err.strerror}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
-        raise InputError(f"{what} '{shown(path)}' is {kind}, not a regular file; give a journal file's path")
+        raise _not_a_journal(path, what, mode)
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
+
+
+def _check_journal_path(path: str) -> None:
+    """Refuse a journal ``path`` that is a link, a folder, a FIFO or a device before anything is made
+    beside it (its lock file: journal:///dev/null left /dev/null.lock behind its refusal)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise InputError(f"storage journal '{shown(path)}' cannot be opened: {err.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise _not_a_journal(path, "storage journal", mode)
+
+
+def _not_a_journal(path: str, what: str, mode: int) -> InputError:
+    if stat.S_ISLNK(mode):
+        return InputError(f"{what} '{shown(path)}' is a symbolic link; servopt does not follow links in its folders "
+                          "(a planted link would have the study written into its target). Remove it and rerun")
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+    return InputError(f"{what} '{shown(path)}' is {kind}, not a regular file; give a journal file's path")
 
 
 class _FlockLock:
@@ -291,6 +310,7 @@ class _JournalFile(JournalFileBackend):
         self._lock = _FlockLock(path)
         self._log_number_offset: dict[int, int] = {0: 0}
         self.repaired = ""
+        _check_journal_path(path)
         self._lock.acquire()
         try:
             fd = _open_journal_fd(path, os.O_RDWR | os.O_CREAT, "storage journal")
@@ -348,9 +368,11 @@ def _repair(fd: int, path: str) -> str:
         os.ftruncate(fd, keep)
         notes.append(f"its last line was cut short ({size - keep:,} bytes: a full disk, or a process killed while "
                      "writing) and is cut off")
-    fixed = _untear(fd)
+    fixed, blank = _untear(fd, path)
     if fixed:
         notes.append(f"{fixed} line(s) an older servopt left torn mid-file lost their torn part")
+    if blank:
+        notes.append(f"{blank} blank line(s) are dropped")
     if not notes:
         return ""
     return f"storage journal '{shown(path)}': " + "; ".join(notes) + "; every whole record (every finished trial) is kept"
@@ -367,15 +389,20 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _untear(fd: int) -> int:
-    """Replace each line that is a torn record followed by a whole one with the whole one; returns how
-    many there were (the file is rewritten in place, under the caller's lock)."""
+def _untear(fd: int, path: str) -> tuple[int, int]:
+    """Replace each line that is a torn record followed by a whole one with the whole one, and drop
+    blank lines; returns how many of each there were (a line that is neither a record nor torn is
+    refused, naming it). A whole record is one line that begins with its operation code, once: only other
+    lines are parsed. The repaired journal replaces the old one whole (a temporary file renamed over
+    it, under the caller's lock), so that a kill in the middle leaves one or the other."""
     os.lseek(fd, 0, os.SEEK_SET)
-    data = _read_all(fd, os.fstat(fd).st_size)
-    lines = data.split(b"\n")
-    fixed = 0
+    lines = _read_all(fd, os.fstat(fd).st_size).split(b"\n")
+    fixed, blank = 0, 0
     for i, line in enumerate(lines):
-        if not line or _is_record(line):
+        if line.startswith(_RECORD_START) and (line.count(_RECORD_START) == 1 or _is_record(line)):
+            continue
+        if not line:
+            blank += i < len(lines) - 1  # the last is what follows the final newline
             continue
         cut = line.rfind(_RECORD_START)
         while cut > 0 and not _is_record(line[cut:]):
@@ -383,14 +410,28 @@ def _untear(fd: int) -> int:
         if cut > 0:
             lines[i] = line[cut:]
             fixed += 1
-    if fixed:
-        text = b"\n".join(lines)
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        view = memoryview(text)
-        while view:
-            view = view[os.write(fd, view):]
-    return fixed
+            continue
+        # Neither a record nor a torn one before a whole one: what it held (a trial, a study) is not for
+        # servopt to guess, and Optuna would replay the records after it against the wrong trials.
+        raise InputError(f"storage journal '{shown(path)}' line {i + 1:,} is not an Optuna journal record (the file "
+                         "was edited, or damaged); restore the journal from a copy, or move it away to start over")
+    if blank:  # blank lines (an editor's) hold nothing: dropped, as Optuna cannot read past them
+        lines = [line for line in lines[:-1] if line] + [lines[-1]]
+    if fixed or blank:
+        folder = os.path.dirname(path) or "."
+        temp_fd, temp = tempfile.mkstemp(dir=folder, prefix=".study.journal.", suffix=".tmp")
+        try:
+            with os.fdopen(temp_fd, "wb") as temp_file:
+                temp_file.write(b"\n".join(lines))
+                temp_file.flush()
+                os.fsync(temp_file.fileno())
+            os.chmod(temp, 0o644)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+    return fixed, blank
 
 
 def _is_record(line: bytes) -> bool:

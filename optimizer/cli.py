@@ -83,9 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return EXIT_INPUT_ERROR
+    if not getattr(args, "handler", None):  # one line, as every servopt error (not the usage block)
+        parser.error(f"choose a command: {', '.join(COMMANDS)}")
     try:
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a reader that left shows here, not at exit

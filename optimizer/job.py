@@ -254,10 +254,17 @@ class Job:
         except _BrokenJobFile as err:
             return f"{path} was unreadable ({err}; a run killed mid-write by an older servopt?): rewritten"
         old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
-        if (old.get("study"), old.get("storage")) != (self.study_name, self.shown_storage) or \
-                old_identity != workload_identity(self.workload):
-            raise InputError(f"{self.out_dir} holds another job (study '{old.get('study')}'); use another --out folder")
-        return None
+        new_identity = workload_identity(self.workload)
+        if old.get("study") != self.study_name:
+            differs = f"study '{old.get('study')}', not '{self.study_name}'"
+        elif old.get("storage") != self.shown_storage:  # a copied folder keeps its first storage URL
+            differs = f"study '{self.study_name}' in {old.get('storage')}, not {self.shown_storage}"
+        elif old_identity != new_identity:
+            keys = sorted(k for k in {*old_identity, *new_identity} if old_identity.get(k) != new_identity.get(k))
+            differs = f"study '{self.study_name}' of another workload: {', '.join(keys)} differ"
+        else:
+            return None
+        raise InputError(f"{self.out_dir} holds another job ({differs}); use another --out folder")
 
     def write_job_file(self) -> Path:
         return write_text(self.out_dir / JOB_FILE, json.dumps(self.job_data(), indent=2) + "\n")

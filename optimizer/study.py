@@ -267,11 +267,23 @@ def claim_deployment(trial: optuna.Trial, key: str, wait_s: float = OWNER_WAIT_S
 
 
 class _QuietCaught(logging.Filter):
-    """Optuna logs a caught exception with its traceback; a trial that was never run needs none, nor
-    does a failed journal write (the command says it in one line)."""
+    """Optuna logs a caught exception with its traceback, then 'Trial N failed with value None.'; a trial
+    that was never run needs neither, nor does a failed journal write (the command says it in one line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._quieted: set[str] = set()  # 'Trial N failed' records still to come for a quieted exception
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], (BudgetSpent, AlreadyScored, JournalWriteError)))
+        message = record.getMessage()
+        if record.exc_info and isinstance(record.exc_info[1], (BudgetSpent, AlreadyScored, JournalWriteError)):
+            self._quieted.add(" ".join(message.split()[:2]))
+            return False
+        head = " ".join(message.split()[:2])
+        if head in self._quieted and " failed with value " in message:
+            self._quieted.discard(head)
+            return False
+        return True
 
 
 logging.getLogger("optuna.study._optimize").addFilter(_QuietCaught())

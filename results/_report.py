@@ -473,7 +473,18 @@ def export_command(out_dir: str | Path, pick: str = "cheapest") -> str:
     >>> export_command("runs/o;touch x;#")
     "servopt export 'runs/o;touch x;#' --pick cheapest"
     """
-    return shlex.join(["servopt", "export", str(out_dir), "--pick", pick])
+    return servopt_command("export", out_dir, "--pick", pick)
+
+
+def servopt_command(command: str, path: str | Path, *options: str) -> str:
+    """A ``servopt COMMAND PATH [OPTIONS]`` line to print: shell-quoted, and its path never read as an
+    option (a folder named ``-o`` is written ``./-o``).
+
+    >>> servopt_command("report", "-o")
+    'servopt report ./-o'
+    """
+    path = str(path)
+    return shlex.join(["servopt", command, f"./{path}" if path.startswith("-") else path, *options])
 
 
 def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:

@@ -101,6 +101,10 @@ def test_compressed_files_are_what_their_names_say_and_bounded(tmp_path, monkeyp
     ("think_s: 2:05", "think_s: 2:05 is base 60 in YAML 1.1 (125)"),
     ("timeout_s: 1:02:03.5", "base 60"),
     ("seed: 1" + "0" * 330, "seed: 1000"),
+    ("trials: 0b110", "trials: 0b110 is binary 6 in YAML 1.1"),
+    ("requests: 1_000", "requests: 1_000 is 1000 in YAML 1.1"),
+    ("space: {speculation: off}", "space.speculation: off is false in YAML 1.1"),
+    ("flags: [Yes]", "flags.0: Yes is true in YAML 1.1"),
 ])
 def test_yaml_spellings_read_differently_by_1_1_and_1_2_are_refused_naming_the_field(text, problem):
     with pytest.raises(InputError, match="w.yaml line 1") as refused:
@@ -109,8 +113,8 @@ def test_yaml_spellings_read_differently_by_1_1_and_1_2_are_refused_naming_the_f
 
 
 def test_yaml_spellings_both_versions_read_alike_are_read():
-    assert parse_yaml("a: 0x1F\nb: +12\nc: 07\nd: '0100'\ne: 1e3", "w.yaml") == \
-        {"a": 31, "b": 12, "c": 7, "d": "0100", "e": 1000.0}
+    assert parse_yaml("a: 0x1F\nb: +12\nc: 07\nd: '0100'\ne: 1e3\nf: 'off'\ng: True\nh: n", "w.yaml") == \
+        {"a": 31, "b": 12, "c": 7, "d": "0100", "e": 1000.0, "f": "off", "g": True, "h": "n"}
 
 
 def test_json_integers_beyond_every_float_are_refused_naming_the_key():
@@ -127,7 +131,7 @@ def _trace(tmp_path: Path, name: str, header: str, rows: list[str]) -> Path:
 
 def test_a_trace_unit_nothing_states_is_asked_for_however_few_the_rows(tmp_path):
     few_ms = _trace(tmp_path, "few.csv", "timestamp,input_tokens,output_tokens", [f"{i * 900},200,20" for i in range(5)])
-    with pytest.raises(InputError, match="time_unit: ms"):
+    with pytest.raises(InputError, match=r"0.9 s \(milliseconds.*0.0009 s \(microseconds.*time_unit"):
         read_trace(few_ms)
     assert read_trace(few_ms, time_unit="ms").arrival_s[-1] == pytest.approx(3.6)
     # Mooncake's columns and its millisecond gaps of 1-60, without the hash_ids that name the format.
@@ -136,6 +140,11 @@ def test_a_trace_unit_nothing_states_is_asked_for_however_few_the_rows(tmp_path)
                                 for i in range(40)))
     with pytest.raises(InputError, match="more than one fits.*seconds.*milliseconds.*time_unit"):
         read_trace(mooncake)
+    # Microseconds 40 ms apart fit milliseconds (40 s apart) too: both named, neither suggested alone.
+    micro = _trace(tmp_path, "us.csv", "time,input_tokens,output_tokens", [f"{i * 40_000},200,20" for i in range(30)])
+    with pytest.raises(InputError, match=r"more than one fits.*40 s \(milliseconds.*0.04 s \(microseconds"):
+        read_trace(micro)
+    assert read_trace(micro, time_unit="us").arrival_s[-1] == pytest.approx(29 * 0.04)
     # 40 requests/s: as milliseconds 25 us apart, no trace's gap; only seconds fit.
     fast = _trace(tmp_path, "fast.csv", "timestamp,input_tokens,output_tokens", [f"{i / 40},200,20" for i in range(30)])
     assert read_trace(fast).arrival_s[-1] == pytest.approx(29 / 40)
@@ -191,6 +200,9 @@ SCRAPE = (DATA / "diagnose" / "metrics_vllm_0_25_1_idle.txt").read_text()
     ('vllm:kv_cache_usage_perc{engine="1",model_name="opt-125m-tp2"} -0.5', "at least 0"),
     ('vllm:time_to_first_token_seconds_bucket{engine="1",le="1,5",model_name="m"} 3', "le='1,5'"),
     ('vllm:prompt_tokens_total{engine="1",model_name="m"} NaN', "finite"),
+    ('vllm:time_to_first_token_seconds_bucket{engine="1",le="-0.5",model_name="m"} 3', "below 0"),
+    ('vllm:time_to_first_token_seconds_bucket{engine="0",le="0.0001",model_name="opt-125m-tp2"} 1e9',
+     "not cumulative"),
 ])
 def test_scrapes_with_a_series_twice_or_values_out_of_range_are_refused(extra, problem):
     with pytest.raises(InputError, match="line") as refused:
@@ -283,6 +295,16 @@ def test_storages_that_cannot_hold_a_study_are_refused(url, problem):
         open_storage(url)
 
 
+def test_a_refused_journal_path_gets_no_lock_file_beside_it(tmp_path):
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link")
+    for name, problem in (("folder", "is a folder"), ("pipe", "FIFO"), ("link", "symbolic link")):
+        with pytest.raises(InputError, match=problem):
+            open_storage(journal_url(tmp_path / name))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link", "pipe"]
+
+
 @pytest.mark.parametrize("url, shown", [
     ("postgresql://u:s3cret@h/db", "postgresql://u:***@h/db"),
     ("postgresql://u:s%40cr%2Fet@h:5432/db", "postgresql://u:***@h:5432/db"),
@@ -306,6 +328,9 @@ def test_a_password_never_reaches_output_or_files(capsys, tmp_path):
 def test_output_folders_and_files_are_checked_before_any_work(capsys, tmp_path):
     with pytest.raises(InputError, match="root folder"):
         output_folder("/", "--out", ["job.json"])
+    bench = DATA / "diagnose" / "dennislee22_qwen2_7b_n1"
+    assert "--seed-job '/' is the file system's root folder" in one_line_exit_2(
+        capsys, "diagnose", f"{bench}.json", "--deployment", f"{bench}.deployment.yaml", "--seed-job", "/")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("mine")
     with pytest.raises(InputError, match="'.*mine' holds other files \\(notes.md\\)"):
@@ -325,6 +350,10 @@ def test_model_ids_that_begin_with_a_dash_are_refused_and_local_paths_are_absolu
     with pytest.raises(InputError, match="begins with '-'"):
         check_model_id("--trust-remote-code", "model")
     assert check_model_id("./--trust-remote-code", "model") == str(tmp_path / "--trust-remote-code")
+    # A local folder shaped like a Hub id is the folder (as the model is resolved), exported absolute.
+    (tmp_path / "models" / "llama").mkdir(parents=True)
+    assert check_model_id("models/llama", "model") == str(tmp_path / "models" / "llama")
+    assert check_model_id("meta-llama/Llama-3.1-8B", "model") == "meta-llama/Llama-3.1-8B"
 
 
 def test_csv_cells_a_spreadsheet_would_run_are_text(tmp_path):
@@ -335,10 +364,23 @@ def test_csv_cells_a_spreadsheet_would_run_are_text(tmp_path):
     assert write_csv(tmp_path / "t.csv", frame.assign(gpu=["=x"] * 6)).read_text().splitlines()[1].startswith("'=x")
 
 
+def test_export_options_another_format_would_ignore_are_refused(capsys, tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for argv, problem in ((["--format", "json", "--out", tmp_path / "x"], "--format json prints what it exports"),
+                          (["--format", "sglang", "--out", tmp_path / "x"], "--format sglang prints"),
+                          (["--namespace", "prod"], "--namespace is an option of --format kubernetes"),
+                          (["--format", "yaml", "--image", "mine:1"], "--image is an option of --format kubernetes")):
+        assert problem in one_line_exit_2(capsys, "export", job, *argv)
+    assert not (tmp_path / "x").exists()
+
+
 def test_printed_export_hints_are_shell_quoted(tmp_path):
     hint = export_command(tmp_path / "o;touch x;#")
     subprocess.run(["bash", "-c", hint.replace("servopt", "true", 1)], cwd=tmp_path, check=True)
     assert not (tmp_path / "x").exists()
+    # A relative folder named like an option is pasted as a path, not read as one.
+    assert export_command("-o") == "servopt export ./-o --pick cheapest"
 
 
 # --- journal safety ---------------------------------------------------------------------------------
@@ -370,6 +412,20 @@ def test_a_torn_last_line_is_cut_and_every_finished_trial_kept(tmp_path):
     again = optuna.load_study(study_name="s", storage=storage)
     again.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     assert len(_finished(journal)) == 8
+    # An older servopt appended after a torn line: the torn part goes, the whole record after it stays.
+    lines = journal.read_bytes().split(b"\n")
+    lines[5] = lines[9][:23] + lines[5]
+    journal.write_bytes(b"\n".join(lines))
+    assert "torn mid-file" in open_storage(journal_url(journal)).repaired
+    assert len(_finished(journal)) == 8
+    # Blank lines (an editor's) hold nothing and go; a line that is no record is named, never guessed at.
+    whole = journal.read_bytes()
+    journal.write_bytes(whole.replace(b"\n", b"\n\n", 3))
+    assert "3 blank line(s) are dropped" in open_storage(journal_url(journal)).repaired
+    assert journal.read_bytes() == whole and len(_finished(journal)) == 8
+    journal.write_bytes(whole.replace(b"\n", b'\n{"a": 1}\n', 1))
+    with pytest.raises(InputError, match="line 2 is not an Optuna journal record"):
+        open_storage(journal_url(journal))
 
 
 def test_a_deployment_two_trials_drew_is_scored_by_the_lower_one_only(tmp_path):
@@ -394,7 +450,10 @@ def test_a_full_disk_is_one_line_and_every_finished_trial_is_kept(capsys, tmp_pa
     try:
         workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 12},
                                                         "fidelity": {"search_requests": 60, "final_requests": 60}})
-        err = one_line_exit_2(capsys, "optimize", workload, "--out", disk / "job", "--no-progress")
+        # In a process of its own, as a user runs it: Optuna's log lines would show on its stderr.
+        full = run_cli_process(["optimize", str(workload), "--out", str(disk / "job"), "--no-progress"], tmp_path)
+        err = full.stderr
+        assert full.returncode == 2 and err.count("\n") == 1, err
         assert "study.journal' could not be written: No space left on device" in err
         journal = disk / "job" / "study.journal"
         assert journal.read_bytes().endswith(b"\n")

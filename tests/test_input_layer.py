@@ -353,7 +353,7 @@ def test_millisecond_times_read_as_seconds_are_refused_until_the_unit_is_given(t
     path = tmp_path / "t.csv"
     path.write_text("timestamp,input_tokens,output_tokens\n" + "".join(f"{t},{i},{o}\n" for t, i, o in rows))
     arrival = {"kind": "trace", "path": str(path)}
-    with pytest.raises(InputError, match="time_unit: ms"):
+    with pytest.raises(InputError, match=r"1 s \(milliseconds.*0.001 s \(microseconds.*time_unit"):
         Traffic.model_validate({"arrival": arrival}).read_trace()
     trace = Traffic.model_validate({"arrival": {**arrival, "time_unit": "ms"}}).read_trace()
     assert trace.arrival_s[-1] == pytest.approx(59.0)

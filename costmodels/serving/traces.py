@@ -20,8 +20,9 @@ the year 55,000). A unit named by the column or the format is taken unless, besi
 (milliseconds read as seconds turn gaps of 0.1-1 s into 2-17 minutes). With no unit stated, the
 times are seconds only if no other unit fits their typical gap (gaps of 0.02 are 20 ms, not 20 us;
 gaps no unit fits are left to the span check); gaps of 0.1 to 60 fit both
-seconds and milliseconds (a Mooncake trace without its ``hash_ids`` has millisecond gaps of 1 to 60)
-and are refused until ``time_unit`` says which, however few the rows. Every request at one time
+seconds and milliseconds (a Mooncake trace without its ``hash_ids`` has millisecond gaps of 1 to 60),
+and gaps of 100 to 60,000 milliseconds and microseconds; they are refused, every reading that fits
+named, until ``time_unit`` says which, however few the rows. Every request at one time
 needs no unit. Two columns that could hold one role (``arrival_s`` and ``Arrival_S``, or
 ``input_tokens`` and ``prompt_tokens``) are refused: which one is meant is not for servopt to pick. A
 replay spans at most :data:`MAX_TRACE_SPAN_S` and :data:`MAX_TRACE_REQUESTS` requests (``start_s`` and
@@ -246,7 +247,7 @@ def _time_unit(raw: np.ndarray, requested: str | None, named: str | None, where:
         # No unit fits: an outlier or an extreme burst, for the span and window checks to judge in seconds.
         return named or "s"
     ask = f"set traffic.arrival.time_unit (s, ms or us), or name the column {column}_s, {column}_ms or {column}_us"
-    if named or "s" not in fits:
+    if len(fits) == 1:  # named, or not seconds: the one unit that fits
         read = named or "s"
         raise InputError(f"{where}: read as {_UNIT_NAMES[read]}, the times in '{column}' are typically "
                          f"{gap * SECONDS_PER_UNIT[read]:.3g} s apart, which looks like {_UNIT_NAMES[fits[0]]}; set "
@@ -254,8 +255,10 @@ def _time_unit(raw: np.ndarray, requested: str | None, named: str | None, where:
                          f"{_UNIT_NAMES[read]})")
     readings = " or ".join(f"{gap * SECONDS_PER_UNIT[u]:.3g} s ({_UNIT_NAMES[u]}: "
                            f"{1 / (gap * SECONDS_PER_UNIT[u]):.3g} requests/s)" for u in fits)
-    raise InputError(f"{where}: the times in '{column}' do not say their unit, and more than one fits: typically "
-                     f"{gap:.3g} apart is {readings}; {ask}")
+    # Several fit (seconds and milliseconds, or milliseconds and microseconds): naming one would be a guess.
+    said = (f"read as {_UNIT_NAMES[named]}, the times in '{column}' are no trace's, and more than one other unit fits"
+            if named else f"the times in '{column}' do not say their unit, and more than one fits")
+    raise InputError(f"{where}: {said}: typically {gap:.3g} apart is {readings}; {ask}")
 
 
 def _prefix_hits(hash_lists: list, inputs: np.ndarray | None, where: str) -> np.ndarray:

@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--out", default=None, metavar="FILE", help="kernel table (aiconfigurator) or profile JSON (vllm bench)")
     add_hardware_args(imp)
     imp.set_defaults(handler=_import)
-    parser.set_defaults(handler=lambda args: (parser.print_help(sys.stderr), 2)[1])
+    # No action is a bad invocation: one line, as every servopt error (not the usage block).
+    parser.set_defaults(handler=lambda args: parser.error(f"choose an action: {', '.join(sub.choices)}"))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from ...calibration.registry import load_profile
 from ...calibration.vllm_bench import length_histogram, printable, read_bench_result
 from ...costmodels.errors import InputError, validate_spec
 from ...costmodels.hardware import load_catalog
-from ...costmodels.outfiles import ensure_folder, write_text
+from ...costmodels.outfiles import output_folder, write_text
 from ...costmodels.serving import SLO
 from ..workload import parse_workload
 from . import COMMANDS
@@ -135,11 +134,14 @@ def seed_run(result: Diagnosis) -> RunDiagnosis:
     return max(steady, key=lambda r: r.load) if steady else result.runs[result.worst]
 
 
+SEED_JOB_FILES = ("workload.yaml", "deployment.yaml")
+
+
 def write_seed_job(folder: str, result: Diagnosis, slo: SLO | None) -> tuple[Path, Path]:
     run = seed_run(result)
     workload, comments = seed_workload(result, run, slo)
     parse_workload(workload, "the seeded workload")  # what optimize will read
-    out = ensure_folder(folder)
+    out = output_folder(folder, "--seed-job", SEED_JOB_FILES)  # not the root, nor a folder of other files
     header = "".join(f"# {printable(line, 500)}\n" for line in comments)
     work = write_text(out / "workload.yaml", header + yaml.safe_dump(workload, sort_keys=False, default_flow_style=None,
                                                                       width=120))
@@ -220,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(doc))
         if args.seed_job:
+            from ...results import servopt_command  # only here: the reports' imports cost diagnose's start-up
+
             print(f"\nseed job: {printable(work, 300)} and {printable(dep, 300)}; start the search with "
-                  f"servopt optimize {shlex.quote(str(work))}")
+                  f"{servopt_command('optimize', work)}")
     return 0

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 from collections.abc import Iterator
@@ -25,7 +24,8 @@ from ...costmodels.userfiles import parse_json, shown
 from ...results import (
     KUBERNETES_VERSION, SHM_SIZE, FrontPoint, KubernetesOptions, check_commands_with_vllm, check_manifests,
     check_with_sglang, check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes,
-    render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, sglang_plan, with_configs,
+    render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, servopt_command, sglang_plan,
+    with_configs,
 )
 from . import COMMANDS
 
@@ -64,7 +64,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k8s.add_argument("--shm-size", default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
     k8s.add_argument("--model-cache-pvc", default=None, metavar="CLAIM",
                      help="PersistentVolumeClaim to keep downloaded weights in (default: an emptyDir per pod)")
-    parser.set_defaults(handler=run)
+    # The --format kubernetes options, to refuse them with another format (they would be ignored).
+    parser.set_defaults(handler=run, kubernetes_options=[(a.option_strings[0], a.dest, a.default) for a in k8s._group_actions])
+
+
+# Formats that print what they export (on stdout): they write no --out folder.
+PRINTED_FORMATS = ("json", "yaml", "sglang")
+
+
+def _check_format_options(args: argparse.Namespace) -> None:
+    """Refuse options the chosen --format does not use, rather than ignore them."""
+    if args.out is not None and args.format in PRINTED_FORMATS:
+        raise InputError(f"--out: --format {args.format} prints what it exports and writes no folder; redirect it "
+                         f"(servopt export ... --format {args.format} > FILE), or drop --out")
+    if args.format != "kubernetes":
+        given = [flag for flag, dest, default in args.kubernetes_options if getattr(args, dest) != default]
+        if given:
+            raise InputError(f"{given[0]} is an option of --format kubernetes, not of --format {args.format}; add "
+                             f"--format kubernetes, or drop {given[0]}")
 
 
 # Files that say an --out folder holds an earlier export (it may be written again).
@@ -98,8 +115,8 @@ def read_front(folder: str | Path) -> dict:
         data = parse_json(read_text(path, "front file"), f"front file '{shown(path)}'")
     except FileNotFoundError:
         raise InputError(f"{shown(folder)} has no front.json; run servopt optimize (or "
-                         f"{shlex.join(['servopt', 'report', str(folder)])}) first") from None
-    where = f"front file '{shown(path)}' (rewrite it with servopt report {shlex.quote(str(folder))})"
+                         f"{servopt_command('report', folder)}) first") from None
+    where = f"front file '{shown(path)}' (rewrite it with {servopt_command('report', folder)})"
     # Strict about the deployment spec: a point on the front passed every rule (only trial records of
     # rejected points keep a spec as drawn).
     front = validate_spec(_FrontFile, data, where, context={"strict_spec": True})
@@ -173,11 +190,12 @@ def _front_file_problems(folder: str | Path, point: FrontPoint) -> Iterator[None
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise InputError(f"front.json: trial {point.trial} is not what servopt writes ({type(err).__name__}: "
-                         f"{one_line(str(err))[:100]}); rewrite it with servopt report {shlex.quote(str(folder))}") \
+                         f"{one_line(str(err))[:100]}); rewrite it with {servopt_command('report', folder)}") \
             from None
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_format_options(args)
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
     if args.format == "sglang":
