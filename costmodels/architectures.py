@@ -52,6 +52,7 @@ from . import model_sources
 from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, checkpoint_format
 from .errors import InputError, did_you_mean, validate_spec
 from .quantization import QuantScheme, get_scheme
+from .userfiles import parse_shipped_yaml
 from .vllm_defaults import VLLM_DEFAULT_MAX_LEN
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
@@ -864,28 +865,41 @@ def _catalog_source(entry_name: str, meta: dict) -> str:
 
 
 @lru_cache(maxsize=1)
+def _preset_files() -> dict[str, tuple[str, dict, dict]]:
+    """Every shipped config as stored: canonical Hugging Face id -> (file name, config, servopt's
+    metadata), in file-name order."""
+    folder = resources.files(__package__).joinpath("data/models")
+    files = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            stored = json.loads(entry.read_text())
+            meta = stored.pop("_servopt")
+            files[meta["hf_id"]] = (entry.name, stored, meta)
+    return files
+
+
+@lru_cache(maxsize=None)
+def _preset(hf_id: str) -> ModelSpec:
+    """One shipped config's spec, built when first asked for (a command resolving one model does not
+    build all of them)."""
+    file_name, stored, meta = _preset_files()[hf_id]
+    extra: dict[str, Any] = {
+        "aliases": tuple(meta.get("aliases", ())),
+        "published_params_b": meta.get("published_params_b"),
+        "published_params_rounding_b": meta.get("published_params_rounding_b"),
+        "config_source": _catalog_source(file_name, meta),
+    }
+    # An explicit size wins over the reader's estimate from vision_config (Gemma 3).
+    if "extra_params" in meta:
+        extra["extra_params"] = int(meta["extra_params"])
+    return spec_from_hf_config(stored, hf_id, source=f"shipped config {file_name}",
+                               hf_quant_config=meta.get("hf_quant_config"), **extra)
+
+
+@lru_cache(maxsize=1)
 def preset_models() -> dict[str, ModelSpec]:
     """Every shipped config, keyed by canonical Hugging Face id."""
-    folder = resources.files(__package__).joinpath("data/models")
-    presets = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".json"):
-            continue
-        stored = json.loads(entry.read_text())
-        meta = stored.pop("_servopt")
-        extra: dict[str, Any] = {
-            "aliases": tuple(meta.get("aliases", ())),
-            "published_params_b": meta.get("published_params_b"),
-            "published_params_rounding_b": meta.get("published_params_rounding_b"),
-            "config_source": _catalog_source(entry.name, meta),
-        }
-        # An explicit size wins over the reader's estimate from vision_config (Gemma 3).
-        if "extra_params" in meta:
-            extra["extra_params"] = int(meta["extra_params"])
-        spec = spec_from_hf_config(stored, meta["hf_id"], source=f"shipped config {entry.name}",
-                                   hf_quant_config=meta.get("hf_quant_config"), **extra)
-        presets[spec.name] = spec
-    return presets
+    return {hf_id: _preset(hf_id) for hf_id in _preset_files()}
 
 
 @dataclass(frozen=True)
@@ -903,14 +917,12 @@ class Derivative:
 def derivatives() -> dict[str, Derivative]:
     """Lower-cased id -> the statement that it has a catalogued model's config: the entries of
     ``data/derivatives.yaml`` and the Hugging Face ids the model catalog lists as aliases."""
-    import yaml
-
     found: dict[str, Derivative] = {}
     for spec in preset_models().values():
         for alias in spec.aliases:
             if "/" in alias:
                 found[_key(alias)] = Derivative(alias, spec.name, "listed as an alias of it in the model catalog")
-    raw = yaml.safe_load(resources.files(__package__).joinpath("data/derivatives.yaml").read_text())
+    raw = parse_shipped_yaml(resources.files(__package__).joinpath("data/derivatives.yaml").read_text())
     for item in raw["derivatives"]:
         found[_key(item["id"])] = Derivative(item["id"], item["config_of"], item["evidence"])
     return found
@@ -946,10 +958,10 @@ def _preset_index() -> dict[str, str]:
     """Lower-cased id, id's name or short alias -> canonical id (Hugging Face id aliases are
     :func:`derivatives`, which say so)."""
     index: dict[str, str] = {}
-    for hf_id, spec in preset_models().items():
+    for hf_id, (_, _, meta) in _preset_files().items():
         index[_key(hf_id)] = hf_id
         index[_key(hf_id.split("/", 1)[-1])] = hf_id
-        for alias in spec.aliases:
+        for alias in meta.get("aliases", ()):
             if "/" not in alias:
                 index[_key(alias)] = hf_id
     return index
@@ -1025,7 +1037,7 @@ def _from_catalog(text: str) -> ResolvedModel | None:
     or a catalogued checkpoint whose card states it keeps its base's architecture."""
     index = _preset_index()
     if _key(text) in index:
-        spec = preset_models()[index[_key(text)]]
+        spec = _preset(index[_key(text)])
         return _resolved(spec, text, spec.config_source)
     derivative = derivatives().get(_key(text))
     if derivative is not None:
@@ -1177,9 +1189,7 @@ class ContextExtension:
 
 @lru_cache(maxsize=1)
 def _context_extensions() -> dict[str, ContextExtension]:
-    import yaml
-
-    raw = yaml.safe_load(resources.files(__package__).joinpath("data/context_extensions.yaml").read_text())
+    raw = parse_shipped_yaml(resources.files(__package__).joinpath("data/context_extensions.yaml").read_text())
     found = {}
     for item in raw["extensions"]:
         extension = ContextExtension(dict(item["rope_parameters"]), int(item["max_model_len"]), item["source"])

@@ -74,11 +74,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InputError
 from .quantization import SCHEMES, QuantScheme
+from .userfiles import parse_shipped_yaml
 
 # Bytes of one scale (or zero point) value by the dtype checkpoints store it in.
 _SCALE_BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0, "fp8": 1.0, "e8m0": 1.0}
@@ -389,7 +389,7 @@ class CatalogCheckpoint:
 @lru_cache(maxsize=1)
 def checkpoint_catalog() -> tuple[CatalogCheckpoint, ...]:
     """The shipped catalog (``data/checkpoints.yaml``), in file order (preferred first per scheme)."""
-    raw = yaml.safe_load(resources.files(__package__).joinpath("data/checkpoints.yaml").read_text())
+    raw = parse_shipped_yaml(resources.files(__package__).joinpath("data/checkpoints.yaml").read_text())
     entries = []
     for item in raw["checkpoints"]:
         accuracy = item.get("accuracy") or {}

@@ -22,11 +22,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import Field
 
 from .errors import MAX_MEMORY_GIB, InputError, Name, Spec, did_you_mean, label, quote, unknown_name_error, validate_spec
-from .userfiles import read_yaml_mapping, shown
+from .userfiles import parse_shipped_yaml, read_yaml_mapping, shown
 
 GIB = 1024**3
 
@@ -203,7 +202,7 @@ def _normalize(name: str) -> str:
 def builtin_catalog() -> GPUCatalog:
     """The shipped catalog (data/gpus.yaml)."""
     text = resources.files(__package__).joinpath("data/gpus.yaml").read_text()
-    raw = yaml.safe_load(text)["gpus"]
+    raw = parse_shipped_yaml(text)["gpus"]
     return GPUCatalog({name: GPUSpec.model_validate({**fields, "name": name}) for name, fields in raw.items()})
 
 

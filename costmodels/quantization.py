@@ -39,10 +39,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
-import yaml
 
 from .errors import InputError, did_you_mean, unknown_name_error
 from .hardware import GPUSpec
+from .userfiles import parse_shipped_yaml
 
 WeightScheme = Literal["bf16", "fp16", "fp32", "fp8", "int8", "awq", "gptq", "w8a16", "nvfp4", "mxfp4"]
 KVCacheDType = Literal["auto", "fp8"]
@@ -217,7 +217,7 @@ class AccuracyTable:
 @lru_cache(maxsize=1)
 def builtin_accuracy_table() -> AccuracyTable:
     """The shipped table (data/quant_accuracy.yaml, built by scripts/build_quant_accuracy.py)."""
-    raw = yaml.safe_load(resources.files(__package__).joinpath("data/quant_accuracy.yaml").read_text())
+    raw = parse_shipped_yaml(resources.files(__package__).joinpath("data/quant_accuracy.yaml").read_text())
     entries = [AccuracyEntry(**item) for item in raw["weights"]]
     kv = raw["kv_cache"]["fp8"]
     return AccuracyTable(entries, float(kv["drop_pct"]), kv["source"])

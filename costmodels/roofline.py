@@ -841,7 +841,7 @@ class ScalarStepTime:
         ``padded_tokens``: the token count data-parallel ranks pad every rank's step to (the
         token-count operators run on it; attention and sampling on the rank's own work).
         """
-        total = self._fixed(max(num_tokens, padded_tokens), num_sampled)
+        total = self._fixed(num_tokens if num_tokens > padded_tokens else padded_tokens, num_sampled)
         if decode_query_tokens:
             cc, cm, cq, ov, ov_seq = self._dec
             per_seq = decode_query_tokens / max(num_decode_seqs, 1)
@@ -872,15 +872,14 @@ class ScalarStepTime:
         Under async scheduling the CPU time that shows is evaluated at ``context`` and held along the
         line (it shrinks as the contexts grow, so a long run is timed slightly long).
         """
-        q = num_seqs * query_per_seq
         key = (num_seqs, query_per_seq, padded_tokens)
         terms = self._lines.get(key)
         if terms is None:
             terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens)
-        intercept = terms[0]
+        intercept, kinds, cpu_s = terms
         slopes = [0.0, 0.0]
         limits = [math.inf, math.inf]
-        for windowed, kink, memory_slope, memory_intercept, compute_slope, compute_intercept in terms[1]:
+        for windowed, kink, memory_slope, memory_intercept, compute_slope, compute_intercept in kinds:
             if (context_windowed if windowed else context) < kink:
                 slopes[windowed] = memory_slope
                 intercept += memory_intercept
@@ -889,13 +888,14 @@ class ScalarStepTime:
                 slopes[windowed] = compute_slope
                 intercept += compute_intercept
         gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
-        intercept += self._with_overhead(gpu_now, q, True) - gpu_now
-        return DecodeLine(intercept, slopes[0], slopes[1], limits[0], limits[1])
+        # _with_overhead(gpu_now, q, decode_only=True), its CPU time taken from the terms.
+        shown_s = gpu_now + cpu_wait_s(cpu_s, gpu_now, self._async, max)
+        return DecodeLine(intercept + (shown_s - gpu_now), slopes[0], slopes[1], limits[0], limits[1])
 
     def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int) -> tuple:
         """What a decode line of ``num_seqs`` sequences needs of each layer kind, in both regimes
-        (memory-bound below the kink, compute-bound above): the same for every context, so the event
-        loop computes it once per batch size."""
+        (memory-bound below the kink, compute-bound above), and the engine's CPU time of the step:
+        the same for every context, so the event loop computes it once per batch size."""
         q = num_seqs * query_per_seq
         fixed = self._fixed(max(q, padded_tokens), q)
         cc, cm, cq, ov, ov_seq = self._dec
@@ -906,4 +906,5 @@ class ScalarStepTime:
             # Memory-bound until the context where per-pair compute overtakes KV reads (if ever).
             kink = cq * q / (compute_slope - cm) if compute_slope > cm else math.inf
             kinds.append((windowed, kink, layers * cm, layers * (cq * q + ov), layers * compute_slope, layers * ov))
-        return fixed, tuple(kinds)
+        step_s, per_seq_s = self._decode_overhead
+        return fixed, tuple(kinds), step_s + per_seq_s * q

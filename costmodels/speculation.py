@@ -55,7 +55,6 @@ from importlib import resources
 from typing import ClassVar
 
 import numpy as np
-import yaml
 
 from .architectures import ModelSpec, resolve_model
 from .deployment import SpeculativeConfig
@@ -65,6 +64,7 @@ from .memory import kv_bytes_per_token_per_layer_per_gpu, weight_bytes
 from .profile import PerformanceProfile
 from .quantization import MODEL_DTYPE_BYTES, MODEL_DTYPE_SCHEME
 from .roofline import StepCostModel
+from .userfiles import parse_shipped_yaml
 
 # EAGLE-3 checkpoints for Llama 3.x draft over a reduced vocabulary (draft_vocab_size in their configs).
 EAGLE3_DRAFT_VOCAB = 32000
@@ -125,7 +125,7 @@ class PublishedHead:
 def published_heads() -> tuple[PublishedHead, ...]:
     """The catalog of published draft heads."""
     text = resources.files(__package__).joinpath("data/speculators.yaml").read_text()
-    return tuple(PublishedHead(**entry) for entry in yaml.safe_load(text)["heads"])
+    return tuple(PublishedHead(**entry) for entry in parse_shipped_yaml(text)["heads"])
 
 
 class SpeculationMethod:

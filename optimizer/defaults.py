@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-import yaml
-
+from ..costmodels.userfiles import parse_shipped_yaml
 from .workload import Workload, parse_workload
 
 DEFAULT_NAME = "default"
@@ -22,4 +21,4 @@ def default_workload_text() -> str:
 
 
 def default_workload() -> Workload:
-    return parse_workload(yaml.safe_load(default_workload_text()), "built-in default workload")
+    return parse_workload(parse_shipped_yaml(default_workload_text()), "built-in default workload")

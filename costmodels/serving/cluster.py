@@ -176,20 +176,32 @@ class Cluster:
         budget = max_plans if max_plans is not None else inf
         # Engines whose plan must be (re)made, and the plans made, by end time; an entry whose plan is
         # no longer its engine's is stale. Idle engines are planned again only when work reaches them.
+        # A lone engine (no lanes: its horizon is always infinite) needs no heap: its plan is the next.
         dirty = list(engines)
         planned: list = []
         order = itertools.count()
+        heappush, heappop = heapq.heappush, heapq.heappop
+        alone = engines[0] if len(engines) == 1 else None
         while True:
-            for engine in dirty:
-                if engine.plan is None:
-                    engine.plan = engine.plan_next(events[0][0] if events and id(engine) in staged else inf)
-                if engine.plan is not None:
-                    heapq.heappush(planned, (engine.plan.end_s, next(order), engine, engine.plan))
+            if alone is not None:
+                best = alone
+                plan = best.plan
+                if plan is None:
+                    plan = best.plan = best.plan_next(inf)
+            else:
+                for engine in dirty:
+                    plan = engine.plan
+                    if plan is None:
+                        plan = engine.plan = engine.plan_next(
+                            events[0][0] if staged and events and id(engine) in staged else inf)
+                    if plan is not None:
+                        heappush(planned, (plan.end_s, next(order), engine, plan))
+                while planned and planned[0][3] is not planned[0][2].plan:
+                    heappop(planned)
+                best, plan = (planned[0][2], planned[0][3]) if planned else (None, None)
             dirty = []
-            while planned and planned[0][3] is not planned[0][2].plan:
-                heapq.heappop(planned)
-            if events and (not planned or events[0][0] < planned[0][0]):
-                time_s, rid, kind = heapq.heappop(events)
+            if events and (plan is None or events[0][0] < plan.end_s):
+                time_s, rid, kind = heappop(events)
                 if kind == ARRIVAL:
                     # Route, then wait for the replica's tokenizer; the engine sees the request later.
                     group = front.route_group(time_s)
@@ -197,7 +209,7 @@ class Cluster:
                     front.front_end_free_s[group] = start + per_token * table.prompt[rid]
                     front.pending[group] += 1
                     group_of[rid] = group
-                    heapq.heappush(events, (front.front_end_free_s[group] + latency, rid, ENQUEUE))
+                    heappush(events, (front.front_end_free_s[group] + latency, rid, ENQUEUE))
                 elif kind == ENQUEUE:
                     group = group_of.pop(rid)
                     front.pending[group] -= 1
@@ -207,33 +219,37 @@ class Cluster:
                 if lanes:
                     dirty.extend(lane for lane in lanes if lane.plan is None)
                 continue
-            if not planned:
+            if plan is None:
                 break
-            _, _, best, plan = heapq.heappop(planned)
+            if alone is None:
+                heappop(planned)
             best.plan = None
             plans += 1
             if plans > budget:
                 raise WorkLimitReached(plans - 1, plan.end_s)
             finished = best.commit(plan)
-            dirty.append(best)
+            dirty = [best]
+            if not finished:
+                continue
             end = plan.end_s
             earliest = events[0][0] if events else inf
+            prefill_only = best.prefill_only
             for rid in finished:
-                if best.prefill_only:
+                if prefill_only:
                     ready = end + self.transfer_s(table.prompt[rid])
                     table.kv_ready_s[rid] = ready
-                    heapq.heappush(events, (ready, rid, HANDOFF))
+                    heappush(events, (ready, rid, HANDOFF))
                 elif closed_loop is not None and next_rid < n:
                     start = end + closed_loop.think_time_s
                     if schedule is not None:
                         start = max(start, schedule[next_rid])
                     table.arrival_s[next_rid] = start
-                    heapq.heappush(events, (start, next_rid, ARRIVAL))
+                    heappush(events, (start, next_rid, ARRIVAL))
                     next_rid += 1
                 elif follow_ups and table.follow_up[rid] >= 0:
                     turn = table.follow_up[rid]
                     table.arrival_s[turn] = end + table.think_s[turn]
-                    heapq.heappush(events, (table.arrival_s[turn], turn, ARRIVAL))
+                    heappush(events, (table.arrival_s[turn], turn, ARRIVAL))
             # A new event (a hand-off, a closed-loop client's or a conversation's next request) inside
             # a lane's plan: stop the plan there. Other engines are cut when a request reaches them.
             if lanes and events and events[0][0] < earliest:
@@ -246,8 +262,9 @@ class Cluster:
 def _hand_over(engine, rid: int, time_s: float, handed_off: bool):
     """A request reaches ``engine`` at ``time_s``: the work it planned is cut to the steps that start
     before then (the request can join only the next step), and the request joins its queue."""
-    if engine.plan is not None and engine.plan.last_start_s >= time_s:
+    plan = engine.plan
+    if plan is not None and plan.last_start_s >= time_s:
         cut = getattr(engine, "cut", None)  # a lockstep group plans again
-        engine.plan = cut(engine.plan, time_s) if cut else engine.plan_next(time_s)
+        engine.plan = cut(plan, time_s) if cut else engine.plan_next(time_s)
     engine.enqueue(rid, time_s, handed_off)
     return engine

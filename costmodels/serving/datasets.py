@@ -26,9 +26,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from ..errors import InputError, unknown_name_error
+from ..userfiles import parse_shipped_yaml
 
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
@@ -47,7 +47,7 @@ class LengthTable:
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, dict]:
     """Name -> metadata of every shipped set."""
-    return yaml.safe_load((DATA / "datasets.yaml").read_text())
+    return parse_shipped_yaml((DATA / "datasets.yaml").read_text())
 
 
 @lru_cache(maxsize=None)

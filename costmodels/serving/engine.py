@@ -94,17 +94,16 @@ def run_steps(run: RunPlan, line, growth: float) -> tuple[int, float, float]:
 def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> int:
     """How many steps of durations ``first + slope (j - 1)`` start within ``window_s`` (at least 1)."""
 
-    def start(m: int) -> float:  # start of step m + 1
-        return m * first_s + slope_s * m * (m - 1) / 2
-
+    # Step m + 1 starts at m first_s + slope_s m (m - 1) / 2: m from the quadratic, then corrected
+    # for rounding.
     if slope_s > 0:
         half = first_s - slope_s / 2
         m = int((-half + math.sqrt(half * half + 2 * slope_s * window_s)) / slope_s)
     else:
         m = int(window_s / first_s)
-    while m > 0 and start(m) >= window_s:
+    while m > 0 and m * first_s + slope_s * m * (m - 1) / 2 >= window_s:
         m -= 1
-    while start(m + 1) < window_s:
+    while (m + 1) * first_s + slope_s * (m + 1) * m / 2 < window_s:
         m += 1
     return m + 1
 
@@ -149,7 +148,7 @@ class Engine:
         """A request arrives (a hand-off arrives with its prompt's KV transferred)."""
         sched = self.scheduler
         table = sched.table
-        if not sched.busy:
+        if not (sched.running or sched.waiting):
             self.clock = max(self.clock, time_s)
         table.computed[rid] = table.prompt[rid] if handed_off else sched.cached_prefix(rid)
         table.state[rid] = WAITING
@@ -164,7 +163,7 @@ class Engine:
     def plan_next(self, horizon_s: float) -> Plan | None:
         """The next work that starts before ``horizon_s`` (the next arrival), or None."""
         sched = self.scheduler
-        if self.clock >= horizon_s or not sched.busy:
+        if self.clock >= horizon_s or not (sched.running or sched.waiting):
             return None
         run = sched.plan_run()
         if run is not None:
@@ -172,7 +171,8 @@ class Engine:
         step = plan_step(sched)
         full_pass = self.predictor.step_s(step.composition)
         duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
-        return Plan(self.clock, self.clock + duration, self.clock, step=step, first_s=duration, pass_s=full_pass)
+        clock = self.clock
+        return Plan(clock, clock + duration, clock, step, None, 1, duration, 0.0, full_pass)
 
     def cut(self, plan: Plan, time_s: float) -> Plan | None:
         """``plan`` (made from the current state) cut to the steps that start before ``time_s``: what
@@ -202,40 +202,45 @@ class Engine:
                 if pass_slope > 0:
                     steps = min(steps, int((others / (lanes - 1) - pass_first) / pass_slope) + 1)
                 first, slope = (pass_first + others) / lanes, pass_slope / lanes
+        clock = self.clock
         if run.horizon_matters and horizon_s < math.inf:
-            steps = min(steps, steps_starting_before(horizon_s - self.clock, first, slope))
+            before = steps_starting_before(horizon_s - clock, first, slope)
+            if before < steps:
+                steps = before
         total = steps * first + slope * steps * (steps - 1) / 2
         last = first + slope * (steps - 1)
-        return Plan(self.clock, self.clock + total, self.clock + total - last, run=run, steps=steps,
-                    first_s=first, slope_s=slope, pass_s=pass_first + pass_slope * (steps - 1))
+        return Plan(clock, clock + total, clock + total - last, None, run, steps, first, slope,
+                    pass_first + pass_slope * (steps - 1))
 
     def commit(self, plan: Plan) -> list[int]:
         """Carry the plan out; returns the requests that left the engine (finished or handed off)."""
         sched = self.scheduler
         if self.class_records is not None:
             self.class_records.append(self._class_decodes(plan))
-        if plan.step is not None:
-            step = plan.step
-            finished = sched.apply_step(step, plan.start_s, plan.end_s)
+        step, start, end = plan.step, plan.start_s, plan.end_s
+        if step is not None:
+            finished = sched.apply_step(step, start, end)
             # RECORD_FIELDS: the step's own fields, then its composition's in their order.
-            self.records.append((plan.start_s, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
+            self.records.append((start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
                                  *step.composition))
         else:
             run, k = plan.run, plan.steps
             # The run's mid-point stands for all its steps in the per-step statistics.
             mid = run.num_seqs * sched.growth * (k - 1) / 2
             num_running = len(sched.running)
-            finished = sched.apply_run(k, plan.end_s)
+            finished = sched.apply_run(k, end)
+            context = run.context + mid
             self.records.append((
-                plan.start_s, k, plan.first_s, plan.slope_s, run.num_seqs, num_running, run.context + mid,
-                run.num_seqs, run.context + mid, run.context_windowed + mid * run.windowed_growing / run.num_seqs,
+                start, k, plan.first_s, plan.slope_s, run.num_seqs, num_running, context,
+                run.num_seqs, context, run.context_windowed + mid * run.windowed_growing / run.num_seqs,
                 0, 0, 0.0, 0.0, 0.0, 0.0,
             ))
         if self.stages is not None:
             self.stages.pass_s[self.lane] = plan.pass_s
-        self.clock = plan.end_s
-        self.outstanding -= len(finished)
-        self._last_end_s, self._last_finished = plan.end_s, len(finished)
+        self.clock = end
+        left = len(finished)
+        self.outstanding -= left
+        self._last_end_s, self._last_finished = end, left
         return finished
 
     def _class_decodes(self, plan: Plan) -> tuple[int, ...]:

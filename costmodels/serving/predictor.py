@@ -96,13 +96,13 @@ class StepTimePredictor:
     def step_s(self, c: StepComposition, padded_tokens: int = 0) -> float:
         """One step of any composition: decodes (1 + g tokens each) and prefill chunks (``padded_tokens``
         as in :meth:`decode_line`)."""
-        q = c.num_decode_seqs * self.query_per_seq
-        total = self.target(self.tokens(c), q + c.prefill_chunks, q, c.num_decode_seqs, c.decode_context,
-                            c.decode_context_windowed, c.prefill_pairs, c.prefill_pairs_windowed,
-                            c.prefill_kv_tokens, c.prefill_kv_tokens_windowed, c.prefill_chunks, padded_tokens)
-        if self.drafter is not None and c.num_decode_seqs:
-            draft = self._draft_line(c.num_decode_seqs, c.decode_context)
-            total += draft.intercept_s + draft.slope_s * c.decode_context
+        seqs, context, context_windowed, tokens, chunks, pairs, pairs_windowed, kv, kv_windowed = c
+        q = seqs * self.query_per_seq
+        total = self.target(q + tokens, q + chunks, q, seqs, context, context_windowed, pairs, pairs_windowed,
+                            kv, kv_windowed, chunks, padded_tokens)
+        if self.drafter is not None and seqs:
+            draft = self._draft_line(seqs, context)
+            total += draft.intercept_s + draft.slope_s * context
         return total
 
     def _aggregates(self, columns: dict[str, np.ndarray]):

@@ -61,6 +61,8 @@ from .prefix_cache import NO_OWNER, PrefixCache
 from .request_queue import waiting_queue
 from .requests import DECODE, DONE, PREFILL, WAITING, RequestTable
 
+_new_tuple = tuple.__new__
+
 
 @dataclass(frozen=True)
 class EngineLimits:
@@ -346,8 +348,9 @@ class Scheduler:
         else:
             pairs_w, kv_w = pairs, kv
             windowed = decode_context + handoff_context
-        composition = StepComposition(num_decode + handoff_decodes, decode_context + handoff_context, windowed,
-                                      tokens, count, pairs, pairs_w, kv, kv_w)
+        # tuple.__new__ builds the named tuple without its Python-level __new__ (once per simulated step).
+        composition = _new_tuple(StepComposition, (num_decode + handoff_decodes, decode_context + handoff_context,
+                                                   windowed, tokens, count, pairs, pairs_w, kv, kv_w))
         return composition, decode_context + prefill_context
 
     def plan_run(self) -> RunPlan | None:
@@ -366,9 +369,12 @@ class Scheduler:
             horizon_matters = budget > 0 and seats > 0
         heap, t = self.finish_heap, self.table
         state, finish_tick = t.state, t.finish_tick
-        while heap and (state[heap[0][1]] != DECODE or finish_tick[heap[0][1]] != heap[0][0]):
+        while True:  # drop entries of requests that left or were preempted (a decode is always in the heap)
+            tick, rid = heap[0]
+            if state[rid] == DECODE and finish_tick[rid] == tick:
+                break
             heapq.heappop(heap)
-        max_steps = heap[0][0] - self.tick
+        max_steps = tick - self.tick
         if self.window is None:
             windowed, growing = self.decode_context, self.num_decode
         else:
@@ -476,29 +482,31 @@ class Scheduler:
                 t.scheduled_s[rid] = start_s
             if shared > self.shared_blocks:
                 self.shared_blocks = shared
-        finished = self._advance_decodes(1, end_s)
+        finished = self.apply_run(1, end_s)
+        computed, prompt, generated = t.computed, t.prompt, t.generated
         for rid, n in plan.chunks:
-            done = t.computed[rid]
-            t.computed[rid] = done + n
-            self.prefill_blocks += counts[done + n] - counts[done]
+            done = computed[rid]
+            computed[rid] = now = done + n
+            self.prefill_blocks += counts[now] - counts[done]
             self.prefill_context += n
-            if done + n == t.prompt[rid] + t.generated[rid]:
-                if self._emit_after_prefill(rid, end_s):
-                    finished.append(rid)
+            if now == prompt[rid] + generated[rid] and self._emit_after_prefill(rid, end_s):
+                finished.append(rid)
         return finished
 
     def apply_run(self, steps: int, end_s: float) -> list[int]:
-        """Advance the fixed decode batch by ``steps`` steps ending at ``end_s``."""
-        return self._advance_decodes(steps, end_s)
-
-    def _advance_decodes(self, steps: int, end_s: float) -> list[int]:
-        self.tick += steps
+        """Advance the decodes by ``steps`` steps ending at ``end_s`` (a fixed batch's run, or a planned
+        step's decodes); returns the requests that finished."""
+        self.tick = now = self.tick + steps
         self.decode_context += self.num_decode * self.growth * steps
-        heap, t = self.finish_heap, self.table
+        heap = self.finish_heap
         finished = []
-        while heap and heap[0][0] <= self.tick:
+        if not heap or heap[0][0] > now:
+            return finished
+        t = self.table
+        state, finish_tick = t.state, t.finish_tick
+        while heap and heap[0][0] <= now:
             tick, rid = heapq.heappop(heap)
-            if t.state[rid] != DECODE or t.finish_tick[rid] != tick:
+            if state[rid] != DECODE or finish_tick[rid] != tick:
                 continue
             if self.cache is not None:
                 self._cache_sync()
@@ -516,40 +524,43 @@ class Scheduler:
     def _emit_after_prefill(self, rid: int, end_s: float) -> bool:
         """A request's computed tokens caught up: it samples a token. True when it leaves the engine."""
         t, counts = self.table, self.blocks.table
-        t.generated[rid] += 1
+        generated = t.generated[rid] = t.generated[rid] + 1
         if math.isnan(t.first_token_s[rid]):
             t.first_token_s[rid] = end_s
         else:
             self.gaps_s.append((end_s, end_s - t.last_emit_s[rid]))
             self.gap_requests.append(rid)
-        leaving = t.generated[rid] >= t.output[rid] or self.limits.prefill_only
+        computed = t.computed[rid]
+        leaving = generated >= t.output[rid] or self.limits.prefill_only
         if leaving and self.cache is not None:
             self._cache_sync()
-            self._release(rid, self._own_blocks(rid, t.computed[rid]), t.computed[rid],
-                          keep=t.follow_up[rid] >= 0 or t.generated[rid] < t.output[rid])
+            self._release(rid, self._own_blocks(rid, computed), computed,
+                          keep=t.follow_up[rid] >= 0 or generated < t.output[rid])
+        shared = self._shared_blocks(rid)
         self.prefilling.remove(rid)
-        self.prefill_blocks -= self._own_blocks(rid, t.computed[rid])
-        self.prefill_context -= t.computed[rid]
+        self.prefill_blocks -= counts[computed] - shared
+        self.prefill_context -= computed
         if leaving:
             t.last_emit_s[rid] = end_s
             self._finish(rid, end_s)
             return True
-        remaining = t.output[rid] - t.generated[rid]
+        remaining = t.output[rid] - generated
         if self.speculation is not None:
             emitted = self.speculation.steps_to_emit(self.rng, remaining)
             t.emitted[rid] = emitted
             steps = len(emitted)
         else:
             steps = remaining
+        tick = self.tick
         t.state[rid] = DECODE
-        t.base_context[rid] = float(t.computed[rid])
-        t.base_tick[rid] = self.tick
-        t.finish_tick[rid] = self.tick + steps
-        heapq.heappush(self.finish_heap, (self.tick + steps, rid))
+        t.base_context[rid] = float(computed)
+        t.base_tick[rid] = tick
+        t.finish_tick[rid] = tick + steps
+        heapq.heappush(self.finish_heap, (tick + steps, rid))
         self.num_decode += 1
         self._count_decode(rid, 1)
-        self.decode_context += t.computed[rid]
-        self.decode_shared_blocks += self._shared_blocks(rid)
+        self.decode_context += computed
+        self.decode_shared_blocks += shared
         self._decode_cache = None
         return False
 
