@@ -71,6 +71,9 @@ _GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_ca
 # Every series servopt reads.
 _READ = {*_GAUGES, *(n for names in _COUNTERS.values() for n in names),
          *(f"{n}_{part}" for names in _HISTOGRAMS.values() for n in names for part in ("bucket", "sum", "count"))}
+# Series that count (requests, tokens, preemptions, observations): whole numbers, written as 3.0.
+_WHOLE = {*_GAUGES[:2], *(n for names in _COUNTERS.values() for n in names),
+          *(f"{n}_{part}" for names in _HISTOGRAMS.values() for n in names for part in ("bucket", "count"))}
 _HINT = "save vLLM's metrics with `curl -s http://HOST:PORT/metrics > metrics.txt`"
 
 
@@ -181,6 +184,9 @@ def parse_vllm_metrics(text: str, source: str) -> VllmMetrics:
         if name in _READ and not (math.isfinite(value) and value >= 0):
             raise InputError(f"metrics '{source}' line {number}: {_clip(name)} is {match.group(3)[:30]}; vLLM's "
                              f"counts, gauges and sums are finite and at least 0: {_HINT}")
+        if name in _WHOLE and not value.is_integer():
+            raise InputError(f"metrics '{source}' line {number}: {_clip(name)} is {match.group(3)[:30]}, but it "
+                             f"counts (vLLM writes whole numbers, as 3.0): {_HINT}")
         samples.setdefault(name, []).append((labels, value, number))
     if not any(name.startswith("vllm:") for name in samples):
         raise InputError(f"metrics '{source}' has no vllm: series (is it a vLLM server's /metrics?): {_HINT}")

@@ -214,6 +214,8 @@ SCRAPE = (DATA / "diagnose" / "metrics_vllm_0_25_1_idle.txt").read_text()
     ('vllm:time_to_first_token_seconds_bucket{engine="1",le="1,5",model_name="m"} 3', "le='1,5'"),
     ('vllm:prompt_tokens_total{engine="1",model_name="m"} NaN', "finite"),
     ('vllm:time_to_first_token_seconds_bucket{engine="1",le="-0.5",model_name="m"} 3', "below 0"),
+    ('vllm:num_requests_running{engine="1",model_name="m"} 2.5', "is 2.5, but it counts"),
+    ('vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 0.5', "but it counts"),
     ('vllm:time_to_first_token_seconds_bucket{engine="0",le="0.0001",model_name="opt-125m-tp2"} 1e9',
      "not cumulative"),
 ])
