@@ -1,10 +1,16 @@
 """Study vs exhaustive search on spaces small enough to enumerate, easy and hard.
 
-Every point of each space is scored at full fidelity (simulated, no screening), which gives the
-true front. The study then runs with a budget of 10% of the points (3 seeds); the feasible points it
-finds are scored with the same full-fidelity values, and the hypervolume they dominate is compared
-with the exhaustive front's, with the reference point at 1.1 x the exhaustive front's nadir (its
-worst cost and worst P99 latency). The study ranks several proposals per trial by the analytic
+Every point of each space is scored at full fidelity (simulated at the search's length, no
+screening), and the front those scores give is re-checked as a job re-checks its own
+(:meth:`~servopt.optimizer.job.Job.recheck_front`: ``final_requests``, 6,000 by default, the seed
+after the search's, round by round until no point cheaper and faster than a passing one is left
+unchecked), which gives the true front: the one servopt would report had every point been a trial.
+Without the re-check, a point feasible only in one short run's noise (a P99 whose interval
+straddles an SLO) would stand in the truth; no job reports one. The study then runs with a budget
+of 10% of the points (3 seeds); the feasible points it finds are scored with the same values (the
+re-check's where the truth re-checked them), and the hypervolume they dominate is compared with the
+exhaustive front's, with the reference point at 1.1 x the exhaustive front's nadir (its worst cost
+and worst P99 latency). The study ranks several proposals per trial by the analytic
 estimate (``optimizer/_sampler.py``); how many deployments it estimated to do so is printed too.
 
 Spaces:
@@ -36,7 +42,8 @@ from servopt.optimizer._evaluate import Evaluator
 from servopt.optimizer._problem import build_problem
 from servopt.optimizer.defaults import default_workload_text
 from servopt.optimizer.job import Job
-from servopt.optimizer.study import RECORD_ATTR, evaluated_trials, pareto_mask
+from servopt.optimizer.study import (RECORD_ATTR, FrontCandidate, evaluated_trials, next_rechecks, pareto_mask,
+                                     recheck, within_interval)
 from servopt.optimizer.workload import parse_workload
 
 LLAMA_70B_JOB = {
@@ -69,9 +76,10 @@ SPACES = {
         "enable_chunked_prefill": [True, False], "speculation": "off", "headroom": [0.0, 0.5, 1.0]}),
 }
 # The study's fidelity (a short simulation first, the search's 1,500 requests for what it does not
-# settle); the exhaustive truth simulates every point at the full 1,500 (no short run).
+# settle); the exhaustive truth simulates every point at the full 1,500 (no short run), and its
+# front's re-check runs at the workload's default final_requests, as a job's does.
 FIDELITY = {"search_requests": 1500, "final_requests": 1500}
-TRUTH_FIDELITY = {**FIDELITY, "first_requests": 1500}
+TRUTH_FIDELITY = {"search_requests": 1500, "first_requests": 1500}
 
 
 def hypervolume_2d(points: np.ndarray, reference: np.ndarray) -> float:
@@ -86,6 +94,29 @@ def hypervolume_2d(points: np.ndarray, reference: np.ndarray) -> float:
         area += (reference[0] - x) * (previous_y - y)
         previous_y = y
     return area
+
+
+def confirmed(problem, evaluator: Evaluator, scored: dict) -> tuple[dict, int]:
+    """Each point's (feasible, values) once the front of ``scored`` (point key -> (record, values)
+    at search fidelity) is re-checked as :meth:`~servopt.optimizer.job.Job.recheck_front` re-checks a
+    study's: the candidates are the simulated points found feasible or missing only SLOs within their
+    P99 interval, one per group of identical values and verdict; a re-check's verdict and values
+    stand for its whole group. Also returns how many re-checks ran."""
+    slo = problem.workload.slo
+    groups: dict[tuple, list] = {}
+    for key, (record, values) in scored.items():
+        if record["fidelity"] == "simulate" and values is not None and (record["feasible"] or within_interval(record, slo)):
+            groups.setdefault((*values, bool(record["feasible"])), []).append(key)
+    grouped = list(groups.values())
+    candidates = sorted((FrontCandidate(n, scored[keys[0]][0], scored[keys[0]][1], scored[keys[0]][0]["feasible"])
+                         for n, keys in enumerate(grouped)), key=lambda c: (c.values, c.number))
+    requests, rechecks = problem.workload.fidelity.final_requests, {}
+    while batch := next_rechecks(candidates, rechecks, requests):
+        rechecks.update({c.number: recheck(problem, c.record, evaluator) for c in batch})
+    truth = {key: (record["feasible"], values) for key, (record, values) in scored.items()}
+    for number, result in rechecks.items():
+        truth.update({key: (result["feasible"], tuple(result["values"])) for key in grouped[number]})
+    return truth, len(rechecks)
 
 
 def workload_data(name: str) -> dict:
@@ -104,10 +135,12 @@ def run_space(name: str, seeds: int, share: float) -> list[float]:
     evaluator = Evaluator(problem)
     points = list(problem.space.enumerate())
     start = time.process_time()
-    truth = {}
+    scored = {}
     for candidate in points:
         outcome = evaluator.evaluate(candidate, screen=None)
-        truth[candidate.key] = (outcome.record.feasible, outcome.values)
+        scored[candidate.key] = (outcome.record.model_dump(), outcome.values)
+    truth, rechecked = confirmed(problem, evaluator, scored)
+    failed = sum(scored[k][0]["feasible"] and not truth[k][0] for k in scored)
     exhaustive_s = time.process_time() - start
     feasible = np.array([v for ok, v in truth.values() if ok])
     if not len(feasible):
@@ -118,7 +151,9 @@ def run_space(name: str, seeds: int, share: float) -> list[float]:
     best = hypervolume_2d(front, reference)
     budget = max(int(share * len(points)), 1)
     print(f"{name}: {len(points)} points, {len(feasible)} feasible, exhaustive front of {len(front)} "
-          f"({exhaustive_s:.0f} CPU s to score them all); study budget {budget} trials ({share:.0%})")
+          f"({exhaustive_s:.0f} CPU s to score them all, its front re-checked with {rechecked} simulations of "
+          f"{problem.workload.fidelity.final_requests} requests: {failed} feasible points failed); study budget "
+          f"{budget} trials ({share:.0%})")
     ratios = []
     for seed in range(seeds):
         study_data = copy.deepcopy(data)
