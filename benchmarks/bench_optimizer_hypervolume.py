@@ -105,7 +105,8 @@ def confirmed(problem, evaluator: Evaluator, scored: dict) -> tuple[dict, int]:
     slo = problem.workload.slo
     groups: dict[tuple, list] = {}
     for key, (record, values) in scored.items():
-        if record["fidelity"] == "simulate" and values is not None and (record["feasible"] or within_interval(record, slo)):
+        simulated = record["fidelity"] == "simulate" and values is not None
+        if simulated and (record["feasible"] or within_interval(record, slo)):
             groups.setdefault((*values, bool(record["feasible"])), []).append(key)
     grouped = list(groups.values())
     candidates = sorted((FrontCandidate(n, scored[keys[0]][0], scored[keys[0]][1], scored[keys[0]][0]["feasible"])
