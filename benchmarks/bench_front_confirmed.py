@@ -76,7 +76,7 @@ def cpu_s() -> float:
 def confirm(job: Job, record: dict, seed: int) -> tuple[bool, tuple[float, float] | None]:
     """Whether the trial's deployment meets every target in a simulation of ``final_requests``."""
     problem, evaluator = job.problem, job.evaluator
-    compiled = problem.ctx.compile(record["model"], Deployment.model_validate(record["deployment"]))
+    compiled = problem.ctx.compile(record["model"], Deployment.model_validate(record["deployment"]["spec"]))
     scored = evaluator.predict(record["model"], compiled, job.workload.fidelity.final_requests, seed)
     return scored.feasible, scored.values
 
@@ -112,14 +112,14 @@ def run_job(name: str, trials: int | None) -> bool:
             return False
         cheapest = front[0]
         cost = rechecks[cheapest]["values"][0]
-        print(f"  reported cheapest: trial {cheapest} at {cost:.4g} ({records[cheapest]['deployment']['gpu']}, "
+        print(f"  reported cheapest: trial {cheapest} at {cost:.4g} ({records[cheapest]['deployment']['spec']['gpu']}, "
               f"{records[cheapest]['num_gpus']} GPUs, P99 {rechecks[cheapest]['values'][1]:.3g} s)")
         # Distinct deployments scored by the search, cheaper than the reported cheapest.
         cheaper: dict[str, int] = {}
         for number, record in sorted(records.items()):
             if record["fidelity"] == "precheck" or record[cost_key] is None or record[cost_key] >= cost - 1e-9:
                 continue
-            cheaper.setdefault(f"{record['model']}|{sorted(record['deployment'].items())}", number)
+            cheaper.setdefault(f"{record['model']}|{sorted(record['deployment']['spec'].items())}", number)
         seed = workload.seed + 1
         missed = []
         for number in cheaper.values():

@@ -93,7 +93,7 @@ def compare(name: str, trials: int | None) -> None:
                if rec["fidelity"] == "simulate" and rec["simulated_requests"] < full]
     wrong_infeasible = wrong_dominated = 0
     for _, record in settled:
-        compiled = job.problem.ctx.compile(record["model"], Deployment.model_validate(record["deployment"]))
+        compiled = job.problem.ctx.compile(record["model"], Deployment.model_validate(record["deployment"]["spec"]))
         scored = job.evaluator.predict(record["model"], compiled, full, w.seed)
         if not record["feasible"] and scored.feasible:
             wrong_infeasible += 1

@@ -390,7 +390,9 @@ def test_export_options_another_format_would_ignore_are_refused(capsys, tmp_path
     for argv, problem in ((["--format", "json", "--out", tmp_path / "x"], "--format json prints what it exports"),
                           (["--format", "sglang", "--out", tmp_path / "x"], "--format sglang prints"),
                           (["--namespace", "prod"], "--namespace is an option of --format kubernetes"),
-                          (["--format", "yaml", "--image", "mine:1"], "--image is an option of --format kubernetes")):
+                          (["--format", "yaml", "--image", "mine:1"], "--image is an option of --format kubernetes"),
+                          (["--vllm-python", "/usr/bin/python3"], "--vllm-python names the vLLM that --check runs"),
+                          (["--format", "sglang", "--check", "--vllm-python", "/usr/bin/python3"], "add --check")):
         assert problem in one_line_exit_2(capsys, "export", job, *argv)
     assert not (tmp_path / "x").exists()
 

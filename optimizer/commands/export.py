@@ -77,6 +77,9 @@ def _check_format_options(args: argparse.Namespace) -> None:
     if args.out is not None and args.format in PRINTED_FORMATS:
         raise InputError(f"--out: --format {args.format} prints what it exports and writes no folder; redirect it "
                          f"(servopt export ... --format {args.format} > FILE), or drop --out")
+    if args.vllm_python is not None and not (args.check and args.format in ("vllm", "kubernetes")):
+        raise InputError("--vllm-python names the vLLM that --check runs on vllm serve commands; add --check "
+                         "(with --format vllm or kubernetes), or drop --vllm-python")
     if args.format != "kubernetes":
         given = [flag for flag, dest, default in args.kubernetes_options if getattr(args, dest) != default]
         if given:
