@@ -11,9 +11,12 @@ With a ``choose`` function it collects :data:`PROPOSALS` such distinct proposals
 pick the one to score (pre-selection, as surrogate-assisted evolutionary algorithms do: the
 optimizer ranks them by the analytic estimate, which costs a few milliseconds where a trial's
 simulation costs a tenth of a second or more). The joint proposal holds only the parameters every
-earlier trial had; with a ``complete`` function (:meth:`~servopt.search_spaces.SearchSpace.complete`)
-the others, those of a branch of the space no trial took yet, are drawn so that ``choose`` can rank
-the whole point, and the trial is then given the very values ranked.
+earlier trial had (Optuna's intersection search space); with a ``complete`` function
+(:meth:`~servopt.search_spaces.SearchSpace.complete`) the others are drawn at random, so that ``choose``
+can rank the whole point, and the trial is then given the very values ranked. Those others are every
+conditional knob once trials took more than one branch: with ``mode`` searched, ``tp`` and each side's
+instances and TP are drawn anew for every proposal, for the whole study, since NSGA-II's crossover and
+mutation act on the intersection only (multivariate TPE with ``group=True`` models each branch's knobs).
 
 Example:
     >>> import optuna

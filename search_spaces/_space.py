@@ -100,9 +100,11 @@ class SearchSpace:
     def complete(self, values: Mapping[str, Value], rng: np.random.Generator) -> dict[str, Value]:
         """``values`` with every active knob they lack drawn at random (pinned knobs at their value).
 
-        A sampler's joint proposal holds only the knobs every earlier trial had; the knobs of a
-        branch no trial took yet (``tp`` of an aggregated point when every trial so far was
-        disaggregated) come from here, so that the proposal can be estimated and scored whole.
+        A sampler's joint proposal holds only the knobs every earlier trial had; the others come from
+        here, so that the proposal can be estimated and scored whole: a branch no trial took yet
+        (``tp`` of an aggregated point when every trial so far was disaggregated), and, once trials
+        took both branches, every knob of either (``tp``, each side's instances and TP), as NSGA-II's
+        joint space never holds them again.
         """
         return {**values, **self._active(values, lambda _name, domain: domain.draw(rng))}
 
