@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import tempfile
 import time
 
 import optuna
+
+from bench_optimizer_setup import process_cpu_s
 
 from servopt.costmodels.deployment import Deployment
 from servopt.optimizer.job import Job
@@ -68,11 +69,6 @@ JOBS = {
 EXTRA_SEEDS = (2, 3)
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return sum(u.ru_utime + u.ru_stime for u in usage)
-
-
 def confirm(job: Job, record: dict, seed: int) -> tuple[bool, tuple[float, float] | None]:
     """Whether the trial's deployment meets every target in a simulation of ``final_requests``."""
     problem, evaluator = job.problem, job.evaluator
@@ -88,9 +84,9 @@ def run_job(name: str, trials: int | None) -> bool:
     workload = parse_workload(data, name)
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(workload, f"{tmp}/{name}", name=name)
-        start_cpu, start = cpu_s(), time.perf_counter()
+        start_cpu, start = process_cpu_s(), time.perf_counter()
         outcome = job.run(progress=False)
-        spent, wall = cpu_s() - start_cpu, time.perf_counter() - start
+        spent, wall = process_cpu_s() - start_cpu, time.perf_counter() - start
         study = job.open_study(create=False)
         rechecks = stored_rechecks(study)
         records = {t.number: t.user_attrs[RECORD_ATTR] for t in evaluated_trials(study)}

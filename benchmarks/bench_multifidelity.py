@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import resource
 import tempfile
 import time
 
@@ -28,6 +27,7 @@ import numpy as np
 import optuna
 import yaml
 from bench_optimizer_hypervolume import hypervolume_2d
+from bench_optimizer_setup import process_cpu_s
 from bench_vs_aiconfigurator import WORKLOAD as AIC_WORKLOAD
 
 from servopt.costmodels.deployment import Deployment
@@ -39,17 +39,12 @@ from servopt.optimizer.workload import parse_workload
 JOBS = {"aic-70b": AIC_WORKLOAD, "default": None}
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return sum(u.ru_utime + u.ru_stime for u in usage)
-
-
 def run(data: dict, name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         job = Job(parse_workload(data, name), f"{tmp}/{name}", name=name)
-        start, wall = cpu_s(), time.perf_counter()
+        start, wall = process_cpu_s(), time.perf_counter()
         outcome = job.run(progress=False)
-        spent, wall = cpu_s() - start, time.perf_counter() - wall
+        spent, wall = process_cpu_s() - start, time.perf_counter() - wall
         study = job.open_study(create=False)
         trials = evaluated_trials(study)
         rechecks = stored_rechecks(study)

@@ -1,7 +1,8 @@
-"""Shared by the bench_optimizer_* scripts: the servopt CLI in a fresh interpreter."""
+"""Shared by the benchmark scripts: the servopt CLI in a fresh interpreter, and CPU time."""
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,10 @@ def default_job_file(directory: str | Path, trials: int) -> Path:
     path = Path(directory) / "job.yaml"
     path.write_text(yaml.safe_dump(workload))
     return path
+
+
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process and of its finished children so far (the re-check
+    pool's workers among them)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return sum(u.ru_utime + u.ru_stime for u in usage)
