@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -47,6 +48,9 @@ Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1.2)]
 Factor = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1e6)]
 Log2Knot = Annotated[float, Field(ge=0, le=64)]
 OverheadS = Annotated[float, Field(ge=0, le=60.0)]
+# A served-to-microbenchmark time ratio (SERVING_COEFFICIENTS): a kernel served 5x slower or faster
+# than measured alone is a modelling error, not a cost.
+Scale = Annotated[float, Field(ge=0.2, le=5.0)]
 
 
 def _count_key(value: Any) -> Any:
@@ -83,6 +87,51 @@ def cpu_wait_s(cpu_s: ArrayLike, gpu_step_s: ArrayLike, async_scheduling: bool, 
     (0.003, 0.002, 0.0)
     """
     return maximum(cpu_s - gpu_step_s, 0.0) if async_scheduling else cpu_s
+
+
+@dataclass(frozen=True)
+class ServingCoefficient:
+    """One learned coefficient of the step formula (:class:`~servopt.costmodels.roofline.StepCostModel`):
+    what it means physically, its unit, the largest value that still measures that cost, and the
+    prior the fit pulls it toward where the runs say little (``prior_center`` with a spread of
+    ``prior_width``: a ratio's log for scales, seconds for costs)."""
+
+    meaning: str
+    unit: str
+    upper: float
+    prior_center: float
+    prior_width: float
+    scale: bool = False
+
+
+# The trained-physics coefficients: the kernel tables (fitted to microbenchmarks) are the basis
+# functions, and these turn their sums into the steps a served engine takes. Scales multiply a
+# roofline side of every kernel (a served forward pass runs kernels back to back at sustained clocks,
+# with caches shared); costs are added to every step on the GPU's critical path, which async
+# scheduling does not hide. The engine's CPU time and the front end's latency are their own fields.
+SERVING_COEFFICIENTS: dict[str, ServingCoefficient] = {
+    "compute_scale": ServingCoefficient(
+        "served time of the compute-bound side of every kernel (GEMM, fused MoE, attention) over its "
+        "microbenchmark time", "x", 3.0, 1.0, 0.15, scale=True),
+    "memory_scale": ServingCoefficient(
+        "served time of the memory-bound side of every kernel (weights, activations, KV cache) over its "
+        "microbenchmark time", "x", 3.0, 1.0, 0.15, scale=True),
+    "communication_scale": ServingCoefficient(
+        "served time of the collectives (TP all-reduce, MoE dispatch and combine, PP sends) over their "
+        "nccl-tests / microbenchmark time", "x", 3.0, 1.0, 0.3, scale=True),
+    "step_gpu_s": ServingCoefficient(
+        "GPU time per step outside the kernel tables: sampler, logits gather, the step's launch and "
+        "synchronisation", "s", 0.02, 0.0, 1e-3),
+    "layer_gpu_s": ServingCoefficient(
+        "GPU time per transformer layer per step outside the kernel tables: launches and gaps between "
+        "kernels (piecewise CUDA graphs run attention outside the graph)", "s", 1e-3, 0.0, 20e-6),
+    "seq_gpu_s": ServingCoefficient(
+        "GPU time per scheduled sequence per step: sampling, penalties and per-request input buffers",
+        "s", 1e-3, 0.0, 10e-6),
+    "moe_layer_gpu_s": ServingCoefficient(
+        "GPU time per MoE layer per step outside the fused-MoE kernel tables: routing glue, expert-map "
+        "bookkeeping, the extra launches of the MoE block", "s", 2e-3, 0.0, 30e-6),
+}
 
 
 def _check_increasing(name: str, knots: list[float]) -> None:
@@ -346,6 +395,15 @@ class PerformanceProfile(Spec):
     weight_only_compute_factor: float = Field(
         default=0.85, ge=MIN_EFFICIENCY, le=1, description="share of bf16 GEMM throughput an int4/fp8 weight-only kernel keeps"
     )
+    # --- trained-physics coefficients (SERVING_COEFFICIENTS): learned from measured serving runs by
+    # calibration/serving_fit.py; the defaults are the kernel tables as measured and no extra cost.
+    compute_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["compute_scale"].meaning)
+    memory_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["memory_scale"].meaning)
+    communication_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["communication_scale"].meaning)
+    step_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["step_gpu_s"].meaning)
+    layer_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["layer_gpu_s"].meaning)
+    seq_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["seq_gpu_s"].meaning)
+    moe_layer_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["moe_layer_gpu_s"].meaning)
     step_overhead_s: OverheadS = Field(description="V1 engine's CPU time per step: scheduling, input prep, output processing")
     step_overhead_per_seq_s: OverheadS = Field(description="V1 engine's CPU time per step and running sequence")
     v0_step_overhead_s: OverheadS | None = Field(

@@ -7,12 +7,19 @@ data-parallel ranks (:mod:`.moe`) each rank's step is padded to the largest rank
 MoE layers compute the routed experts over every rank's tokens and add the dispatch and combine
 collectives.
 Each operator's time is ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + overhead`` (the profile may
-round the corner of a GEMM's max) with
-efficiencies from a :class:`~servopt.costmodels.profile.PerformanceProfile`.
+round the corner of a GEMM's max) with efficiencies fitted to kernel microbenchmarks
+(:class:`~servopt.costmodels.profile.PerformanceProfile`). These kernel sums are the basis functions
+of a trained-physics step model (BLIS's shape, on measured kernels rather than datasheet peaks): the
+profile's learned coefficients (:data:`~servopt.costmodels.profile.SERVING_COEFFICIENTS`) scale the
+compute, memory and communication sides as a served engine runs them and add the costs no kernel
+table measures (per step, layer, MoE layer and sequence on the GPU; the engine's CPU time, which
+async scheduling hides behind the GPU).
 
-:class:`StepCostModel` precompiles a deployment: the time of all token-count-dependent operators is
-tabulated by T, and attention reduces to a few coefficients, so the simulator's hot path
-(:meth:`StepCostModel.step_time_s`) is plain numpy arithmetic over many steps at once.
+There is one step formula, :meth:`StepCostModel._parts`: the event loop calls it on Python numbers
+(:meth:`StepCostModel.step_s`), statistics over recorded steps and capacity sizing on numpy arrays
+(:meth:`StepCostModel.step_time_s`), and a fixed decode batch's step time is that formula as a line
+in the summed context (:meth:`StepCostModel.decode_line`). The token-count operators are tabulated
+by T and attention reduces to a few coefficients, so the formula is plain arithmetic.
 
 Example:
     >>> from servopt.costmodels.architectures import get_model
@@ -113,6 +120,12 @@ class StepAggregates:
     num_decode_seqs: np.ndarray
 
 
+# The aggregates the step formula (StepCostModel._parts) reads, in its argument order.
+_FORMULA_FIELDS = ("num_tokens", "num_sampled", "decode_query_tokens", "num_decode_seqs", "decode_context",
+                   "decode_context_windowed", "prefill_pairs", "prefill_pairs_windowed", "prefill_kv_tokens",
+                   "prefill_kv_tokens_windowed", "prefill_chunks")
+
+
 @dataclass(frozen=True)
 class StepTime:
     """One step's time with a per-operator breakdown (seconds, summed over layers)."""
@@ -151,8 +164,8 @@ class AttentionRoofline:
     """One attention phase of one layer as roofline coefficients, in seconds: compute per query-key
     pair, memory traffic per cached token read and per query token (read Q, write O), the launch
     overhead of a step and the work each sequence adds; prefill's compute efficiency ramps with the
-    mean chunk (``half_efficiency_query`` tokens give half of it, 0: flat). The step model and its
-    scalar view (:class:`ScalarStepTime`) both read these."""
+    mean chunk (``half_efficiency_query`` tokens give half of it, 0: flat). The step formula
+    (:meth:`StepCostModel._parts`) reads these."""
 
     compute_per_pair_s: float
     memory_per_kv_token_s: float
@@ -207,7 +220,7 @@ class StepCostModel:
     ``vllm_version`` selects the vLLM behaviour that changes step times (:mod:`.vllm_defaults`:
     which all-reduce runs, async scheduling, the MoE dispatch backend unless ``all2all_backend``
     names one); None is the version servopt's exports target. With ``dp > 1`` a step's token count
-    is that of every rank after padding (:class:`ScalarStepTime` takes the largest rank's).
+    is that of every rank after padding (:meth:`StepCostModel.step_s` takes the largest rank's as ``padded_tokens``).
     """
 
     model: ModelSpec
@@ -265,7 +278,9 @@ class StepCostModel:
         self.async_scheduling = self.engine == "v1" and async_scheduling(self._version, self.pp)
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
+        self._compute_scale, self._memory_scale = self.profile.compute_scale, self.profile.memory_scale
         self._precompute_attention()
+        self._precompute_formula()
         self._shared = _TokenTables(np.zeros(0), np.zeros(0))
         self._table_s = np.zeros(0)
         self._table_compute_s = np.zeros(0)
@@ -281,6 +296,7 @@ class StepCostModel:
         other = copy.copy(self)
         other.graph_max_tokens = graph_max_tokens
         other._table_s = other._table_compute_s = np.zeros(0)
+        other._tokens_list, other._lines = [], {}  # the formula's lookups include the communication
         other._grow_table(len(self._table_s) - 1)
         return other
 
@@ -337,12 +353,12 @@ class StepCostModel:
         dtype = self._math if quantized else self._dense_dtype
         wbytes = self._weight_dtype_bytes(op.quantized)
         weight_only = quantized and self._weight_only
-        time_s = self.profile.gemm_time_s(
-            self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
-        )
         compute_s, memory_s = self.profile.gemm_parts_s(
             self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
         )
+        compute_s, memory_s = compute_s * self._compute_scale, memory_s * self._memory_scale
+        eff = self.profile.gemm_efficiency(dtype)
+        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * op.count
         flops = 2.0 * tokens * op.n * op.k * op.count
         bytes_moved = op.count * (op.n * op.k * wbytes + tokens * (op.n + op.k) * self._act_bytes)
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
@@ -369,6 +385,7 @@ class StepCostModel:
         eff = self.profile.moe_efficiency(self._moe_kernel, self._math)
         args = (self.gpu, eff, pairs, touched, m.hidden_size, inter, wbytes, self._act_bytes, layers)
         compute_s, memory_s = self.profile.moe_parts_s(*args)
+        compute_s, memory_s = compute_s * self._compute_scale, memory_s * self._memory_scale
         time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * layers
         flops = 6.0 * pairs * m.hidden_size * inter * layers
         bytes_moved = layers * (touched * 3.0 * m.hidden_size * inter * wbytes
@@ -384,8 +401,14 @@ class StepCostModel:
             return None
         gathered = tokens * self.dp
         bytes_moved = m.num_moe_layers * gathered * (4.0 * m.moe.num_experts + 8.0 * m.moe.experts_per_token)
-        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_moe_layers)
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        return self._memory_bound(bytes_moved, m.num_moe_layers)
+
+    def _memory_bound(self, bytes_moved: np.ndarray, kernels: float) -> _OpCost:
+        """``kernels`` memory-bound launches moving ``bytes_moved`` (the profile's elementwise roofline,
+        its memory side scaled as served)."""
+        memory_s = self._memory_scale * bytes_moved / (
+            self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        time_s = memory_s + self.profile.elementwise_overhead_s * kernels
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
     def _elementwise(self, tokens: np.ndarray) -> _OpCost:
@@ -406,9 +429,7 @@ class StepCostModel:
             kernels += 2 if self.tp > 1 else 1
         bytes_moved = tokens * (m.num_layers * (per_layer_values * self._act_bytes + self._kv_layer_bytes)
                                 + activation_values * self._act_bytes)
-        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, m.num_layers * kernels)
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
-        return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
+        return self._memory_bound(bytes_moved, m.num_layers * kernels)
 
     def _activation_quant(self, tokens: np.ndarray) -> _OpCost | None:
         """Quantizing the inputs of the 8-bit GEMMs (fp8/int8 W8A8).
@@ -425,10 +446,7 @@ class StepCostModel:
             inputs += self.model.num_moe_layers * (self.model.hidden_size + self.model.moe.expert_intermediate_size
                                                    / self.tp * self.model.moe.experts_per_token)
         kernels = sum(op.count for op in self._linears if op.quantized)
-        bytes_moved = tokens * inputs * self._act_bytes
-        time_s = self.profile.elementwise_time_s(self.gpu, bytes_moved, kernels)
-        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
-        return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
+        return self._memory_bound(tokens * inputs * self._act_bytes, kernels)
 
     def _allreduce_s(self, message: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """One TP all-reduce of ``message`` bytes per step, by the implementation vLLM picks for that
@@ -465,6 +483,7 @@ class StepCostModel:
             time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
         if self.dp > 1 and self._layout is not None:
             time_s = time_s + self.model.num_moe_layers * self._dispatch_combine_s(tokens)
+        time_s = time_s * self.profile.communication_scale
         zeros = np.zeros_like(message)
         return _OpCost(time_s, zeros, time_s, zeros, zeros)
 
@@ -552,6 +571,7 @@ class StepCostModel:
         self._flops_per_pair = flops_per_pair
         self._query_bytes = q_values * self._act_bytes
         dec, pre = profile.attention_decode, profile.attention_prefill
+        peak, bw = peak / self._compute_scale, bw / self._memory_scale  # served, not microbenchmarked
         self.decode_attention = AttentionRoofline(
             flops_per_pair / (peak * dec.compute_efficiency), self._kv_layer_bytes / (bw * dec.memory_efficiency),
             self._query_bytes / (bw * dec.memory_efficiency), dec.overhead_s, dec.per_seq_overhead_s)
@@ -560,34 +580,186 @@ class StepCostModel:
             self._query_bytes / (bw * pre.memory_efficiency), pre.overhead_s, pre.per_seq_overhead_s,
             pre.half_efficiency_query_tokens)
 
-    def _decode_attention(self, query_per_seq: np.ndarray, query: np.ndarray, context: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
-        """(time, compute-bound time) of decode attention over ``layers`` layers."""
-        a = self.decode_attention
-        compute = a.compute_per_pair_s * context * query_per_seq
-        memory = a.memory_per_kv_token_s * context + a.memory_per_query_token_s * query
-        seqs = query / np.maximum(query_per_seq, 1e-9)
-        overhead = a.overhead_s + a.overhead_per_seq_s * seqs
-        time_s = np.where(query > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
-        return time_s, np.where(compute > memory, time_s, 0.0)
+    # --- the step formula -------------------------------------------------------------------------
+    def _precompute_formula(self) -> None:
+        """The formula's coefficients as plain floats (the event loop reads them on every step)."""
+        m, p = self.model, self.profile
+        self._kinds = [(float(self.full_layers), False)]
+        if self.sliding_layers:
+            self._kinds.append((float(self.sliding_layers), True))
+        dec, pre = self.decode_attention, self.prefill_attention
+        self._dec = (dec.compute_per_pair_s, dec.memory_per_kv_token_s, dec.memory_per_query_token_s,
+                     dec.overhead_s, dec.overhead_per_seq_s)
+        self._pre = (pre.compute_per_pair_s, pre.half_efficiency_query, pre.memory_per_kv_token_s,
+                     pre.memory_per_query_token_s, pre.overhead_s, pre.overhead_per_seq_s)
+        # Learned GPU costs of every step outside the kernel tables (SERVING_COEFFICIENTS).
+        self._fixed_gpu_s = p.step_gpu_s + p.layer_gpu_s * m.num_layers + p.moe_layer_gpu_s * m.num_moe_layers
+        self._seq_gpu_s = p.seq_gpu_s
+        # The engine's CPU time per step and per sequence (hidden behind the GPU under async scheduling).
+        self._cpu_step_s, self._cpu_seq_s = p.engine_cpu_s(self.engine)
+        # Lookup lists of the token-count tables for one step at a time (numpy's per-call cost
+        # dominates a single lookup); grown with the arrays.
+        self._tokens_list: list[float] = []
+        self._lm_head_list: list[float] = []
+        self._lines: dict[tuple, tuple] = {}
 
-    def _prefill_attention(self, pairs: np.ndarray, kv_tokens: np.ndarray, tokens: np.ndarray, chunks: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
-        a = self.prefill_attention
-        mean_chunk = tokens / np.maximum(chunks, 1)
-        half = a.half_efficiency_query
-        ramp = (mean_chunk + half) / np.maximum(mean_chunk, 1e-9) if half else 1.0
-        compute = a.compute_per_pair_s * pairs * ramp
-        memory = a.memory_per_kv_token_s * kv_tokens + a.memory_per_query_token_s * tokens
-        # One kernel launch per layer for the whole batch, plus per-sequence work (profile.attention_time_s).
-        overhead = a.overhead_s + a.overhead_per_seq_s * chunks
-        time_s = np.where(chunks > 0, layers * (np.maximum(compute, memory) + overhead), 0.0)
-        return time_s, np.where(compute > memory, time_s, 0.0)
+    def _scalar_tokens_s(self, num_tokens: int) -> float:
+        if num_tokens >= len(self._tokens_list):
+            self._tokens_list = self.token_ops_time_s(np.arange(max(num_tokens + 1, 2 * len(self._tokens_list)))).tolist()
+        return self._tokens_list[num_tokens]
+
+    def _scalar_lm_head_s(self, num_sampled: int) -> float:
+        if num_sampled >= len(self._lm_head_list):
+            self._lm_head_list = self.lm_head_table_s(max(num_sampled + 1, 2 * len(self._lm_head_list))).tolist()
+        return self._lm_head_list[num_sampled]
+
+    def _array_tokens_s(self, num_tokens: np.ndarray) -> np.ndarray:
+        return self.token_ops_time_s(np.asarray(num_tokens, dtype=np.int64))
+
+    def _array_lm_head_s(self, num_sampled: np.ndarray) -> np.ndarray:
+        sampled = np.asarray(num_sampled, dtype=np.int64)
+        return self.lm_head_table_s(int(sampled.max(initial=0)) + 1)[sampled]
+
+    def _parts(self, scalar: bool, num_tokens, num_sampled, decode_query_tokens, num_decode_seqs, decode_context,
+               decode_context_windowed, prefill_pairs, prefill_pairs_windowed, prefill_kv_tokens,
+               prefill_kv_tokens_windowed, prefill_chunks, padded_tokens=0, host: bool = True) -> tuple:
+        """THE step formula: one step's parts from the sums of its batch (:class:`StepAggregates`),
+        on Python numbers (``scalar``: one step of the event loop) or on numpy arrays (many steps).
+
+        Returns ``(token_ops_s, lm_head_s, attention_decode_s, attention_prefill_s, fixed_gpu_s, cpu_s)``:
+        the token-count operators (GEMMs, fused MoE, norms, collectives; tabulated by token count, at
+        ``padded_tokens`` when data-parallel ranks pad to the largest rank's count), the LM head over the
+        sampled tokens, decode attention (per layer ``max(compute per query-key pair, KV and query bytes)``
+        plus launches), prefill attention (the same roofline, its compute ramping with the mean chunk),
+        the learned GPU costs outside the kernel tables (per step, layer, MoE layer, sequence), and the
+        engine's CPU time (``host`` False: none, as for a drafter's passes inside the target's step;
+        V0's multi-step scheduling pays it once per ``num_scheduler_steps`` decode-only steps). The
+        step lasts the GPU parts plus the CPU time async scheduling does not hide (:meth:`step_s`).
+        """
+        if scalar:
+            maximum, tokens_s, lm_head_s = max, self._scalar_tokens_s, self._scalar_lm_head_s
+        else:
+            maximum, tokens_s, lm_head_s = np.maximum, self._array_tokens_s, self._array_lm_head_s
+        token_ops = tokens_s(maximum(num_tokens, padded_tokens))
+        lm_head = lm_head_s(num_sampled)
+        dc, dm, dq, dov, dov_seq = self._dec
+        per_seq = decode_query_tokens / maximum(num_decode_seqs, 1)
+        launches = (decode_query_tokens > 0) * (dov + dov_seq * num_decode_seqs)
+        pc, half, pm, pq, pov, pov_seq = self._pre
+        prefill_tokens = num_tokens - decode_query_tokens
+        if half:
+            mean_chunk = prefill_tokens / maximum(prefill_chunks, 1)
+            ramp = (mean_chunk + half) / maximum(mean_chunk, 1e-9)
+        else:
+            ramp = 1.0
+        prefill_launches = (prefill_chunks > 0) * (pov + pov_seq * prefill_chunks)
+        decode_attention = prefill_attention = 0.0
+        for layers, windowed in self._kinds:
+            context = decode_context_windowed if windowed else decode_context
+            pairs = prefill_pairs_windowed if windowed else prefill_pairs
+            kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
+            decode_attention = decode_attention + layers * (
+                maximum(dc * context * per_seq, dm * context + dq * decode_query_tokens) + launches)
+            prefill_attention = prefill_attention + layers * (
+                maximum(pc * pairs * ramp, pm * kv + pq * prefill_tokens) + prefill_launches)
+        fixed = ((num_tokens + padded_tokens) > 0) * self._fixed_gpu_s + self._seq_gpu_s * num_sampled
+        cpu = (self._cpu_step_s + self._cpu_seq_s * num_sampled) if host else 0.0
+        if self.num_scheduler_steps > 1:
+            # V0 multi-step scheduling (--num-scheduler-steps n) schedules and processes outputs once per
+            # n decode steps: each decode-only step pays 1/n of the engine's CPU time.
+            cpu = cpu / (1 + (self.num_scheduler_steps - 1) * (prefill_chunks == 0))
+        return token_ops, lm_head, decode_attention, prefill_attention, fixed, cpu
+
+    def _time(self, parts: tuple, maximum) -> tuple:
+        """(step time, GPU time) of :meth:`_parts`: the GPU parts plus the CPU time they do not hide."""
+        gpu = parts[0] + parts[1] + parts[2] + parts[3] + parts[4]
+        return gpu + cpu_wait_s(parts[5], gpu, self.async_scheduling, maximum), gpu
+
+    def step_s(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
+               decode_context: float, decode_context_windowed: float, prefill_pairs: float,
+               prefill_pairs_windowed: float, prefill_kv_tokens: float, prefill_kv_tokens_windowed: float,
+               prefill_chunks: int, padded_tokens: int = 0, host: bool = True) -> float:
+        """One step's time from its aggregates as Python numbers (the event loop's call; :meth:`_parts`)."""
+        return self._time(self._parts(True, num_tokens, num_sampled, decode_query_tokens, num_decode_seqs,
+                                      decode_context, decode_context_windowed, prefill_pairs, prefill_pairs_windowed,
+                                      prefill_kv_tokens, prefill_kv_tokens_windowed, prefill_chunks, padded_tokens,
+                                      host), max)[0]
+
+    def _array_parts(self, agg: StepAggregates, padded_tokens: np.ndarray | int = 0) -> tuple:
+        return self._parts(False, *(np.asarray(getattr(agg, name), dtype=float) for name in _FORMULA_FIELDS),
+                           np.asarray(padded_tokens, dtype=float))
+
+    def step_time_s(self, agg: StepAggregates, *, padded_tokens: np.ndarray | int = 0, return_compute_bound: bool = False):
+        """Step times of arrays of step aggregates (:meth:`_parts`, vectorized; ``padded_tokens`` as in
+        :meth:`step_s`).
+
+        With ``return_compute_bound`` also returns a boolean array: compute-limited operators take
+        most of that step's GPU time.
+        """
+        parts = self._array_parts(agg, padded_tokens)
+        total, _ = self._time(parts, np.maximum)
+        if not return_compute_bound:
+            return total
+        return total, self._compute_bound_s(agg, parts) > 0.5 * (parts[0] + parts[2] + parts[3])
+
+    def gpu_time_s(self, agg: StepAggregates) -> np.ndarray:
+        """GPU time of each step: :meth:`step_time_s` without the engine's CPU time."""
+        return self._time(self._array_parts(agg), np.maximum)[1]
+
+    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float,
+                    padded_tokens: int = 0, host: bool = True) -> DecodeLine:
+        """A decode-only step's time as a line in the summed (and windowed) context, in the regime
+        that holds at ``context``: :meth:`_parts` evaluated at two contexts of that regime.
+
+        Decode attention is memory-bound up to a context (the kink) where its per-pair compute
+        overtakes the KV reads, compute-bound past it; the line holds up to the kink. Under async
+        scheduling the CPU time that shows is evaluated at ``context`` and held along the line (it
+        shrinks as the contexts grow, so a long run is timed slightly long).
+        """
+        kink = self._decode_kink(num_seqs, query_per_seq)
+        regime, regime_windowed = context >= kink, context_windowed >= kink
+        key = (num_seqs, query_per_seq, padded_tokens, host, regime, regime_windowed)
+        terms = self._lines.get(key)
+        if terms is None:
+            terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens, host, kink,
+                                                        regime, regime_windowed)
+        intercept, slope, slope_windowed, cpu_s = terms
+        gpu_now = intercept + slope * context + slope_windowed * context_windowed
+        shown_s = cpu_wait_s(cpu_s, gpu_now, self.async_scheduling, max)
+        return DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,
+                          math.inf if regime_windowed else kink)
+
+    def _decode_kink(self, num_seqs: int, query_per_seq: int) -> float:
+        """The summed context at which decode attention turns compute-bound (inf: never): where the
+        per-pair compute ``dc x context x query_per_seq`` overtakes ``dm x context + dq x queries``."""
+        dc, dm, dq, _, _ = self._dec
+        compute_slope = dc * query_per_seq
+        return dq * num_seqs * query_per_seq / (compute_slope - dm) if compute_slope > dm else math.inf
+
+    def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int, host: bool, kink: float,
+                    regime: bool, regime_windowed: bool) -> tuple:
+        """(GPU intercept, slope, windowed slope, CPU time) of a decode line, from the formula at two
+        points of each context's regime (the formula is linear in each context inside it)."""
+        q = num_seqs * query_per_seq
+
+        def points(compute: bool) -> tuple[float, float]:
+            if compute:
+                return 2 * kink, 4 * kink
+            return 0.0, (kink / 2 if kink < math.inf else 1e6)
+
+        def gpu(context: float, context_windowed: float) -> float:
+            parts = self._parts(True, q, q, q, num_seqs, context, context_windowed, 0.0, 0.0, 0.0, 0.0, 0,
+                                padded_tokens, host)
+            return parts[0] + parts[1] + parts[2] + parts[3] + parts[4]
+
+        (a, b), (aw, bw) = points(regime), points(regime_windowed)
+        base = gpu(a, aw)
+        slope = (gpu(b, aw) - base) / (b - a)
+        slope_windowed = (gpu(a, bw) - base) / (bw - aw) if self.sliding_layers else 0.0
+        cpu_s = self._parts(True, q, q, q, num_seqs, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, padded_tokens, host)[5]
+        return base - slope * a - slope_windowed * aw, slope, slope_windowed, cpu_s
 
     # --- public API -----------------------------------------------------------------------------
-    def scalar_view(self, include_overhead: bool = True) -> ScalarStepTime:
-        """This model's step time on Python floats, for one step at a time (:class:`ScalarStepTime`;
-        ``include_overhead`` False leaves out the engine's CPU time, as for a drafter's steps)."""
-        return ScalarStepTime(self, include_overhead)
-
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
@@ -614,31 +786,6 @@ class StepCostModel:
         if have < size:
             shared.lm_head_s = np.concatenate([shared.lm_head_s, self.lm_head_time_s(np.arange(have, size))])
         return shared.lm_head_s[:size]
-
-    def _gpu_parts(self, agg: StepAggregates) -> tuple:
-        """(tokens, token-op time, attention parts, attention time, GPU time) of each step."""
-        tokens = np.asarray(agg.num_tokens, dtype=np.int64)
-        token_s = self.token_ops_time_s(tokens)
-        parts = [part for kind in self._attention_parts(agg).values() for part in kind]
-        attention = sum(t for t, _, _, _ in parts)
-        return tokens, token_s, parts, attention, token_s + attention + self.lm_head_time_s(agg.num_sampled)
-
-    def gpu_time_s(self, agg: StepAggregates) -> np.ndarray:
-        """GPU time of each step: :meth:`step_time_s` without the engine's CPU time (``step_overhead``)."""
-        return self._gpu_parts(agg)[-1]
-
-    def step_time_s(self, agg: StepAggregates, *, return_compute_bound: bool = False):
-        """Vectorized step time for arrays of step aggregates (the simulator's hot path).
-
-        With ``return_compute_bound`` also returns a boolean array: compute-limited operators take
-        most of that step's GPU time.
-        """
-        tokens, token_s, parts, attention, gpu_s = self._gpu_parts(agg)
-        total = gpu_s + self.profile.step_overhead(agg.num_sampled, gpu_s, self.async_scheduling, self.engine)
-        if not return_compute_bound:
-            return total
-        compute_s = self._table_compute_s[tokens] + sum(c for _, c, _, _ in parts)
-        return total, compute_s > 0.5 * (token_s + attention)
 
     def aggregate(self, batch: Batch) -> StepAggregates:
         """Reduce a batch to the sums the step time depends on."""
@@ -667,8 +814,9 @@ class StepCostModel:
             num_decode_seqs=arr(len(context)),
         )
 
-    def _attention_parts(self, agg: StepAggregates) -> dict[str, list[tuple[np.ndarray, np.ndarray, float]]]:
-        """Per attention phase: (time, compute-bound time, FLOPs per layer-kind) for each layer kind."""
+    def _attention_sides(self, agg: StepAggregates) -> dict[str, tuple[np.ndarray, ...]]:
+        """Per attention phase, summed over the layer kinds: (compute side, memory side, FLOPs, bytes) of
+        its roofline, to tell a compute-bound step from a memory-bound one (times: :meth:`_parts`)."""
         query = np.asarray(agg.decode_query_tokens, dtype=float)
         per_seq = query / np.maximum(agg.num_decode_seqs, 1)
         prefill_tokens = np.asarray(agg.num_tokens, dtype=float) - query
@@ -676,37 +824,49 @@ class StepCostModel:
         if self.sliding_layers:
             kinds.append((self.sliding_layers, agg.decode_context_windowed, agg.prefill_pairs_windowed,
                           agg.prefill_kv_tokens_windowed))
-        parts: dict[str, list] = {"attention_decode": [], "attention_prefill": []}
+        dc, dm, dq, _, _ = self._dec
+        pc, _, pm, pq, _, _ = self._pre
+        decode = prefill = np.zeros((4, len(query)))
         for layers, context, pairs, kv_tokens in kinds:
-            t, c = self._decode_attention(per_seq, query, np.asarray(context, dtype=float), layers)
-            parts["attention_decode"].append((t, c, layers * self._flops_per_pair * context * per_seq,
-                                              layers * (self._kv_layer_bytes * context + self._query_bytes * query)))
-            t, c = self._prefill_attention(np.asarray(pairs, dtype=float), kv_tokens, prefill_tokens, agg.prefill_chunks, layers)
-            parts["attention_prefill"].append((t, c, layers * self._flops_per_pair * pairs,
-                                               layers * (self._kv_layer_bytes * kv_tokens + self._query_bytes * prefill_tokens)))
-        return parts
+            context, pairs, kv_tokens = (np.asarray(v, dtype=float) for v in (context, pairs, kv_tokens))
+            decode = decode + layers * np.stack([
+                dc * context * per_seq, dm * context + dq * query, self._flops_per_pair * context * per_seq,
+                self._kv_layer_bytes * context + self._query_bytes * query])
+            prefill = prefill + layers * np.stack([
+                pc * pairs, pm * kv_tokens + pq * prefill_tokens, self._flops_per_pair * pairs,
+                self._kv_layer_bytes * kv_tokens + self._query_bytes * prefill_tokens])
+        return {"attention_decode": tuple(decode), "attention_prefill": tuple(prefill)}
+
+    def _compute_bound_s(self, agg: StepAggregates, parts: tuple) -> np.ndarray:
+        """The time of a step's operators that their compute side limits."""
+        sides = self._attention_sides(agg)
+        compute_s = self._table_compute_s[np.asarray(agg.num_tokens, dtype=np.int64)]
+        for phase, time_s in (("attention_decode", parts[2]), ("attention_prefill", parts[3])):
+            compute, memory, _, _ = sides[phase]
+            compute_s = compute_s + np.where(compute > memory, time_s, 0.0)
+        return compute_s
 
     def step(self, batch: Batch) -> StepTime:
-        """Time of one step with its per-operator breakdown."""
+        """Time of one step (:meth:`_parts`) with its per-operator breakdown."""
         agg = self.aggregate(batch)
         tokens = int(agg.num_tokens[0])
         if tokens == 0:
             return StepTime(0.0, {}, 0.0, 0.0, 0.0, 0.0, 0)
+        parts = self._array_parts(agg)
+        total, gpu = self._time(parts, np.maximum)
+        # The token-count operators one by one: the table's entry is their sum (_grow_table).
         ops = self._token_ops(np.asarray([float(tokens)]))
         breakdown = {name: float(op.time_s[0]) for name, op in ops.items()}
-        compute_s = sum(float(op.time_s[0]) for op in ops.values() if op.compute_s[0] > op.memory_s[0])
         flops = sum(float(op.flops[0]) for op in ops.values())
         bytes_moved = sum(float(op.bytes_moved[0]) for op in ops.values())
-        for name, parts in self._attention_parts(agg).items():
-            breakdown[name] = sum(float(t[0]) for t, _, _, _ in parts)
-            compute_s += sum(float(c[0]) for _, c, _, _ in parts)
-            flops += sum(float(f[0]) for _, _, f, _ in parts)
-            bytes_moved += sum(float(b[0]) for _, _, _, b in parts)
-        breakdown["lm_head"] = float(self.lm_head_time_s(agg.num_sampled)[0])
-        memory_s = sum(breakdown.values()) - compute_s
-        breakdown["step_overhead"] = float(self.profile.step_overhead(agg.num_sampled, sum(breakdown.values()),
-                                                                      self.async_scheduling, self.engine)[0])
-        return StepTime(sum(breakdown.values()), breakdown, compute_s, memory_s, flops, bytes_moved, tokens)
+        for name, (_, _, f, b) in self._attention_sides(agg).items():
+            flops += float(f[0])
+            bytes_moved += float(b[0])
+        breakdown.update(attention_decode=float(parts[2][0]), attention_prefill=float(parts[3][0]),
+                         lm_head=float(parts[1][0]), gpu_overhead=float(parts[4][0]),
+                         step_overhead=float(total[0] - gpu[0]))
+        compute_s = float(self._compute_bound_s(agg, parts)[0])
+        return StepTime(float(total[0]), breakdown, compute_s, float(gpu[0]) - compute_s, flops, bytes_moved, tokens)
 
     def prefill_time_s(self, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
         """Time to prefill one prompt alone, in chunks of ``chunk_tokens`` (default: one step)."""
@@ -767,144 +927,3 @@ class DecodeLine:
     slope_window_s: float
     context_limit: float
     window_limit: float
-
-
-class ScalarStepTime:
-    """The scalar view of a :class:`StepCostModel` (:meth:`StepCostModel.scalar_view`), for an event
-    loop that times one step at a time.
-
-    numpy's per-call overhead dominates single-step evaluation, so this evaluates the step model's
-    own tables (token-count operators, LM head), attention coefficients (:class:`AttentionRoofline`)
-    and CPU term (:func:`~servopt.costmodels.profile.cpu_wait_s`) on Python floats.
-    ``tests/test_serving_predictor.py`` checks it against the vectorized model.
-
-    Example:
-        >>> from servopt.costmodels.architectures import get_model
-        >>> from servopt.costmodels.hardware import get_gpu
-        >>> from servopt.costmodels.profile import PerformanceProfile
-        >>> gpu = get_gpu("h100")
-        >>> cost = StepCostModel(get_model("llama-3.1-8b"), gpu, PerformanceProfile.spec_default(gpu))
-        >>> fast = cost.scalar_view()
-        >>> agg = cost.aggregate(Batch(decode_context=[1000] * 8))
-        >>> abs(fast.decode(8, 1, 8000.0, 8000.0) - float(cost.step_time_s(agg)[0])) < 1e-12
-        True
-    """
-
-    def __init__(self, cost: StepCostModel, include_overhead: bool = True):
-        self.cost = cost
-        c = cost
-        self._kinds = [(float(c.full_layers), False)]
-        if c.sliding_layers:
-            self._kinds.append((float(c.sliding_layers), True))
-        self._window = float(c.window) if c.window else None
-        # Plain tuples of the step model's coefficients: the event loop unpacks them on every step.
-        dec, pre = c.decode_attention, c.prefill_attention
-        self._dec = (dec.compute_per_pair_s, dec.memory_per_kv_token_s, dec.memory_per_query_token_s, dec.overhead_s,
-                     dec.overhead_per_seq_s)
-        self._pre = (pre.compute_per_pair_s, pre.half_efficiency_query, pre.memory_per_kv_token_s,
-                     pre.memory_per_query_token_s, pre.overhead_s, pre.overhead_per_seq_s)
-        self._overhead = c.profile.engine_cpu_s(c.engine) if include_overhead else (0.0, 0.0)
-        # V0 multi-step scheduling (--num-scheduler-steps n) schedules and processes outputs once per
-        # n decode steps: each decode step pays 1/n of the engine's CPU time.
-        self._decode_overhead = tuple(x / c.num_scheduler_steps for x in self._overhead)
-        self._async = c.async_scheduling
-        self._tokens: list[float] = []
-        self._lm_head: list[float] = []
-        self._lines: dict[tuple[int, int, int], tuple] = {}
-        self._grow(len(cost._table_s) - 1)
-
-    def _grow(self, top: int) -> None:
-        """Extend the lookup lists to at least ``top`` tokens (at least doubling them)."""
-        have = len(self._tokens)
-        counts = np.arange(have, max(top + 1, 2 * have))
-        self._tokens += self.cost.token_ops_time_s(counts).tolist()
-        self._lm_head += self.cost.lm_head_table_s(len(counts) + have)[have:].tolist()
-
-    def _fixed(self, num_tokens: int, num_sampled: int) -> float:
-        """GPU time of the token-count operators and the LM head."""
-        if num_tokens >= len(self._tokens) or num_sampled >= len(self._tokens):
-            self._grow(max(num_tokens, num_sampled))
-        return self._tokens[num_tokens] + self._lm_head[num_sampled]
-
-    def _with_overhead(self, gpu_s: float, num_sampled: int, decode_only: bool = False) -> float:
-        """The step's time: its GPU time plus the CPU time not hidden behind it (PerformanceProfile.step_overhead)."""
-        step_s, per_seq_s = self._decode_overhead if decode_only else self._overhead
-        cpu_s = step_s + per_seq_s * num_sampled
-        return gpu_s + cpu_wait_s(cpu_s, gpu_s, self._async, max)
-
-    def __call__(self, num_tokens: int, num_sampled: int, decode_query_tokens: int, num_decode_seqs: int,
-                 decode_context: float, decode_context_windowed: float, prefill_pairs: float,
-                 prefill_pairs_windowed: float, prefill_kv_tokens: float, prefill_kv_tokens_windowed: float,
-                 prefill_chunks: int, padded_tokens: int = 0) -> float:
-        """One step's time from its aggregates (the fields of :class:`StepAggregates`, as scalars).
-
-        ``padded_tokens``: the token count data-parallel ranks pad every rank's step to (the
-        token-count operators run on it; attention and sampling on the rank's own work).
-        """
-        total = self._fixed(num_tokens if num_tokens > padded_tokens else padded_tokens, num_sampled)
-        if decode_query_tokens:
-            cc, cm, cq, ov, ov_seq = self._dec
-            per_seq = decode_query_tokens / max(num_decode_seqs, 1)
-            overhead = ov + ov_seq * decode_query_tokens / per_seq
-            for layers, windowed in self._kinds:
-                ctx = decode_context_windowed if windowed else decode_context
-                total += layers * (max(cc * ctx * per_seq, cm * ctx + cq * decode_query_tokens) + overhead)
-        if prefill_chunks:
-            pc, half, pm, pq, ov, ov_seq = self._pre
-            tokens = num_tokens - decode_query_tokens
-            mean_chunk = tokens / prefill_chunks
-            ramp = (mean_chunk + half) / max(mean_chunk, 1e-9) if half else 1.0
-            for layers, windowed in self._kinds:
-                pairs = prefill_pairs_windowed if windowed else prefill_pairs
-                kv = prefill_kv_tokens_windowed if windowed else prefill_kv_tokens
-                total += layers * (max(pc * pairs * ramp, pm * kv + pq * tokens) + ov + ov_seq * prefill_chunks)
-        return self._with_overhead(total, num_sampled, not prefill_chunks)
-
-    def decode(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float) -> float:
-        """Time of a decode-only step of ``num_seqs`` sequences with summed context ``context``."""
-        q = num_seqs * query_per_seq
-        return self(q, q, q, num_seqs, context, context_windowed, 0.0, 0.0, 0.0, 0.0, 0)
-
-    def decode_line(self, num_seqs: int, query_per_seq: int, context: float, context_windowed: float,
-                    padded_tokens: int = 0) -> DecodeLine:
-        """The decode step time as a line in the summed context, in the regime that holds at ``context``.
-
-        Under async scheduling the CPU time that shows is evaluated at ``context`` and held along the
-        line (it shrinks as the contexts grow, so a long run is timed slightly long).
-        """
-        key = (num_seqs, query_per_seq, padded_tokens)
-        terms = self._lines.get(key)
-        if terms is None:
-            terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens)
-        intercept, kinds, cpu_s = terms
-        slopes = [0.0, 0.0]
-        limits = [math.inf, math.inf]
-        for windowed, kink, memory_slope, memory_intercept, compute_slope, compute_intercept in kinds:
-            if (context_windowed if windowed else context) < kink:
-                slopes[windowed] = memory_slope
-                intercept += memory_intercept
-                limits[windowed] = kink
-            else:
-                slopes[windowed] = compute_slope
-                intercept += compute_intercept
-        gpu_now = intercept + slopes[0] * context + slopes[1] * context_windowed
-        # _with_overhead(gpu_now, q, decode_only=True), its CPU time taken from the terms.
-        shown_s = gpu_now + cpu_wait_s(cpu_s, gpu_now, self._async, max)
-        return DecodeLine(intercept + (shown_s - gpu_now), slopes[0], slopes[1], limits[0], limits[1])
-
-    def _line_terms(self, num_seqs: int, query_per_seq: int, padded_tokens: int) -> tuple:
-        """What a decode line of ``num_seqs`` sequences needs of each layer kind, in both regimes
-        (memory-bound below the kink, compute-bound above), and the engine's CPU time of the step:
-        the same for every context, so the event loop computes it once per batch size."""
-        q = num_seqs * query_per_seq
-        fixed = self._fixed(max(q, padded_tokens), q)
-        cc, cm, cq, ov, ov_seq = self._dec
-        ov = ov + ov_seq * num_seqs
-        kinds = []
-        for layers, windowed in self._kinds:
-            compute_slope = cc * query_per_seq
-            # Memory-bound until the context where per-pair compute overtakes KV reads (if ever).
-            kink = cq * q / (compute_slope - cm) if compute_slope > cm else math.inf
-            kinds.append((windowed, kink, layers * cm, layers * (cq * q + ov), layers * compute_slope, layers * ov))
-        step_s, per_seq_s = self._decode_overhead
-        return fixed, tuple(kinds), step_s + per_seq_s * q

@@ -1,18 +1,18 @@
-"""The scalar step-time twin and the decode line agree with the vectorized roofline model."""
+"""One step formula: the event loop's scalar call, the vectorized call and the decode line agree."""
 
 import numpy as np
 import pytest
 from serving_helpers import GPU, LLAMA_8B, PROFILE
 
 from servopt.costmodels.architectures import get_model
-from servopt.costmodels.roofline import Batch, ScalarStepTime, StepCostModel
+from servopt.costmodels.roofline import Batch, StepCostModel
 from servopt.costmodels.serving.predictor import StepComposition, StepTimePredictor
 
 
 @pytest.mark.parametrize("model_name", ["llama-3.1-8b", "gemma-2-9b-it", "qwen3-30b-a3b"])
-def test_scalar_twin_matches_vectorized_model(model_name):
+def test_scalar_call_matches_vectorized_formula(model_name):
     cost = StepCostModel(get_model(model_name), GPU, PROFILE, tp=2)
-    fast = ScalarStepTime(cost)
+    fast = cost.step_s
     rng = np.random.default_rng(1)
     for _ in range(40):
         batch = Batch(prefill_tokens=rng.integers(1, 3000, rng.integers(0, 3)).tolist(),

@@ -85,7 +85,7 @@ def test_multi_step_scheduling_spreads_the_engines_cpu_time_over_its_decode_step
     for n in (1, 8):
         d = Deployment(gpu="h100", vllm_version="0.6.3", max_model_len=4096, num_scheduler_steps=n)
         predictor = compile_deployment(model, d, GPU, PROFILE).roles[0].predictor
-        steps[n] = predictor.target.decode(32, 1, 32 * 1000.0, 32 * 1000.0)
+        steps[n] = predictor.decode_s(32, 32 * 1000.0, 32 * 1000.0)
     cpu_s = PROFILE.step_overhead_s + 32 * PROFILE.step_overhead_per_seq_s
     assert steps[1] - steps[8] == pytest.approx(cpu_s * 7 / 8, rel=1e-6)
 
@@ -97,5 +97,5 @@ def test_enforce_eager_runs_every_tp_all_reduce_on_the_eager_path():
     times = {}
     for eager in (False, True):
         d = Deployment(gpu="h100", tp=2, max_model_len=4096, enforce_eager=eager)
-        times[eager] = compile_deployment(model, d, GPU, profile).roles[0].predictor.target.decode(8, 1, 8000.0, 8000.0)
+        times[eager] = compile_deployment(model, d, GPU, profile).roles[0].predictor.decode_s(8, 8000.0, 8000.0)
     assert times[True] > times[False]

@@ -1,10 +1,10 @@
 """Execution-time predictor: how long one engine step of a given composition takes.
 
-The target model's step comes from the roofline :class:`~servopt.costmodels.roofline.StepCostModel`
-(through its scalar view, :meth:`~servopt.costmodels.roofline.StepCostModel.scalar_view`, because the event loop
-times one step at a time), including the per-step CPU overhead of the profile. With speculative
-decoding every step also pays the drafter: ``g`` sequential drafting passes over the decoding
-sequences (no CPU overhead of their own: they run inside the same engine step).
+The target model's step comes from the step formula of its
+:class:`~servopt.costmodels.roofline.StepCostModel` (:meth:`~servopt.costmodels.roofline.StepCostModel.step_s`
+on Python numbers, because the event loop times one step at a time), the engine's CPU time included.
+With speculative decoding every step also pays the drafter: ``g`` sequential drafting passes over the
+decoding sequences (no CPU time of their own: they run inside the same engine step).
 
 Between events a decode-only batch is fixed, so its step time is a line in the batch's summed
 context (:meth:`StepTimePredictor.decode_line`) and the engine advances many steps in closed form.
@@ -52,11 +52,9 @@ class StepTimePredictor:
     def __init__(self, cost: StepCostModel, speculation: Speculation | None = None):
         self.cost = cost
         self.speculation = speculation
-        self.target = cost.scalar_view()
         self.query_per_seq = speculation.query_tokens_per_seq if speculation else 1
         self.tokens_per_step = speculation.tokens_per_verify if speculation else 1.0
-        head = speculation.head.cost if speculation else None
-        self.drafter = head.scalar_view(include_overhead=False) if head is not None else None
+        self.drafter = speculation.head.cost if speculation else None
         self.draft_passes = speculation.num_speculative_tokens if speculation else 0
 
     @property
@@ -67,7 +65,7 @@ class StepTimePredictor:
 
     def _draft_line(self, num_seqs: int, context: float) -> DecodeLine:
         """Drafting ``g`` tokens for ``num_seqs`` sequences, as a line in their summed context."""
-        line = self.drafter.decode_line(num_seqs, 1, context, context)
+        line = self.drafter.decode_line(num_seqs, 1, context, context, host=False)
         g = self.draft_passes
         # Pass j drafts at context + j tokens per sequence.
         intercept = g * line.intercept_s + line.slope_s * num_seqs * g * (g - 1) / 2
@@ -78,7 +76,7 @@ class StepTimePredictor:
 
         ``padded_tokens``: data-parallel ranks pad each step to the largest rank's token count.
         """
-        line = self.target.decode_line(num_seqs, self.query_per_seq, context, context_windowed, padded_tokens)
+        line = self.cost.decode_line(num_seqs, self.query_per_seq, context, context_windowed, padded_tokens)
         if self.drafter is None or num_seqs == 0:
             return line
         draft = self._draft_line(num_seqs, context)
@@ -98,8 +96,8 @@ class StepTimePredictor:
         as in :meth:`decode_line`)."""
         seqs, context, context_windowed, tokens, chunks, pairs, pairs_windowed, kv, kv_windowed = c
         q = seqs * self.query_per_seq
-        total = self.target(q + tokens, q + chunks, q, seqs, context, context_windowed, pairs, pairs_windowed,
-                            kv, kv_windowed, chunks, padded_tokens)
+        total = self.cost.step_s(q + tokens, q + chunks, q, seqs, context, context_windowed, pairs, pairs_windowed,
+                                 kv, kv_windowed, chunks, padded_tokens)
         if self.drafter is not None and seqs:
             draft = self._draft_line(seqs, context)
             total += draft.intercept_s + draft.slope_s * context
