@@ -515,13 +515,24 @@ def compiled_run(run: MeasuredRun, profile: PerformanceProfile):
 
 
 def predict_run(run: MeasuredRun, profile: PerformanceProfile, seed: int = 0) -> dict[str, float]:
-    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``."""
+    """Simulate a run as measured: the same metric names as ``run.measured`` (ms), plus ``saturated``,
+    the requests' mean lengths, the share of P99 TTFT spent queueing, and ``unloaded_ttft_ms``: one
+    mean request's TTFT alone on the deployment (front end, tokenization and the prefill of its
+    uncached prompt in the deployment's chunks)."""
     from ..costmodels.serving.simulator import simulate_compiled
 
-    summary = simulate_compiled(compiled_run(run, profile), run.traffic, seed=seed).summary
-    out = {"saturated": float(summary.saturated)}
+    compiled = compiled_run(run, profile)
+    result = simulate_compiled(compiled, run.traffic, seed=seed)
+    summary, requests = result.summary, result.requests
+    out = {"saturated": float(summary.saturated), "queue_share": summary.queueing_share_p99_ttft}
     for metric in METRICS:
         stats = getattr(summary, f"{metric}_s")
         for stat, value in (("mean", stats.mean), ("median", stats.p50), ("p99", stats.p99)):
             out[f"{stat}_{metric}_ms"] = value * 1e3
+    prompt = float(requests.input_tokens.mean())
+    uncached = max(prompt - float(requests.cached_tokens.mean()), 1.0)
+    role = compiled.roles[0]
+    prefill_s = role.cost.prefill_time_s(math.ceil(uncached), role.limits.max_num_batched_tokens)
+    out.update(mean_input_tokens=prompt, mean_output_tokens=float(requests.output_tokens.mean()),
+               unloaded_ttft_ms=1e3 * (compiled.request_overhead_s + compiled.tokenize_s_per_token * prompt + prefill_s))
     return out

@@ -1,31 +1,34 @@
-"""Fit vLLM's host-side costs to measured serving runs, and cross-validate them by groups left out.
+"""Learn the step formula's trained-physics coefficients from measured serving runs, and cross-validate
+them by groups left out.
 
-Kernel microbenchmarks time the GPU; a served step also pays the engine on the CPU (scheduling,
-input preparation, output processing; the V0 engine also detokenizes in its loop), and every request
-pays the front end (HTTP, chat template, tokenization, the first token's way back). These are
-vLLM's costs, not the GPU's, so one set serves every GPU profile:
+The kernel tables (fitted to microbenchmarks) are the basis functions of a step; a served step is
+more than their sum. :data:`~servopt.costmodels.profile.SERVING_COEFFICIENTS` names what turns one
+into the other, each with its physical meaning and unit:
 
-- ``step_overhead_s`` + ``step_overhead_per_seq_s`` x running sequences: the V1 engine's CPU time
-  per step (hidden behind the GPU step under async scheduling, vLLM >= 0.14);
-- ``v0_step_overhead_s`` + ``v0_step_overhead_per_seq_s``: the V0 engine's (vLLM < 0.8, and
-  pipeline parallelism in 0.8);
-- ``request_overhead_s``: the front end's latency per request behind vLLM's API server, and
-  ``dynamo_request_overhead_s`` behind Dynamo's front end (another HTTP stack and tokenizer, and a
-  hop to the worker): each fitted on the runs that went through it.
+- efficiency scales of the compute, memory and communication sides of every kernel (a forward pass
+  runs kernels back to back at sustained clocks, with the caches shared: not as a microbenchmark
+  times one kernel alone);
+- GPU costs no kernel table measures, on the step's critical path: per step, per layer, per MoE
+  layer and per scheduled sequence;
+- the engine's CPU time per step and per sequence, for the V1 and V0 engines (hidden behind the GPU
+  step under async scheduling);
+- the front end's latency per request, behind vLLM's API server and behind Dynamo's front end.
 
-Only dense-model runs fit them: servopt's fused-MoE kernel time has no kernel data behind it yet,
-and a host cost fitted to MoE runs would absorb that kernel's error; MoE runs are scored, never fitted.
+They are fitted together to the mean TPOT and mean TTFT of the development corpus
+(:mod:`.corpus`: dense and MoE runs), in log space with a soft-L1 loss (a run far off for a reason
+the model does not have, such as a benchmark artefact, weighs less than its square), each run
+weighted by one over the square root of its (model, GPU, dtype) group's size (a group of 195 runs
+must not outvote one of 10), and with a prior on each GPU-side coefficient (a scale near 1, a cost
+near 0, at the width :data:`SERVING_COEFFICIENTS` states): where the runs do not tell two
+coefficients apart, the prior keeps them physical. TTFT residuals leave out runs the simulation
+saturates (a queue's length is not a cost). The simulator is linearised around the current
+coefficients by finite differences and the fit iterates (Gauss-Newton), so a fit costs a few
+passes over the corpus rather than hundreds.
 
-They are fitted in two stages with a clear attribution: the engine costs to the mean TPOT of the
-runs (a decode step is GPU time plus these), then the front-end latency to their mean TTFT with
-the engine costs held. Each stage minimises the soft-L1 loss of log errors (a run far off for
-another reason, such as a benchmark artefact, weighs less than its square); the simulator is
-linearised around the current parameters by finite differences and the fit iterates, so a fit
-costs a few passes over the corpus rather than hundreds.
-
-:func:`cross_validate` refits on every group's complement (leave one model, GPU or dtype out) and
-predicts the group with its own refit: the errors it reports were not fitted on. The refits solve
-the fit linearised around the all-runs fit (:class:`Linearization`), then simulate the held-out runs.
+:func:`cross_validate` refits on every group's complement (leave one (model, GPU, dtype) group,
+model, GPU or dtype out) and predicts the group with its own refit: the errors it reports were not
+fitted on. The refits solve the fit linearised around the all-runs fit (:class:`Linearization`),
+then simulate the held-out runs.
 
 Example (recover a known V1 overhead from two synthetic runs):
     >>> from servopt.calibration.corpus import MeasuredRun
@@ -38,13 +41,13 @@ Example (recover a known V1 overhead from two synthetic runs):
     ...          "backend_version": "0.12.0"} for c in (2, 32)]
     >>> runs = [MeasuredRun(f"r{i}", "doc", "meta-llama/Llama-3.1-8B-Instruct", "h100", "bf16", "0.12.0", "aiperf", {},
     ...                     silicon_run(row, "h100").deployment, silicon_run(row, "h100").traffic) for i, row in enumerate(rows)]
-    >>> base = lambda gpu: load_profile(gpu)
-    >>> measured = predictions(runs, base, truth)
+    >>> measured = predictions(runs, load_profile, truth)
     >>> runs = [r.__class__(**{**r.__dict__, "measured": {"mean_tpot_ms": m, "mean_ttft_ms": t}})
     ...         for r, m, t in zip(runs, measured["pred_mean_tpot_ms"], measured["pred_mean_ttft_ms"])]
-    >>> fitted = fit_framework(runs, base, fit_front_end=False)
-    >>> round(fitted["step_overhead_s"] * 1e3, 2), round(fitted["step_overhead_per_seq_s"] * 1e6, 1)
-    (1.5, 20.0)
+    >>> fitted = fit_serving(runs, load_profile, names=("step_overhead_s", "step_overhead_per_seq_s",
+    ...                                                "dynamo_request_overhead_s"))
+    >>> round(fitted["step_overhead_s"] * 1e3, 2), round(fitted["step_overhead_per_seq_s"] * 1e6)
+    (1.5, 20)
 """
 
 from __future__ import annotations
@@ -54,40 +57,53 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
+from scipy.optimize import lsq_linear
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
-from ..costmodels.profile import PerformanceProfile
+from ..costmodels.profile import SERVING_COEFFICIENTS, PerformanceProfile
 from ..costmodels.vllm_defaults import engine_generation, parse_vllm_version
 from .corpus import MeasuredRun, predict_run
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
+# Coefficients that exist only for runs of one engine generation or one front end: without such
+# runs in a fit, they are not identified and the V1 engine's / vLLM API server's stand in (None).
 ENGINE_PARAMS = {"v1": ("step_overhead_s", "step_overhead_per_seq_s"),
                  "v0": ("v0_step_overhead_s", "v0_step_overhead_per_seq_s")}
 FRONT_ENDS = {"vllm": "request_overhead_s", "dynamo": "dynamo_request_overhead_s"}
-# Physical bounds: a step's CPU time stays under 30 ms plus 1 ms per sequence, the front end under
-# 50 ms; beyond that a parameter absorbs a modelling error rather than measuring a cost.
-BOUNDS = {"step_overhead_s": 0.03, "step_overhead_per_seq_s": 1e-3, "v0_step_overhead_s": 0.03,
-          "v0_step_overhead_per_seq_s": 1e-3, "request_overhead_s": 0.05, "dynamo_request_overhead_s": 0.05}
-START = {"step_overhead_s": 1e-3, "step_overhead_per_seq_s": 2e-5, "v0_step_overhead_s": 2e-3,
-         "v0_step_overhead_per_seq_s": 5e-5, "request_overhead_s": 5e-3, "dynamo_request_overhead_s": 5e-3}
+OPTIONAL = {"v0_step_overhead_s": ("engine", "v0"), "v0_step_overhead_per_seq_s": ("engine", "v0"),
+            "dynamo_request_overhead_s": ("frontend", "dynamo")}
+METRICS = ("mean_tpot_ms", "mean_ttft_ms")
 # Residuals beyond ~10% count linearly (soft L1): benchmark artefacts should not steer the fit.
 ROBUST_SCALE = 0.1
 GAUSS_NEWTON_ROUNDS = 3
+IRLS_ROUNDS = 30
+START = {"step_overhead_s": 1e-3, "step_overhead_per_seq_s": 2e-5, "v0_step_overhead_s": 2e-3,
+         "v0_step_overhead_per_seq_s": 5e-5, "request_overhead_s": 5e-3, "dynamo_request_overhead_s": 5e-3}
 
 
-def host_cost_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
-    """The runs the host costs are fitted on: simulated runs of dense models (module docstring)."""
-    return [r for r in runs if not r.skip and resolve_model(r.model).spec.moe is None]
+def coefficient_table(params: dict[str, float | None]) -> pd.DataFrame:
+    """The coefficients with their unit and meaning (``None``: not identified, the default stands in)."""
+    return pd.DataFrame([{"coefficient": name, "value": params.get(name), "unit": info.unit, "meaning": info.meaning}
+                         for name, info in SERVING_COEFFICIENTS.items()])
+
+
+def fitted_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
+    """The runs the coefficients are fitted on: every simulated run, dense and MoE."""
+    return [r for r in runs if not r.skip]
 
 
 def engine_of(run: MeasuredRun) -> str:
     return engine_generation(parse_vllm_version(run.vllm_version), run.deployment.pp)
 
 
-def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float]) -> pd.DataFrame:
+def start_params(profile: PerformanceProfile) -> dict[str, float | None]:
+    """The coefficients a profile carries now: where a fit starts."""
+    return {name: getattr(profile, name) for name in SERVING_COEFFICIENTS}
+
+
+def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float | None]) -> pd.DataFrame:
     """One row per run: measured and predicted metrics (``measured_<metric>``, ``pred_<metric>``)."""
     profiles: dict[str, PerformanceProfile] = {}
     rows = []
@@ -100,8 +116,10 @@ def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: di
             predicted = predict_run(run, profiles[name])
         except InputError as err:  # the simulation cannot finish the run (a thrashing KV cache): no prediction
             failed = str(err)
-            predicted = {"saturated": 1.0, **{f"{stat}_{metric}_ms": math.nan for metric in ("ttft", "tpot", "itl")
-                                              for stat in ("mean", "median", "p99")}}
+            predicted = {"saturated": 1.0, "queue_share": math.nan, "mean_input_tokens": math.nan,
+                         "mean_output_tokens": math.nan, "unloaded_ttft_ms": math.nan,
+                         **{f"{stat}_{metric}_ms": math.nan for metric in ("ttft", "tpot", "itl")
+                            for stat in ("mean", "median", "p99")}}
         row = {"run_id": run.run_id, "failed": failed, "group": "/".join(run.group), "model": run.group[0], "gpu": run.gpu,
                "moe": resolve_model(run.model).spec.moe is not None,
                "dtype": run.dtype, "engine": engine_of(run), "frontend": run.deployment.frontend,
@@ -118,128 +136,160 @@ def _log_errors(frame: pd.DataFrame, metric: str) -> np.ndarray:
     return np.log(frame[f"pred_{metric}"].to_numpy(float) / measured)
 
 
-def _stage(runs: list[MeasuredRun], profile_for: ProfileFor, params: dict[str, float], names: list[str],
-           metric: str, keep: Callable[[pd.DataFrame], np.ndarray]) -> dict[str, float]:
-    """Fit ``names`` to ``metric`` over the runs ``keep`` selects, by Gauss-Newton on a linearisation."""
-    for _ in range(GAUSS_NEWTON_ROUNDS):
-        base = predictions(runs, profile_for, params)
-        mask = keep(base) & np.isfinite(_log_errors(base, metric))
-        if not mask.any():
-            return params
-        r0 = _log_errors(base, metric)[mask]
-        jacobian = []
-        for name in names:
-            step = max(params[name] * 0.25, BOUNDS[name] * 1e-3)
-            moved = predictions(runs, profile_for, {**params, name: params[name] + step})
-            jacobian.append((_log_errors(moved, metric)[mask] - r0) / step)
-        jacobian = np.stack(jacobian, axis=1)
+def _residuals(frame: pd.DataFrame, train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fit's residuals (log errors of mean TPOT, then of mean TTFT, one per run) and their
+    weights: 1 / sqrt(size of the run's group among the trained runs), 0 where a run is not trained,
+    has no such measurement, or (TTFT) is saturated in the simulation."""
+    groups = frame["group"].to_numpy()
+    counts = pd.Series(groups[train]).value_counts()
+    weight = np.where(train, 1.0 / np.sqrt(pd.Series(groups).map(counts).fillna(1.0).to_numpy(float)), 0.0)
+    residuals, weights = [], []
+    for metric in METRICS:
+        r = _log_errors(frame, metric)
+        w = weight.copy()
+        if metric == "mean_ttft_ms":
+            w[frame["saturated"].to_numpy(bool)] = 0.0
+        w[~np.isfinite(r)] = 0.0
+        residuals.append(np.where(np.isfinite(r), r, 0.0))
+        weights.append(w)
+    return np.concatenate(residuals), np.concatenate(weights)
+
+
+def _step(name: str, value: float) -> float:
+    """The finite-difference step of a coefficient."""
+    info = SERVING_COEFFICIENTS[name]
+    return 0.05 * value if info.scale else max(0.25 * value, info.upper * 0.01)
+
+
+def _prior(names: Sequence[str], x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows of the prior's Jacobian, its residuals at ``x``, which names have one): a scale's log
+    or a cost's value from its center, in units of its width (:class:`ServingCoefficient`)."""
+    rows, values = [], []
+    for i, name in enumerate(names):
+        info = SERVING_COEFFICIENTS[name]
+        if info.prior_width is None:
+            continue
+        row = np.zeros(len(names))
+        if info.scale:
+            row[i] = 1.0 / (x[i] * info.prior_width)
+            values.append(math.log(x[i] / info.prior_center) / info.prior_width)
+        else:
+            row[i] = 1.0 / info.prior_width
+            values.append((x[i] - info.prior_center) / info.prior_width)
+        rows.append(row)
+    return np.array(rows).reshape(len(rows), len(names)), np.array(values), len(rows)
+
+
+def solve_linearised(r0: np.ndarray, weights: np.ndarray, jacobian: np.ndarray, names: Sequence[str],
+                     x0: np.ndarray) -> np.ndarray:
+    """The coefficients that minimise the soft-L1 loss of ``r0 + J (x - x0)`` (weighted) plus the
+    priors' squares, within ``[0, upper]`` (scales within the profile's bounds), by iteratively
+    reweighted bounded least squares."""
+    upper = np.array([SERVING_COEFFICIENTS[n].upper for n in names])
+    lower = np.array([0.2 if SERVING_COEFFICIENTS[n].scale else 0.0 for n in names])
+    scale = upper  # solve for x / upper: every column of order one
+    x = np.clip(x0, lower, upper)
+    used = weights > 0
+    r0, weights, jacobian = r0[used], weights[used], jacobian[used]
+    for _ in range(IRLS_ROUNDS):
+        r = r0 + jacobian @ (x - x0)
+        # soft-L1 on r / f: rho(s) = 2 (sqrt(1 + s) - 1) with s = (r / f)^2, whose IRLS weight is
+        # 1 / sqrt(1 + s). In units of f (a run's typical error), one run 10% off weighs as much as a
+        # coefficient one prior width from its center.
+        root = weights / ROBUST_SCALE * (1.0 + (r / ROBUST_SCALE) ** 2) ** -0.25
+        prior_rows, prior_values, _ = _prior(names, x)
+        a = np.vstack([jacobian * root[:, None], prior_rows]) * scale
+        b = np.concatenate([-(r0 - jacobian @ x0) * root, -(prior_values - prior_rows @ x)])
+        new = lsq_linear(a, b, bounds=(lower / scale, upper / scale)).x * scale
+        if np.allclose(new, x, rtol=1e-6, atol=1e-12):
+            return new
+        x = new
+    return x
+
+
+def _identified(frame: pd.DataFrame, train: np.ndarray, name: str) -> bool:
+    """Whether the trained runs can say anything of an optional coefficient (:data:`OPTIONAL`)."""
+    if name not in OPTIONAL:
+        return True
+    column, value = OPTIONAL[name]
+    return bool((train & (frame[column] == value).to_numpy()).any())
+
+
+def jacobian(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float],
+             names: Sequence[str], base: pd.DataFrame) -> np.ndarray:
+    """d(residuals)/d(coefficient) by forward differences, one corpus pass per coefficient."""
+    r0, _ = _residuals(base, np.ones(len(base), bool))
+    columns = []
+    for name in names:
+        step = _step(name, params[name])
+        moved = predictions(runs, profile_for, {**params, name: params[name] + step})
+        r1, _ = _residuals(moved.assign(saturated=base["saturated"]), np.ones(len(base), bool))
+        columns.append((r1 - r0) / step)
+    return np.stack(columns, axis=1)
+
+
+def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dict[str, float | None] | None = None,
+                names: Sequence[str] | None = None, rounds: int = GAUSS_NEWTON_ROUNDS) -> dict[str, float | None]:
+    """The coefficients that best explain ``runs`` (the module docstring); ``names`` limits what is fitted."""
+    runs = fitted_runs(runs)
+    if not runs:
+        raise InputError("no simulated runs to fit the serving coefficients to")
+    params = {name: info.prior_center if info.prior_width is not None else START.get(name, 0.0)
+              for name, info in SERVING_COEFFICIENTS.items()}
+    params.update({k: v for k, v in (start or {}).items() if v is not None})
+    names = list(names or SERVING_COEFFICIENTS)
+    base = predictions(runs, profile_for, params)
+    every = np.ones(len(base), bool)
+    names = [n for n in names if _identified(base, every, n)]
+    for _ in range(rounds):
+        r0, weights = _residuals(base, every)
+        jac = jacobian(runs, profile_for, params, names, base)
         x0 = np.array([params[n] for n in names])
-        scale = np.array([BOUNDS[n] for n in names])
-        fit = least_squares(lambda z: r0 + jacobian @ (z * scale - x0), x0 / scale, bounds=(0.0, 1.0),
-                            loss="soft_l1", f_scale=ROBUST_SCALE)
-        new = fit.x * scale
-        converged = np.all(np.abs(new - x0) <= 0.01 * np.maximum(np.abs(x0), scale * 1e-3))
-        params = {**params, **dict(zip(names, map(float, new)))}
-        if converged:
+        new = solve_linearised(r0, weights, jac, names, x0)
+        params.update(zip(names, map(float, new)))
+        base = predictions(runs, profile_for, params)
+        if np.all(np.abs(new - x0) <= 0.01 * np.maximum(np.abs(x0), [SERVING_COEFFICIENTS[n].upper * 1e-3 for n in names])):
             break
-    return params
-
-
-def fit_framework(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dict[str, float] | None = None,
-                  fit_front_end: bool = True) -> dict[str, float]:
-    """The host-side parameters that best explain ``runs`` (see the module docstring)."""
-    runs = [r for r in runs if not r.skip]
-    dense = host_cost_runs(runs)
-    if not dense:
-        raise InputError("no dense-model runs to fit the serving framework's costs to")
-    params = {**START, **(start or {})}
-    engines = {engine_of(r) for r in dense}
-    frontends = {r.deployment.frontend for r in dense}
-    # The front end's latency shifts when closed-loop clients return, so the engines' fit is
-    # repeated once with the fitted front end.
-    for _ in range(2 if fit_front_end else 1):
-        for engine in ("v1", "v0"):
-            if engine in engines:
-                params = _stage(runs, profile_for, params, list(ENGINE_PARAMS[engine]), "mean_tpot_ms",
-                                lambda frame, e=engine: (~frame["moe"] & (frame["engine"] == e)).to_numpy())
-        for frontend, name in FRONT_ENDS.items() if fit_front_end else ():
-            if frontend in frontends:
-                params = _stage(runs, profile_for, params, [name], "mean_ttft_ms",
-                                lambda frame, f=frontend: (~frame["moe"] & ~frame["saturated"]
-                                                           & (frame["frontend"] == f)).to_numpy())
-    if "v0" not in engines:
-        params.update(v0_step_overhead_s=None, v0_step_overhead_per_seq_s=None)
-    if "dynamo" not in frontends:
-        params.update(dynamo_request_overhead_s=None)
+    for name in OPTIONAL:
+        if not _identified(base, every, name):
+            params[name] = None
     return params
 
 
 class Linearization:
-    """The corpus's predictions and their sensitivities to every parameter, at ``params``.
+    """The corpus's predictions and their sensitivities to every coefficient, at ``params``.
 
     Refitting on a subset of runs (a cross-validation fold) then solves the linearised problem
-    instead of simulating again: from a fit on all runs, a fold's parameters move little.
+    instead of simulating again: from a fit on all runs, a fold's coefficients move little.
     """
 
-    def __init__(self, runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float]):
-        self.runs = [r for r in runs if not r.skip]
+    def __init__(self, runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float | None]):
+        self.runs = fitted_runs(runs)
         self.profile_for = profile_for
-        self.params = {k: v for k, v in params.items()}
-        self.names = [n for n in (*ENGINE_PARAMS["v1"], *ENGINE_PARAMS["v0"], *FRONT_ENDS.values())
-                      if self.params.get(n) is not None]
+        self.params = dict(params)
+        self.names = [n for n in SERVING_COEFFICIENTS if self.params.get(n) is not None]
         self.base = predictions(self.runs, profile_for, self.params)
-        # Only dense-model runs are fitted (host_cost_runs): the MoE runs' sensitivities are never used.
-        dense = ~self.base["moe"].to_numpy()
-        fitted_runs = [r for r, d in zip(self.runs, dense) if d]
-        self.slopes: dict[str, dict[str, np.ndarray]] = {}
-        for name in self.names:
-            step = max(self.params[name] * 0.25, BOUNDS[name] * 1e-3)
-            moved = predictions(fitted_runs, profile_for, {**self.params, name: self.params[name] + step})
-            self.slopes[name] = {}
-            for m in ("mean_tpot_ms", "mean_ttft_ms"):
-                slope = np.full(len(self.runs), np.nan)
-                slope[dense] = (_log_errors(moved, m) - _log_errors(self.base[dense].reset_index(drop=True), m)) / step
-                self.slopes[name][m] = slope
+        self.jacobian = jacobian(self.runs, profile_for, self.params, self.names, self.base)
 
-    def _solve(self, names: list[str], metric: str, mask: np.ndarray, fixed: dict[str, float]) -> dict[str, float]:
-        r0 = _log_errors(self.base, metric)
-        for name, value in fixed.items():
-            r0 = r0 + self.slopes[name][metric] * (value - self.params[name])
-        mask = mask & np.isfinite(r0)
-        if not mask.any() or not names:
-            return {}
-        jacobian = np.stack([self.slopes[n][metric][mask] for n in names], axis=1)
+    def refit(self, train: np.ndarray) -> dict[str, float | None]:
+        """Coefficients fitted on the runs ``train`` selects (one Gauss-Newton step from the all-runs fit)."""
+        r0, weights = _residuals(self.base, train)
+        names = [n for n in self.names if _identified(self.base, train, n)]
+        columns = [self.names.index(n) for n in names]
         x0 = np.array([self.params[n] for n in names])
-        scale = np.array([BOUNDS[n] for n in names])
-        fit = least_squares(lambda z: r0[mask] + jacobian @ (z * scale - x0), np.clip(x0 / scale, 0, 1),
-                            bounds=(0.0, 1.0), loss="soft_l1", f_scale=ROBUST_SCALE)
-        return dict(zip(names, map(float, fit.x * scale)))
-
-    def refit(self, train: np.ndarray) -> dict[str, float]:
-        """Parameters fitted on the runs ``train`` selects (the two stages of :func:`fit_framework`)."""
         params = dict(self.params)
-        train = train & ~self.base["moe"].to_numpy()
-        for engine in ("v1", "v0"):
-            names = [n for n in ENGINE_PARAMS[engine] if n in self.names]
-            mask = train & (self.base["engine"] == engine).to_numpy()
-            params.update(self._solve(names, "mean_tpot_ms", mask, {}))
-        if not (train & (self.base["engine"] == "v0").to_numpy()).any():
-            params.update(v0_step_overhead_s=None, v0_step_overhead_per_seq_s=None)
-        engine_moves = {n: params[n] for n in self.names if n not in FRONT_ENDS.values() and params[n] is not None}
-        for frontend, name in FRONT_ENDS.items():
-            mask = train & ~self.base["saturated"].to_numpy() & (self.base["frontend"] == frontend).to_numpy()
-            if name in self.names and mask.any():
-                params.update(self._solve([name], "mean_ttft_ms", mask, engine_moves))
-            elif name in self.names:
-                params[name] = None  # no run through this front end to fit it: the vLLM API server's serves
+        if (weights > 0).any():
+            params.update(zip(names, map(float, solve_linearised(r0, weights, self.jacobian[:, columns], names, x0))))
+        for name in OPTIONAL:
+            if not _identified(self.base, train, name):
+                params[name] = None  # no run of that engine or front end to fit it: the default's stands in
         return params
 
 
 def cross_validate(linearization: Linearization, by: str) -> pd.DataFrame:
-    """Predictions of every run with parameters fitted on the runs outside its ``by`` group.
+    """Predictions of every run with coefficients fitted on the runs outside its ``by`` group.
 
-    ``by`` is 'group' (model, GPU, dtype), 'model', 'gpu' or 'dtype'. A group whose complement has no
-    V0 run takes the V1 engine's costs for its V0 runs.
+    ``by`` is 'group' (model, GPU, dtype), 'model', 'gpu' or 'dtype'.
     """
     base = linearization.base
     parts = []

@@ -12,11 +12,11 @@ Fused-MoE kernels: calibration/measured/kernel/aic_vllm_moe_perf.csv (aiconfigur
 vLLM MoE tables, derived by scripts/build_moe_kernel_table.py; provenance in
 calibration/measured/PROVENANCE.md), for H100, H200, B200 and A100.
 
-vLLM's host-side costs (the engines' CPU time per step, the front end's latency) are not kernels:
-``calibration/serving_fit.py`` fits them to the development corpus (``calibration/corpus.py``: the
-measured runs of ../shared/data/measured/e2e and calibration/measured/e2e), and the same values go
-into every profile: they are vLLM's costs on the host, not the GPU's. Their error on groups left out
-of the fit is what ``benchmarks/bench_e2e_accuracy.py`` prints.
+The serving coefficients (the step formula's trained-physics terms: kernel scales as served, GPU costs
+outside the kernel tables, the engines' CPU time, the front end's latency) are not kernels:
+``scripts/fit_serving_coefficients.py`` fits them to the development corpus once these kernel fits
+are written (it reads the shipped profiles). Their error on groups left out of the fit is what
+``benchmarks/bench_e2e_accuracy.py`` prints.
 
     python scripts/fit_shipped_profiles.py [--kernels DIR] [--out DIR] [--holdout-fraction 0.3]
 """
@@ -28,13 +28,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from servopt.calibration.corpus import load_corpus
 from servopt.calibration.fit import fit_profile
-from servopt.calibration.registry import spec_default_profile, write_profile
-from servopt.calibration.serving_fit import fit_framework, host_cost_runs
+from servopt.calibration.registry import load_profile, write_profile
 from servopt.calibration.tables import kernel_table_files, read_kernel_tables
 from servopt.costmodels.hardware import get_gpu
-from servopt.costmodels.profile import PerformanceProfile
+from servopt.costmodels.profile import SERVING_COEFFICIENTS, PerformanceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KERNELS = ROOT.parent / "shared" / "data" / "measured" / "kernel"
@@ -54,8 +52,8 @@ ATTRIBUTION = (
     "(vLLM PRs, sources per row in "
     "calibration/measured/kernel/allreduce_public.csv); fitted by scripts/fit_shipped_profiles.py"
 )
-FRAMEWORK_SOURCE = ("vLLM's host-side costs fitted by scripts/fit_shipped_profiles.py to the development corpus of "
-                    "public measured serving runs (calibration/corpus.py)")
+# Profile fields the kernel fit does not set: the serving coefficients already shipped are kept.
+SERVING_FIELDS = (*SERVING_COEFFICIENTS, "serving_source")
 
 
 def main() -> None:
@@ -76,15 +74,13 @@ def main() -> None:
         profiles[name] = outcome.profile
         print(f"{name}: kernels")
         print(outcome.report.round(2).to_string(index=False))
-    runs = [run for run in load_corpus() if not run.skip]
-    # GPUs without their own fit take a reference GPU's new fit, as load_profile will once written.
-    framework = fit_framework(runs, lambda gpu: profiles.get(gpu.name) or spec_default_profile(gpu, profiles.get))
-    print(f"vLLM host-side costs fitted to {len(host_cost_runs(runs))} measured runs of dense models: "
-          + ", ".join(f"{key} = {value:.4g}" for key, value in framework.items() if value is not None))
     for name, profile in profiles.items():
         path = args.out / f"{name}.json"
-        write_profile(profile.model_copy(update={**framework, "source": f"{profile.source}; {FRAMEWORK_SOURCE}"}), path)
-        print(f"{name}: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        shipped = load_profile(get_gpu(name))
+        kept = {field: getattr(shipped, field) for field in SERVING_FIELDS}
+        write_profile(profile.model_copy(update=kept), path)
+        print(f"{name}: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
+              "(serving coefficients kept; refit them with scripts/fit_serving_coefficients.py)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import pytest
 from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, traffic
 
 from servopt.calibration.corpus import MeasuredRun
-from servopt.calibration.serving_fit import fit_framework, predictions
+from servopt.calibration.serving_fit import fit_serving, predictions
 from servopt.calibration.silicon import REQUESTS_PER_CLIENT, silicon_run
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.roofline import StepCostModel
@@ -70,24 +70,58 @@ def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count(
     assert run.traffic.arrival.benchmark_requests == 64 * REQUESTS_PER_CLIENT
 
 
-def test_the_framework_fit_recovers_known_engine_and_front_end_costs():
-    truth = {"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6, "request_overhead_s": 6e-3}
+def _synthetic_silicon_runs(truth: dict, model: str = "meta-llama/Llama-3.1-8B-Instruct") -> list:
+    """Three silicon-style runs whose 'measurements' are the simulation's own under ``truth``."""
     runs = []
     for i, (isl, c) in enumerate(((512, 2), (256, 32), (2048, 4))):
-        row = {"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
+        row = {"backend": "vllm", "model_path": model, "system": "h100_sxm",
                "isl": isl, "osl": 128, "tp_size": 1, "batch_size": c, "silicon_concurrency": c,
                "backend_version": "0.12.0"}
         run = silicon_run(row, "h100")
-        runs.append(MeasuredRun(f"r{i}", "test", run.model, "h100", "bf16", "0.12.0", "aiperf", {},
+        runs.append(MeasuredRun(f"{model}:{i}", "test", run.model, "h100", "bf16", "0.12.0", "aiperf", {},
                                 run.deployment, run.traffic))
     measured = predictions(runs, lambda gpu: PROFILE, truth)
-    runs = [r.__class__(**{**r.__dict__, "measured": {"mean_tpot_ms": tpot, "mean_ttft_ms": ttft}})
+    return [r.__class__(**{**r.__dict__, "measured": {"mean_tpot_ms": tpot, "mean_ttft_ms": ttft}})
             for r, tpot, ttft in zip(runs, measured["pred_mean_tpot_ms"], measured["pred_mean_ttft_ms"])]
-    fitted = fit_framework(runs, lambda gpu: PROFILE)
+
+
+def test_the_serving_fit_recovers_known_engine_and_front_end_costs():
+    runs = _synthetic_silicon_runs({"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6,
+                                    "request_overhead_s": 6e-3})
+    fitted = fit_serving(runs, lambda gpu: PROFILE, names=("step_overhead_s", "step_overhead_per_seq_s",
+                                                           "dynamo_request_overhead_s"))
     assert fitted["step_overhead_s"] == pytest.approx(1.2e-3, rel=0.05)
     assert fitted["step_overhead_per_seq_s"] == pytest.approx(40e-6, rel=0.05)
     # These runs went through Dynamo's front end (as aiconfigurator's silicon runs did): its own latency is fitted.
     assert fitted["dynamo_request_overhead_s"] == pytest.approx(6e-3, rel=0.1)
+    # No V0 run: the V0 engine's costs are not identified, and the V1 engine's stand in.
+    assert fitted["v0_step_overhead_s"] is None
+
+
+HOST = {"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6, "request_overhead_s": 6e-3,
+        "dynamo_request_overhead_s": 6e-3}
+
+
+def test_the_serving_fit_recovers_a_known_kernel_scale():
+    truth = {**HOST, "memory_scale": 1.2}
+    runs = [r for model in ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "Qwen/Qwen3-32B")
+            for r in _synthetic_silicon_runs(truth, model)]
+    fitted = fit_serving(runs, lambda gpu: PROFILE, start=HOST, names=("memory_scale",))
+    # The prior (a scale near 1, 25% wide) pulls a little against three groups of exact runs.
+    assert fitted["memory_scale"] == pytest.approx(1.2, rel=0.03)
+
+
+def test_collinear_coefficients_explain_the_runs_and_the_prior_splits_them():
+    # At these batches a decode step is mostly weight reads: a memory scale and a per-step cost move
+    # every run's TPOT alike, so the runs fix their sum and the priors decide the split.
+    truth = {**HOST, "memory_scale": 1.2, "step_gpu_s": 0.8e-3}
+    runs = [r for model in ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "Qwen/Qwen3-32B")
+            for r in _synthetic_silicon_runs(truth, model)]
+    fitted = fit_serving(runs, lambda gpu: PROFILE, start=HOST, names=("memory_scale", "step_gpu_s"))
+    refit = predictions(runs, lambda gpu: PROFILE, fitted)
+    # A maximum a posteriori fit: nine exact runs against two priors leave the TPOTs within 3%.
+    assert refit["pred_mean_tpot_ms"].to_numpy() == pytest.approx(refit["measured_mean_tpot_ms"].to_numpy(), rel=0.03)
+    assert 1.0 <= fitted["memory_scale"] <= 1.3 and 0.0 <= fitted["step_gpu_s"] <= 1.6e-3
 
 
 def test_fewer_requests_per_client_weigh_the_opening_burst_more():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from typing import TYPE_CHECKING
@@ -53,6 +54,7 @@ def compute_prediction(args: argparse.Namespace) -> dict:
     from ...costmodels.architectures import resolve_model
     from ...costmodels.hardware import load_catalog
     from ...costmodels.serving import compile_deployment, estimate_compiled, simulate_compiled
+    from ...costmodels.uncertainty import LEVEL, prediction_kind, summary_intervals
     from ..workload import load_workload
 
     workload = load_workload(args.workload)
@@ -71,7 +73,12 @@ def compute_prediction(args: argparse.Namespace) -> dict:
         return simulate_compiled(c, traffic, num_requests=args.requests, seed=args.seed, slo=slo).summary
 
     summary = predict(compiled)
-    extra = {}
+    open_loop = traffic.arrival.kind != "closed_loop"
+    kind = prediction_kind(calibrated=profile.calibrated, architecture=gpu.architecture,
+                           moe=resolved.spec.moe is not None, engine=compiled.roles[0].cost.engine,
+                           queue_share_p99_ttft=summary.queueing_share_p99_ttft, saturated=summary.saturated)
+    extra = {"intervals": summary_intervals(summary, kind, open_loop),
+             "interval_kind": {"level": LEVEL, **dataclasses.asdict(kind)}}
     if workload.redundancy > 0 or workload.slo.n_minus_1:
         # One replica down: the same traffic on one replica fewer (none left for a single replica).
         fewer = deployment.replicas - 1
@@ -83,6 +90,7 @@ def compute_prediction(args: argparse.Namespace) -> dict:
         "num_gpus": deployment.num_gpus,
         "profile": profile.source,
         "profile_calibrated": profile.calibrated,
+        "serving_coefficients": profile.serving_source,
         "slo": slo.targets() if slo else {},
         **summary.to_dict(),
         **extra,
@@ -100,6 +108,26 @@ def _latency_table(r: dict) -> list[str]:
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "end-to-end")):
         stats = r[key]
         lines.append(f"{label:12}" + "".join(f"{_ms(stats[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
+    return lines
+
+
+def _interval(pair) -> str:
+    if pair is None or any(v is None for v in pair):
+        return "no run measured"
+    return f"[{pair[0] * 1e3:.1f}, {pair[1] * 1e3:.1f}] ms"
+
+
+def _interval_lines(r: dict) -> list[str]:
+    """The error bars: each mean and P99 with the interval its kind held on runs left out of the fit."""
+    intervals, kind = r.get("intervals"), r.get("interval_kind")
+    if not intervals:
+        return []
+    label = (f"{'calibrated' if kind['calibrated'] else 'UNCALIBRATED'} {kind['gpu_class']} GPU, {kind['family']} model, "
+             f"vLLM {kind['engine'].upper()} engine, {'light load' if kind['regime'] == 'light' else 'queueing load'}")
+    lines = ["", f"{kind['level']:.0%} intervals from the held-out error of this kind of prediction ({label}):",
+             f"{'':12}{'mean':>26}{'p99':>26}"]
+    for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "end-to-end")):
+        lines.append(f"{name:12}{_interval(intervals.get(f'{key}_mean')):>26}{_interval(intervals.get(f'{key}_p99')):>26}")
     return lines
 
 
@@ -140,9 +168,13 @@ def render(r: dict) -> str:
               if lo is not None and hi is not None]
     if bounds:
         lines.append("P99 95% intervals (batch means): " + ", ".join(bounds))
+    lines += _interval_lines(r)
+    throughput = r.get("intervals", {}).get("requests_per_s")
+    spread = ("" if not throughput or None in throughput or throughput[0] == throughput[1]
+              else f" (80% interval {throughput[0]:.3g}-{throughput[1]:.3g})")
     lines += [
         "",
-        f"throughput      {r['requests_per_s']:.3g} req/s, {r['output_tokens_per_s']:.4g} output tokens/s, "
+        f"throughput      {r['requests_per_s']:.3g} req/s{spread}, {r['output_tokens_per_s']:.4g} output tokens/s, "
         f"{r['input_tokens_per_s']:.4g} input tokens/s",
     ]
     if r["slo"]:
@@ -171,6 +203,8 @@ def render(r: dict) -> str:
                          f"{c['goodput_requests_per_s']:.3g} req/s ({(c['slo_attainment'] or 0) * 100:.1f}% within)")
     lines += ([""] if r.get("classes") and r["notes"] else []) + [f"note            {n}" for n in r["notes"]]
     lines += ["", f"Profile: {r['profile']}" + ("" if r["profile_calibrated"] else "  [UNCALIBRATED]")]
+    if r.get("serving_coefficients"):
+        lines.append(f"Serving coefficients: {r['serving_coefficients']}")
     return "\n".join(lines)
 
 
