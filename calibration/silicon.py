@@ -130,12 +130,15 @@ _MEASURED = re.compile(r"measured=([0-9]{4}-[0-9]{2}-[0-9]{2})(?:T([0-9:.]+)Z?)?
 
 @dataclass(frozen=True)
 class InferenceXScript:
-    """The ``vllm serve`` flags of one InferenceX MiniMax-M2.5 script from one commit on.
+    """The ``vllm serve`` flags of one InferenceX script from one commit on.
 
-    ``budget_per_isl``: the script's ``--max-num-batched-tokens`` over ISL (None: vLLM's default);
-    ``max_num_seqs`` None: vLLM's default; ``source``: ``file@commit:lines`` of the ``vllm serve`` call.
+    ``family``: what the row's model path contains ('minimax', '70b'); ``budget_per_isl``: the
+    script's ``--max-num-batched-tokens`` over ISL, or ``budget_tokens`` a fixed one (None: vLLM's
+    default); ``max_num_seqs`` None: vLLM's default, 0: the run's concurrency (``--max-num-seqs
+    $CONC``); ``max_model_len`` None: ISL + OSL + 200; ``source``: ``file@commit:lines``.
     """
 
+    family: str
     system: str
     precision: str
     since: datetime
@@ -146,6 +149,8 @@ class InferenceXScript:
     budget_per_isl: int | None = None
     kv_cache_dtype: str = "auto"
     block_size: int | None = None
+    budget_tokens: int | None = None
+    max_model_len: int | None = None
 
 
 def _utc(text: str) -> datetime:
@@ -153,31 +158,42 @@ def _utc(text: str) -> datetime:
 
 
 _SCRIPTS = "benchmarks/single_node/minimaxm2.5_{}_{}.sh@{}"
-# Every script version that ran a shared row (commit times from the InferenceX history).
+# Every script version that ran a shared MiniMax row (commit times from the InferenceX history), and
+# the Llama-3.1-70B FP8 scripts of InferenceMAX's first sweeps (vLLM 0.10.2, 2025-09/10; their
+# --async-scheduling is not modelled: servopt takes the release's default).
 INFERENCEX_SCRIPTS: tuple[InferenceXScript, ...] = (
-    InferenceXScript("h200_sxm", "fp8", _utc("2026-03-01T15:34:03-05:00"), 0.95, True,
+    InferenceXScript("70b", "h100_sxm", "fp8", _utc("2025-09-12T21:32:37+00:00"), 0.90, False,
+                     "benchmarks/70b_fp8_h100_slurm.sh@24ea7de:19-37", max_num_seqs=0, budget_tokens=8192,
+                     kv_cache_dtype="fp8", max_model_len=10240),
+    InferenceXScript("70b", "h200_sxm", "fp8", _utc("2025-09-12T21:32:37+00:00"), 0.90, False,
+                     "benchmarks/70b_fp8_h200_slurm.sh@24ea7de:34-47", max_num_seqs=0, budget_tokens=8192,
+                     kv_cache_dtype="fp8"),
+    InferenceXScript("70b", "b200_sxm", "fp8", _utc("2025-09-12T21:32:37+00:00"), 0.90, False,
+                     "benchmarks/70b_fp8_b200_docker.sh@24ea7de:27-44", max_num_seqs=512, budget_tokens=8192,
+                     kv_cache_dtype="fp8"),
+    InferenceXScript("minimax", "h200_sxm", "fp8", _utc("2026-03-01T15:34:03-05:00"), 0.95, True,
                      _SCRIPTS.format("fp8", "h200", "a363463:25-30")),
-    InferenceXScript("h200_sxm", "fp8", _utc("2026-03-27T03:59:46-04:00"), 0.95, True,
+    InferenceXScript("minimax", "h200_sxm", "fp8", _utc("2026-03-27T03:59:46-04:00"), 0.95, True,
                      _SCRIPTS.format("fp8", "h200", "1d5cae1:35-40")),
-    InferenceXScript("h200_sxm", "fp8", _utc("2026-03-27T19:17:39-07:00"), 0.95, False,
+    InferenceXScript("minimax", "h200_sxm", "fp8", _utc("2026-03-27T19:17:39-07:00"), 0.95, False,
                      _SCRIPTS.format("fp8", "h200", "0f78cf4:35-41")),
-    InferenceXScript("h100_sxm", "fp8", _utc("2026-03-27T03:59:46-04:00"), 0.90, True,
+    InferenceXScript("minimax", "h100_sxm", "fp8", _utc("2026-03-27T03:59:46-04:00"), 0.90, True,
                      _SCRIPTS.format("fp8", "h100", "1d5cae1:39-46"), max_num_seqs=256),
-    InferenceXScript("h100_sxm", "fp8", _utc("2026-03-27T19:17:39-07:00"), 0.90, False,
+    InferenceXScript("minimax", "h100_sxm", "fp8", _utc("2026-03-27T19:17:39-07:00"), 0.90, False,
                      _SCRIPTS.format("fp8", "h100", "0f78cf4:39-47"), max_num_seqs=256),
-    InferenceXScript("b200_sxm", "fp8", _utc("2026-03-11T11:39:27-07:00"), 0.95, True,
+    InferenceXScript("minimax", "b200_sxm", "fp8", _utc("2026-03-11T11:39:27-07:00"), 0.95, True,
                      _SCRIPTS.format("fp8", "b200", "f342df1:37-43"), block_size=32),
-    InferenceXScript("b200_sxm", "fp8", _utc("2026-03-27T19:17:39-07:00"), 0.95, False,
+    InferenceXScript("minimax", "b200_sxm", "fp8", _utc("2026-03-27T19:17:39-07:00"), 0.95, False,
                      _SCRIPTS.format("fp8", "b200", "0f78cf4:40-47"), block_size=32),
-    InferenceXScript("b200_sxm", "fp8", _utc("2026-04-03T11:31:35-05:00"), 0.90, False,
+    InferenceXScript("minimax", "b200_sxm", "fp8", _utc("2026-04-03T11:31:35-05:00"), 0.90, False,
                      _SCRIPTS.format("fp8", "b200", "bddbf40:43-53"), budget_per_isl=2, kv_cache_dtype="fp8",
                      block_size=32),
-    InferenceXScript("b200_sxm", "fp4", _utc("2026-04-08T13:55:08-05:00"), 0.90, False,
+    InferenceXScript("minimax", "b200_sxm", "fp4", _utc("2026-04-08T13:55:08-05:00"), 0.90, False,
                      _SCRIPTS.format("fp4", "b200", "79bd988:44-52"), budget_per_isl=2, kv_cache_dtype="fp8"),
-    InferenceXScript("b300_sxm", "fp8", _utc("2026-04-17T08:47:21-04:00"), 0.90, False,
+    InferenceXScript("minimax", "b300_sxm", "fp8", _utc("2026-04-17T08:47:21-04:00"), 0.90, False,
                      _SCRIPTS.format("fp8", "b300", "340d785:47-57"), budget_per_isl=2, kv_cache_dtype="fp8",
                      block_size=32),
-    InferenceXScript("b300_sxm", "fp4", _utc("2026-04-17T08:43:53-04:00"), 0.90, False,
+    InferenceXScript("minimax", "b300_sxm", "fp4", _utc("2026-04-17T08:43:53-04:00"), 0.90, False,
                      _SCRIPTS.format("fp4", "b300", "22d0f12:48-56"), budget_per_isl=2, kv_cache_dtype="fp8"),
 )
 
@@ -250,9 +266,11 @@ def inferencex_script(row: dict) -> InferenceXScript:
     """The InferenceX script version that ran a row: the newest committed by the row's measurement,
     else (a pull request's run before its merge) the first version merged."""
     system, precision = str(row["system"]).strip().lower(), str(row.get("precision") or "").strip().lower()
-    scripts = [s for s in INFERENCEX_SCRIPTS if s.system == system and s.precision == precision]
+    model = str(row.get("model_path") or "").lower()
+    scripts = [s for s in INFERENCEX_SCRIPTS if s.family in model and s.system == system
+               and s.precision == (precision or "bf16")]
     if not scripts:
-        raise InputError(f"no InferenceX MiniMax-M2.5 script is known for {system} {precision or 'bf16'}")
+        raise InputError(f"no InferenceX script is known for {model[:60]} on {system} {precision or 'bf16'}")
     when = measured_at(row)
     earlier = [s for s in scripts if when is not None and s.since <= when]
     return max(earlier, key=lambda s: s.since) if earlier else min(scripts, key=lambda s: s.since)
@@ -315,9 +333,9 @@ def _inferencex_run(row: dict, gpu: str | None, pp: int, data_parallel_size: int
     deployment = Deployment(
         gpu=gpu or str(row["system"]), tp=int(row["tp_size"]), pp=pp, data_parallel_size=data_parallel_size,
         enable_expert_parallel=expert_parallel, quantization=weight_scheme(row),
-        max_num_seqs=script.max_num_seqs,
-        max_num_batched_tokens=script.budget_per_isl * isl if script.budget_per_isl else None,
-        max_model_len=isl + osl + INFERENCEX_CONTEXT_MARGIN_TOKENS, enable_prefix_caching=script.prefix_caching,
+        max_num_seqs=concurrency if script.max_num_seqs == 0 else script.max_num_seqs,
+        max_num_batched_tokens=script.budget_per_isl * isl if script.budget_per_isl else script.budget_tokens,
+        max_model_len=script.max_model_len or isl + osl + INFERENCEX_CONTEXT_MARGIN_TOKENS, enable_prefix_caching=script.prefix_caching,
         gpu_memory_utilization=script.gpu_memory_utilization, kv_cache_dtype=script.kv_cache_dtype,
         **({"block_size": script.block_size} if script.block_size else {}),
         vllm_version=str(version) if isinstance(version, str) and version else None, frontend="vllm",

@@ -111,6 +111,11 @@ def test_an_inferencex_row_takes_the_script_of_its_date():
     assert "a363463" in inferencex_script({**h200, **_source("2026-02-27")}).source
     with pytest.raises(InputError, match="no InferenceX"):
         inferencex_script({**MINIMAX_ROW, "system": "a100_sxm"})
+    # InferenceMAX's Llama-3.1-70B FP8 sweeps: one slot per client, an fp8 KV cache, an 8192 budget.
+    llama = silicon_run({**MINIMAX_ROW, "model_path": "nvidia/Llama-3.1-70B-Instruct-FP8", "system": "h100_sxm",
+                         "tp_size": 8, "backend_version": "0.10.2", **_source("2025-10-01", "vllm/vllm-openai:v0.10.2")})
+    assert (llama.deployment.max_num_seqs, llama.deployment.max_num_batched_tokens) == (16, 8192)
+    assert llama.deployment.kv_cache_dtype == "fp8" and llama.deployment.frontend == "vllm"
 
 
 def test_the_framework_fit_recovers_known_engine_and_front_end_costs():
