@@ -21,9 +21,12 @@ latency). So every figure below is printed with those coefficients refitted with
    twice their light-load TTFT (the lightest measured run of the same series, else the simulated
    TTFT of one request alone). Target: 0.
 4. The ``vllm bench serve`` runs of ../shared with their tails, run by run (leave-one-group-out).
-5. What the protocol choices move: aiperf's requests per client for the silicon rows (10, the
-   deploy-and-benchmark pipeline's count, against the generator script's later 20 and 50) and the
-   front end of the ``vllm bench serve`` runs (vLLM's API server, as they ran, against Dynamo's).
+5. What the protocol choices move: aiperf's requests per client for the dense silicon rows (10,
+   the count of the NVIDIA aiperf recipes of the rows' time, against the generator script's later
+   20 and 50), the MiniMax-M2.5 rows simulated as InferenceX ran them against the aiperf/Dynamo
+   protocol they were simulated with before, the front end of the ``vllm bench serve`` runs
+   (vLLM's API server, as they ran, against Dynamo's), and the front end's latency per client:
+   refitted on each client's runs alone and in every leave-one-group-out fold.
 6. Error bars: the share of measured values inside the stated 80% interval, each group's runs scored
    against an error table built from the other groups' held-out errors (calibration/error_bars.py).
 """
@@ -40,8 +43,8 @@ import pandas as pd
 from servopt.calibration.corpus import REPO_E2E, SHARED_E2E, load_corpus, silicon_runs
 from servopt.calibration.error_bars import held_out_errors, nested_coverage
 from servopt.calibration.registry import load_profile
-from servopt.calibration.serving_fit import (Linearization, coefficient_table, cross_validate, error_table, fitted_runs,
-                                             predictions, start_params)
+from servopt.calibration.serving_fit import (FRONT_ENDS, Linearization, coefficient_table, cross_validate, error_table,
+                                             fitted_runs, predictions, start_params)
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.hardware import get_gpu
@@ -183,14 +186,35 @@ def report_tails(frame: pd.DataFrame, runs) -> None:
         print(f"  {group:45} {len(rows):3} runs: P99 " + ", ".join(medians))
 
 
-def report_protocol(runs, params: dict[str, float], shared: Path) -> None:
+def _median_errors(runs, params: dict[str, float], metrics=MEANS) -> pd.Series:
+    frame = predictions(runs, load_profile, params)
+    return error_table(frame.assign(all="all"), ["all"], metrics).iloc[0]
+
+
+def _ms(value: float | None) -> str:
+    return "none" if value is None else f"{value * 1e3:6.2f} ms"
+
+
+def report_protocol(runs, params: dict[str, float], shared: Path, linearization: Linearization) -> None:
     print("\n== 5. What the protocol choices move (all-runs fit, median |error| % of mean TTFT / TPOT) ==")
+    print("dense silicon rows (aiperf behind Dynamo; calibration/silicon.py cites the recipes of the rows' time, 10C):")
     for count in (10, 20, 50):
         silicon = [r for r in silicon_runs(shared / "silicon_dense_h100.csv", requests_per_client=count) if not r.skip]
-        frame = predictions(silicon, load_profile, params)
-        table = error_table(frame.assign(all="silicon"), ["all"], MEANS)
-        print(f"  aiperf {count:2} requests per client{' (simulated above)' if count == 10 else ''}: "
-              f"TTFT {table.mean_ttft_ms_abs.iloc[0]:5.1f}%, TPOT {table.mean_tpot_ms_abs.iloc[0]:5.1f}%")
+        row = _median_errors(silicon, params)
+        label = {10: "the recipes of the rows' time; simulated above", 20: "generator script since 2026-03-17",
+                 50: "generator script 2026-02-11 to 03-17"}[count]
+        print(f"  aiperf {count:2} requests per client ({label:46}): TTFT {row.mean_ttft_ms_abs:5.1f}%, "
+              f"TPOT {row.mean_tpot_ms_abs:5.1f}%")
+    minimax = shared / "silicon_moe_minimax_m25.csv"
+    if minimax.exists():
+        print("MiniMax-M2.5 rows (InferenceX runs):")
+        as_run = [r for r in silicon_runs(minimax) if not r.skip]
+        as_before = [r for r in silicon_runs(minimax, harness="aiperf") if not r.skip]
+        for label, chosen in (("InferenceX benchmark_serving behind vllm serve (as run; simulated above)", as_run),
+                              ("aiperf 10C behind Dynamo with the generator's flags (before)", as_before)):
+            row = _median_errors(chosen, params)
+            print(f"  {label:74}: TTFT {row.mean_ttft_ms_abs:5.1f}% (signed {row.mean_ttft_ms_signed:+5.1f}%), "
+                  f"TPOT {row.mean_tpot_ms_abs:5.1f}% (signed {row.mean_tpot_ms_signed:+5.1f}%)")
     bench = [r for r in fitted_runs(runs) if r.protocol == "vllm bench serve" and not _is_moe(r)]
     for frontend in ("vllm", "dynamo"):
         moved = [r.__class__(**{**r.__dict__, "deployment": r.deployment.model_copy(update={"frontend": frontend})})
@@ -200,6 +224,34 @@ def report_protocol(runs, params: dict[str, float], shared: Path) -> None:
                  else "Dynamo's front end (parallel tokenizer, its own latency)")
         print(f"  dense-model vllm bench runs through {label:56}: TTFT {table.mean_ttft_ms_abs.iloc[0]:5.1f}%, "
               f"P99 TTFT {table.p99_ttft_ms_abs.iloc[0]:5.1f}%, TPOT {table.mean_tpot_ms_abs.iloc[0]:5.1f}%")
+    report_front_end(linearization)
+
+
+def report_front_end(linearization: Linearization) -> None:
+    """The front end's latency per client: every coefficient refitted on one client's dense-model runs,
+    and in every leave-one-group-out fold (the linearised refit of section 2)."""
+    print("\nfront-end latency per client (linearised refit of calibration/serving_fit.py; dense runs only):")
+    base = linearization.base
+    dense = ~base["moe"].to_numpy()
+    for protocol, part in base[dense].groupby("protocol"):
+        fitted = linearization.refit(dense & (base.protocol == protocol).to_numpy())
+        frontends = sorted(part.frontend.unique())
+        print(f"  fitted on the {len(part):3} {protocol} runs alone (front end {', '.join(frontends)}): "
+              + ", ".join(f"{FRONT_ENDS[f]} = {_ms(fitted[FRONT_ENDS[f]])}" for f in frontends))
+    print("  leave one (model, GPU, dtype) group out: the front-end latencies each fold fits "
+          "('none' = no training run went through that front end; the held-out runs then take vLLM's API server's):")
+    for group in sorted(base.group.unique()):
+        held = (base.group == group).to_numpy()
+        fitted = linearization.refit(~held)
+        clients = ", ".join(f"{n} {p}" for p, n in base[held].protocol.value_counts().items())
+        names = [name for name in FRONT_ENDS.values() if name in linearization.names]
+        print(f"    {group:40} ({clients:55}): " + ", ".join(f"{name} {_ms(fitted[name])}" for name in names))
+        if any(fitted[name] is None for name in names):
+            held_runs = [r for r, h in zip(linearization.runs, held) if h]
+            frame = predictions(held_runs, load_profile, fitted)
+            for protocol, errors in error_table(frame, ["protocol"], ["mean_ttft_ms"]).iterrows():
+                print(f"      held out, {errors.protocol:30}: mean TTFT {errors.mean_ttft_ms_abs:5.1f}% "
+                      f"(signed {errors.mean_ttft_ms_signed:+5.1f}%) with this fold's latencies")
 
 
 def main() -> None:
@@ -230,7 +282,8 @@ def main() -> None:
     if args.only in (None, "tails"):
         report_tails(frame, runs)
     if args.only in (None, "protocol"):
-        report_protocol(runs, params, args.shared)
+        linearization = linearization if frame is not None else Linearization(runs, load_profile, params)
+        report_protocol(runs, params, args.shared, linearization)
     print(f"\n({time.perf_counter() - start:.0f} s)")
 
 

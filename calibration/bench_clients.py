@@ -27,7 +27,11 @@ settings into the traffic it sent, following each tool's source:
   on an idle server: :class:`~servopt.costmodels.serving.traffic.ClosedLoopArrival` with
   ``requests_per_client``.
 
-**Why closed-loop clients stay in step (issue 18).** With identical requests the simulation's
+**Why closed-loop clients stay in step (issue 18).** This is aiperf's protocol on the dense silicon
+rows: fixed lengths (``--synthetic-input-tokens-stddev 0``, ``min_tokens`` = ``max_tokens``), no
+think time, the warm-up drained before profiling. (InferenceX's MiniMax rows draw every length from
+``[0.8 x len, len]``, :mod:`.silicon`, so nothing holds those clients in step.) With identical
+requests the simulation's
 clients settle into a fixed point: each client's cycle is the same number of engine steps (its
 wait, one prefill step, ``OSL - 1`` decode steps), so the step offsets between clients that the
 opening burst creates (one step each: the burst is prefilled one prompt per step) are kept round

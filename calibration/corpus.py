@@ -9,8 +9,9 @@ lengths not published, a feature servopt does not model yet), so every measureme
 Sources (all public, with provenance in ``../shared/data/measured/PROVENANCE.md`` and
 ``calibration/measured/PROVENANCE.md``):
 
-- aiconfigurator's silicon rows of vLLM (``silicon_*.csv``: the dense H100 rows, and MiniMax-M2.5's
-  MoE rows on H100 to B300): aiperf closed-loop clients, simulated as :mod:`.silicon` describes; a
+- aiconfigurator's silicon rows of vLLM (``silicon_*.csv``: the dense H100 rows, aiperf closed-loop
+  clients behind Dynamo; MiniMax-M2.5's MoE rows on H100 to B300, InferenceX's benchmark_serving
+  behind ``vllm serve``), simulated as :mod:`.silicon` describes; a
   row whose quant-mode columns name a format its model's own checkpoint is not in (MiniMax-M2.5's
   ``fp4`` rows) runs the catalog's public release of that model in that format
   (:func:`~servopt.costmodels.checkpoints.checkpoints_of`: ``nvidia/MiniMax-M2.5-NVFP4``);
@@ -48,12 +49,15 @@ from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
 from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version, resolve_engine
 from .bench_clients import SessionCache, VllmBenchServe, routed_hits
-from .silicon import REQUESTS_PER_CLIENT, silicon_run, weight_scheme
+from .silicon import REQUESTS_PER_CLIENT, served_by_vllm_api_server, silicon_run, weight_scheme
 from .tables import gpu_name_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_E2E = ROOT.parent / "shared" / "data" / "measured" / "e2e"
 REPO_E2E = ROOT / "calibration" / "measured" / "e2e"
+# The two harnesses behind the silicon rows (calibration/silicon.py).
+SILICON_AIPERF = "aiperf closed loop (silicon)"
+SILICON_INFERENCEX = "InferenceX benchmark_serving (silicon)"
 BENCH_TABLES = ("vllm_bench_p99_dev.csv", "vllm_bench_a100_dennislee22.csv", "vllm_bench_public.csv")
 # A bench table's optional ``prefix_cache`` column: 'cold' (the server had not seen the prompts; runs
 # of one session still share its cache, :data:`SESSIONS`) or 'warm' (every prompt was served before).
@@ -166,8 +170,9 @@ def _served_model(model: str, scheme: str | None) -> str:
 
 
 def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int,
-                     nightly_release: str | None = None) -> MeasuredRun:
+                     nightly_release: str | None = None, harness: str | None = None) -> MeasuredRun:
     precision = _text(row.get("precision")) or "bf16"
+    harness = harness or ("inferencex" if served_by_vllm_api_server(row) else "aiperf")
     gpu = _gpu(_text(row["system"])) or _text(row["system"])
     try:
         scheme = weight_scheme(row)
@@ -179,7 +184,7 @@ def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int,
     base = dict(run_id=f"silicon:{name}:{index}", source=f"{name} row {index}", model=_text(row["model_path"]), gpu=gpu,
                 dtype=precision if refused or scheme is None else scheme,
                 vllm_version=version,
-                protocol="aiperf closed loop (silicon)",
+                protocol=SILICON_INFERENCEX if harness == "inferencex" else SILICON_AIPERF,
                 measured={"mean_ttft_ms": _number(row["silicon_ttft_ms"]), "mean_tpot_ms": _number(row["silicon_tpot_ms"])},
                 extra={"isl": row["isl"], "osl": row["osl"], "tp": row["tp_size"],
                        "concurrency": row.get("silicon_concurrency"), "row_id": _text(row.get("id")) or f"row {index}"})
@@ -201,7 +206,7 @@ def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int,
         row = {**row, "backend_version": version, "model_path": _served_model(base["model"], scheme)}
         run = silicon_run(row, gpu, requests_per_client, pp=_off_or_count(row.get("pp_size")),
                           data_parallel_size=_off_or_count(row.get("attention_dp_size")),
-                          expert_parallel=_off_or_count(row.get("moe_ep_size")) > 1)
+                          expert_parallel=_off_or_count(row.get("moe_ep_size")) > 1, harness=harness)
     except InputError as err:
         return MeasuredRun(**base, skip=str(err))
     except ValueError as err:  # a layout the deployment model refuses (pydantic names the rule)
@@ -210,13 +215,14 @@ def _silicon_row_run(row: dict, index: int, name: str, requests_per_client: int,
 
 
 def silicon_runs(path: Path, table: pd.DataFrame | None = None,
-                 requests_per_client: int = REQUESTS_PER_CLIENT) -> list[MeasuredRun]:
+                 requests_per_client: int = REQUESTS_PER_CLIENT, harness: str | None = None) -> list[MeasuredRun]:
     """Every row of a table in aiconfigurator's silicon layout; rows servopt cannot simulate are
     kept with ``skip`` saying why (other frameworks, disaggregated rows, no client concurrency).
-    ``requests_per_client``: aiperf's request count over its concurrency (:mod:`.silicon`)."""
+    ``requests_per_client``: aiperf's request count over its concurrency; ``harness``: read every
+    row as that harness ran it instead of as its source cell says (:mod:`.silicon`)."""
     table = pd.read_csv(path) if table is None else table
     nightly = _nightly_releases(table)
-    return [_silicon_row_run(row, i, path.name, requests_per_client, nightly.get(i))
+    return [_silicon_row_run(row, i, path.name, requests_per_client, nightly.get(i), harness)
             for i, row in enumerate(table.to_dict("records"))]
 
 

@@ -391,9 +391,10 @@ def default_batch_limits(gpu: GPUSpec, version: VllmVersion | None = None) -> tu
     """(max_num_batched_tokens, max_num_seqs) of ``vllm serve`` on this GPU.
 
     From 0.9 (``EngineArgs.get_batch_defaults``, the OPENAI_API_SERVER column;
-    ``vllm/engine/arg_utils.py@v0.33.0`` lines 2940-3006): >= 70 GiB and not A100 (H100, H200,
-    MI300X): 8192 / 1024; other GPUs, the A100 included (large budgets cut A100 throughput, vLLM PR
-    #17885): 2048 / 256. From 0.28 a tier for >= 160 GiB (B200, B300) serves 16384 / 1024
+    ``vllm/engine/arg_utils.py@v0.33.0`` lines 2940-3006; the same rule at ``@v0.12.0:1827-1845``,
+    ``@v0.16.0:1877-1895`` and ``@v0.18.0:2008-2026``, the releases of the silicon rows): >= 70 GiB
+    and not A100 (H100, H200, MI300X): 8192 / 1024; other GPUs, the A100 included (large budgets
+    cut A100 throughput, vLLM PR #17885): 2048 / 256. From 0.28 a tier for >= 160 GiB (B200, B300) serves 16384 / 1024
     (``arg_utils.py`` at tag v0.28.0; not in v0.27.0). The V1 engine of 0.8 served 2048 / 256
     everywhere; the V0 engine before it chunked prefills into 512-token steps (``SchedulerConfig``
     with chunked prefill on).

@@ -6,7 +6,7 @@ from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, traffic
 
 from servopt.calibration.corpus import MeasuredRun
 from servopt.calibration.serving_fit import fit_serving, predictions
-from servopt.calibration.silicon import REQUESTS_PER_CLIENT, silicon_run
+from servopt.calibration.silicon import REQUESTS_PER_CLIENT, inferencex_script, silicon_run
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.roofline import StepCostModel
 from servopt.costmodels.serving import estimate, simulate
@@ -68,6 +68,54 @@ def test_a_silicon_row_runs_with_the_generators_flags_and_aiperfs_request_count(
     assert (d.max_num_batched_tokens, d.max_model_len) == (64 + 4096 + 1500, 4096 + 512 + 1500)
     assert not d.enable_prefix_caching and d.quantization is None
     assert run.traffic.arrival.benchmark_requests == 64 * REQUESTS_PER_CLIENT
+
+
+MINIMAX_ROW = {"backend": "vllm", "model_path": "MiniMaxAI/MiniMax-M2.5", "isl": 8192, "osl": 1024,
+               "tp_size": 4, "batch_size": 16, "silicon_concurrency": 16, "precision": "fp8"}
+
+
+def _source(measured, image="vllm/vllm-openai:v0.19.0-cu130"):
+    return {"silicon_data_source": f"db-dump/2026-04-27; config_id=1; measured={measured}; {image}"}
+
+
+def test_a_row_served_by_a_vllm_openai_image_runs_as_inferencex_ran_it():
+    row = {**MINIMAX_ROW, "system": "b200_sxm", "backend_version": "0.19.0", **_source("2026-04-22T00:00:00.000Z")}
+    run = silicon_run(row, "b200")
+    d = run.deployment
+    # vLLM's own API server with the script's flags: a 2 x ISL budget, fp8 KV cache, no prefix caching.
+    assert d.frontend == "vllm" and d.max_num_batched_tokens == 2 * 8192 and d.kv_cache_dtype == "fp8"
+    assert not d.enable_prefix_caching and d.gpu_memory_utilization == 0.90 and d.max_model_len == 8192 + 1024 + 200
+    # 10C random prompts between 0.8 x and 1 x the lengths, behind a semaphore of C slots.
+    records = run.traffic.arrival.records
+    assert len(records.input_tokens) == 160 and run.traffic.arrival.max_concurrency == 16
+    assert int(0.8 * 8192) <= min(records.input_tokens) < max(records.input_tokens) <= 8192
+    assert int(0.8 * 1024) <= min(records.output_tokens) < max(records.output_tokens) <= 1024
+    # The same row read as an aiperf row (the comparison the benchmark prints) keeps the old reading.
+    assert silicon_run(row, "b200", harness="aiperf").deployment.frontend == "dynamo"
+    with pytest.raises(InputError, match="harness"):
+        silicon_run(row, "b200", harness="genai-perf")
+
+
+def test_an_inferencex_row_takes_the_script_of_its_date():
+    h200 = {**MINIMAX_ROW, "system": "h200_sxm"}
+    # The warm-up caches the first prompt while the script leaves prefix caching on.
+    source = _source("2026-03-01T00:00:00.000Z", "vllm/vllm-openai:v0.16.0")
+    early = silicon_run({**h200, "backend_version": "0.16.0", **source})
+    assert early.deployment.enable_prefix_caching and early.deployment.max_num_batched_tokens is None
+    cached = early.traffic.arrival.records.cached_tokens
+    assert cached[0] == early.traffic.arrival.records.input_tokens[0] and not any(cached[1:])
+    # Prefix caching went off on 2026-03-27 19:17 (-07:00): a row measured the next day runs without it.
+    assert not inferencex_script({**h200, **_source("2026-03-28T00:00:00.000Z")}).prefix_caching
+    assert inferencex_script({**h200, **_source("2026-03-27T07:59:49Z")}).prefix_caching
+    # A pull request's run before its script merged takes the first merged version.
+    assert "a363463" in inferencex_script({**h200, **_source("2026-02-27")}).source
+    with pytest.raises(InputError, match="no InferenceX"):
+        inferencex_script({**MINIMAX_ROW, "system": "a100_sxm"})
+    # InferenceMAX's Llama-3.1-70B FP8 sweeps: one slot per client, an fp8 KV cache, an 8192 budget.
+    llama = silicon_run({**MINIMAX_ROW, "model_path": "nvidia/Llama-3.1-70B-Instruct-FP8", "system": "h100_sxm",
+                         "tp_size": 8, "backend_version": "0.10.2", **_source("2025-10-01", "vllm/vllm-openai:v0.10.2")})
+    assert (llama.deployment.max_num_seqs, llama.deployment.max_num_batched_tokens) == (16, 8192)
+    assert llama.deployment.kv_cache_dtype == "fp8" and llama.deployment.frontend == "vllm"
 
 
 def _synthetic_silicon_runs(truth: dict, model: str = "meta-llama/Llama-3.1-8B-Instruct") -> list:

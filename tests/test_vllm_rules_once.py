@@ -27,6 +27,7 @@ OTHER_MEANINGS = {
     ("results/_export.py", 8192): "the vLLM Router's TCP port",
     ("calibration/microbench.py", 8192): "GEMM and prefill shapes of the microbenchmarks (Llama-3.1-70B's hidden size)",
     ("calibration/microbench.py", 2048): "a prefill length of the microbenchmarks",
+    ("calibration/silicon.py", 8192): "the --max-num-batched-tokens InferenceMAX's 70B FP8 scripts set explicitly",
     ("costmodels/profile.py", "prefill"): "the attention phase an efficiency belongs to",
     ("calibration/fit.py", "prefill"): "the attention phase a fit belongs to",
     ("calibration/fit.py", "decode"): "the attention phase a fit belongs to",
