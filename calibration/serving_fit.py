@@ -22,8 +22,9 @@ must not outvote one of 10), and with a prior on each GPU-side coefficient (a sc
 near 0, at the width :data:`SERVING_COEFFICIENTS` states): where the runs do not tell two
 coefficients apart, the prior keeps them physical. TTFT residuals leave out runs the simulation
 saturates (a queue's length is not a cost). The simulator is linearised around the current
-coefficients by finite differences and the fit iterates (Gauss-Newton), so a fit costs a few
-passes over the corpus rather than hundreds.
+coefficients by finite differences once, and the fit iterates (Gauss-Newton, the Jacobian corrected
+by Broyden's update after each step), so a fit costs one corpus pass per coefficient and one per
+round rather than hundreds.
 
 :func:`cross_validate` refits on every group's complement (leave one (model, GPU, dtype) group,
 model, GPU or dtype out) and predicts the group with its own refit: the errors it reports were not
@@ -78,6 +79,7 @@ METRICS = ("mean_tpot_ms", "mean_ttft_ms")
 # Residuals beyond ~10% count linearly (soft L1): benchmark artefacts should not steer the fit.
 ROBUST_SCALE = 0.1
 GAUSS_NEWTON_ROUNDS = 3
+LINE_SEARCH = (1.0, 0.5, 0.25)
 IRLS_ROUNDS = 30
 START = {"step_overhead_s": 1e-3, "step_overhead_per_seq_s": 2e-5, "v0_step_overhead_s": 2e-3,
          "v0_step_overhead_per_seq_s": 5e-5, "request_overhead_s": 5e-3, "dynamo_request_overhead_s": 5e-3}
@@ -207,6 +209,13 @@ def solve_linearised(r0: np.ndarray, weights: np.ndarray, jacobian: np.ndarray, 
     return x
 
 
+def objective(residuals: np.ndarray, weights: np.ndarray, names: Sequence[str], x: np.ndarray) -> float:
+    """The loss :func:`solve_linearised` minimises, at residuals that were simulated, not linearised."""
+    z = np.where(weights > 0, residuals / ROBUST_SCALE, 0.0)
+    _, prior, _ = _prior(names, x)
+    return float(np.sum(weights ** 2 * 2.0 * (np.sqrt(1.0 + z * z) - 1.0)) + np.sum(prior ** 2))
+
+
 def _identified(frame: pd.DataFrame, train: np.ndarray, name: str) -> bool:
     """Whether the trained runs can say anything of an optional coefficient (:data:`OPTIONAL`)."""
     if name not in OPTIONAL:
@@ -241,15 +250,37 @@ def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dic
     base = predictions(runs, profile_for, params)
     every = np.ones(len(base), bool)
     names = [n for n in names if _identified(base, every, n)]
+    r0, weights = _residuals(base, every)
+    x0 = np.array([params[n] for n in names])
+    best = objective(r0, weights, names, x0)
+    jac, fresh = jacobian(runs, profile_for, params, names, base), True
     for _ in range(rounds):
-        r0, weights = _residuals(base, every)
-        jac = jacobian(runs, profile_for, params, names, base)
-        x0 = np.array([params[n] for n in names])
         new = solve_linearised(r0, weights, jac, names, x0)
-        params.update(zip(names, map(float, new)))
-        base = predictions(runs, profile_for, params)
         if np.all(np.abs(new - x0) <= 0.01 * np.maximum(np.abs(x0), [SERVING_COEFFICIENTS[n].upper * 1e-3 for n in names])):
             break
+        # Closed loops make a run's latencies a rough function of the costs: where the full step
+        # does worse than where it started, half of it (then a quarter) may not.
+        for fraction in LINE_SEARCH:
+            step = x0 + fraction * (new - x0)
+            moved = predictions(runs, profile_for, {**params, **dict(zip(names, map(float, step)))})
+            r1, w1 = _residuals(moved, every)
+            score = objective(r1, w1, names, step)
+            if score < best:
+                break
+        new = step
+        if score >= best:
+            if fresh:  # a step of the exact linearisation that does not help: as good as it gets
+                break
+            # Broyden's correction led astray: linearise afresh where we are.
+            jac, fresh = jacobian(runs, profile_for, params, names, base), True
+            continue
+        # Broyden's update: the Jacobian corrected by the step just taken (one corpus pass a round,
+        # not one per coefficient).
+        dx, known = new - x0, (w1 > 0) & (weights > 0)
+        jac = jac + np.outer(np.where(known, r1 - r0 - jac @ dx, 0.0), dx) / float(dx @ dx)
+        fresh = False
+        params.update(zip(names, map(float, new)))
+        base, r0, weights, x0, best = moved, r1, w1, new, score
     for name in OPTIONAL:
         if not _identified(base, every, name):
             params[name] = None
