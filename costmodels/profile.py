@@ -124,6 +124,10 @@ SERVING_COEFFICIENTS: dict[str, ServingCoefficient] = {
     "communication_scale": ServingCoefficient(
         "served time of the collectives (TP all-reduce, MoE dispatch and combine, PP sends) over their "
         "nccl-tests / microbenchmark time", "x", 3.0, 1.0, 0.3, scale=True),
+    "moe_scale": ServingCoefficient(
+        "served time of the fused-MoE kernel (routed experts, both roofline sides) over its microbenchmark time, "
+        "on top of the compute and memory scales: the expert-map, padding and routing skew of real batches that "
+        "uniformly routed microbenchmarks do not carry", "x", 3.0, 1.0, 0.25, scale=True),
     "step_gpu_s": ServingCoefficient(
         "GPU time per step outside the kernel tables: sampler, logits gather, the step's launch and "
         "synchronisation", "s", 0.02, 0.0, 1e-3),
@@ -422,6 +426,7 @@ class PerformanceProfile(Spec):
     compute_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["compute_scale"].meaning)
     memory_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["memory_scale"].meaning)
     communication_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["communication_scale"].meaning)
+    moe_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["moe_scale"].meaning)
     step_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["step_gpu_s"].meaning)
     layer_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["layer_gpu_s"].meaning)
     seq_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["seq_gpu_s"].meaning)

@@ -385,7 +385,8 @@ class StepCostModel:
         eff = self.profile.moe_efficiency(self._moe_kernel, self._math)
         args = (self.gpu, eff, pairs, touched, m.hidden_size, inter, wbytes, self._act_bytes, layers)
         compute_s, memory_s = self.profile.moe_parts_s(*args)
-        compute_s, memory_s = compute_s * self._compute_scale, memory_s * self._memory_scale
+        moe = self.profile.moe_scale
+        compute_s, memory_s = compute_s * self._compute_scale * moe, memory_s * self._memory_scale * moe
         time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * layers
         flops = 6.0 * pairs * m.hidden_size * inter * layers
         bytes_moved = layers * (touched * 3.0 * m.hidden_size * inter * wbytes
