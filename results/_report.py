@@ -182,24 +182,30 @@ def capacity_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
 
 def _sizing_lines(data: dict[str, Any], trials: pd.DataFrame, rate: float, unit: str) -> list[str]:
     """:func:`capacity_lines` for fleets refused before any prediction because the replicas the rate
-    needs (the capacity formula, seed 7.4) exceed ``limits.max_gpus``."""
-    sized = trials[trials["replicas_needed"].notna() & (trials["replicas_needed"] > 0) & (trials["replicas"] > 0)]
+    needs exceed ``limits.max_gpus``: by one replica's saturation rate as the analytic estimate
+    predicts it (``replica_requests_per_s``, the engine model ``servopt predict`` runs)."""
+    sized = trials[trials["replica_requests_per_s"].notna() & (trials["replica_requests_per_s"] > 0)
+                   & (trials["replicas"] > 0)]
     too_big = sum("max_gpus" in t.record.violations for t in data["trials"])
     if not len(sized) or too_big * 2 <= len(trials):
         return []
     max_gpus = data["workload"]["limits"]["max_gpus"]
     lines = [f"- capacity: {too_big} of {len(trials)} trials need more than limits.max_gpus = {max_gpus} GPUs "
-             f"for {rate:g} {unit}; by the capacity estimate (concurrency / occupancy per replica):"]
+             f"for {rate:g} {unit}; by the estimate's saturation rate of one replica (what `servopt predict "
+             f"--analytic` finds for it):"]
     options = []
     for (gpu, quant), rows in sized.groupby(["gpu", "quantization"]):
-        per_replica = rate / rows["replicas_needed"]
-        gpus_per_replica = rows["num_gpus"] / rows["replicas"]
+        per_replica = rows["replica_requests_per_s"]
+        gpus_per_replica = (rows["num_gpus"] / rows["replicas"]).round().astype(int)
         within = per_replica * (max_gpus // gpus_per_replica)
-        fewest = (rows["replicas_needed"].apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
-        at = fewest.idxmin()
-        options.append((float(within.max()), f"  - {gpu} {quant}: at most {within.max():.3g} {unit} on "
-                        f"{max_gpus} GPUs; {rate:g} {unit} would need about {fewest[at]} GPUs "
-                        f"({per_replica[at]:.3g} {unit} per replica of {int(gpus_per_replica[at])} GPUs)"))
+        fewest = ((rate / per_replica).apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
+        at, best = fewest.idxmin(), within.idxmax()
+        options.append((float(within[best]), f"  - {gpu} {quant}: at most {within[best]:.3g} {unit} on "
+                        f"{int(max_gpus // gpus_per_replica[best] * gpus_per_replica[best])} GPUs "
+                        f"({per_replica[best]:.3g} {unit} per replica of {gpus_per_replica[best]} GPUs); "
+                        f"{rate:g} {unit} would need about {fewest[at]} GPUs"
+                        + (f" ({per_replica[at]:.3g} {unit} per replica of {gpus_per_replica[at]} GPUs)"
+                           if at != best else "")))
     return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
 
 
