@@ -36,6 +36,7 @@ from ..costmodels.capacity import ReplicaCapacity, fleet_size, replica_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.serving.compiled import CompiledDeployment, num_nodes
+from ..costmodels.serving.slo import above
 from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
@@ -370,7 +371,7 @@ class Evaluator:
         source = "estimate" if requests is None else "simulate"
         reasons = _prediction_reasons(summary, violations, w.slo, source)
         reasons += [f"{'simulated' if requests is not None else 'estimated'} P99 {metric.upper()} of class {name} "
-                    f"{latency:.3g} s > its SLO {target:g} s"
+                    f"{above(latency, target, 'its SLO')}"
                     for name, metric, latency, target in self._class_targets(summary)
                     if math.isfinite(latency) and latency > target]
         n_minus_1 = None
@@ -592,5 +593,5 @@ def _prediction_reasons(summary: Summary, violations: dict[str, float], slo, fid
         reasons.append(f"saturated ({source}): {why}")
     for name, (attr, metric) in SLO_CONSTRAINTS.items():
         if violations.get(name, 0) > 0:
-            reasons.append(f"{source} P99 {metric.upper()} {p99(summary, metric):.3g} s > SLO {getattr(slo, attr):g} s")
+            reasons.append(f"{source} P99 {metric.upper()} {above(p99(summary, metric), getattr(slo, attr))}")
     return reasons
