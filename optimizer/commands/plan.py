@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-num-seqs", type=whole_number(1, MAX_SEQS), default=None, help="default: vLLM's for the GPU")
     parser.add_argument("--max-num-batched-tokens", type=whole_number(1, MAX_BATCHED_TOKENS), default=None, help="default: vLLM's for the GPU")
     capacity = parser.add_argument_group(
-        "capacity (seed 7.4)", "replicas for a peak request rate: ceil(QPS x occupancy / concurrency), then the spares "
+        "capacity", "replicas for a peak request rate: ceil(QPS x occupancy / concurrency), then the spares "
         "ceil(N x (1 + redundancy)); occupancy and concurrency are the engine model's (one replica's saturation "
         "rate, as `servopt predict --analytic` finds it) unless --occupancy-s gives a measured occupancy")
     capacity.add_argument("--rate", type=number_in(0, MAX_RATE_PER_S), default=None, metavar="QPS",
@@ -281,7 +281,7 @@ def _fix_line(f: dict) -> str:
 
 
 def _capacity_lines(c: dict) -> list[str]:
-    lines = ["", "Capacity (seed 7.4)",
+    lines = ["", "Capacity",
              f"  per replica             {c['requests_per_s_per_replica']:.3g} req/s: {c['concurrency']:.3g} requests at "
              f"once x {c['occupancy_s']:.3g} s each ({c['basis']})"]
     if c["limit"]:
