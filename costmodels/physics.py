@@ -274,3 +274,19 @@ def check_memory(fleet: Fleet, what: str) -> list[str]:
                        f"{g.kv_cache_bytes_per_gpu / 2**30:.2f} GiB exceed the {g.gpu_memory_bytes / 2**30:.2f} GiB "
                        f"of a {fleet.gpu}")
     return out
+
+
+def check_steps(fleet: Fleet, prefill_tokens: int, prefill_s: float, decode_step_s: float, what: str) -> list[str]:
+    """Step times of one engine: a prefill of ``prefill_tokens`` no faster than its FLOPs at the peak
+    of the engine's GPUs, a decode step no faster than one read of its weights."""
+    out = []
+    gpus = fleet.groups[0].gpus if fleet.groups else fleet.num_gpus
+    floor = fleet.flops_per_token * prefill_tokens / (fleet.peak_flops * gpus)
+    if prefill_s < floor * (1 - SLACK):
+        out.append(f"{what}: a prefill of {prefill_tokens} tokens in {prefill_s * 1e3:.3g} ms beats the "
+                   f"{floor * 1e3:.3g} ms its FLOPs take at the {fleet.math_dtype} peak of {gpus} {fleet.gpu}")
+    step_floor = fleet.tpot_floor_s() * fleet.tokens_per_step
+    if decode_step_s < step_floor * (1 - SLACK):
+        out.append(f"{what}: a decode step of {decode_step_s * 1e3:.3g} ms beats one read of the weights "
+                   f"({step_floor * 1e3:.3g} ms) on {fleet.gpu}")
+    return out

@@ -74,6 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def compute_plan(args: argparse.Namespace, with_fixes: bool = True) -> dict:
     """Everything ``plan`` reports, as a JSON-ready dict (bytes summed over all GPUs unless *_per_gpu)."""
+    catalog, resolved, profile, compiled = plan_compiled(args)
+    return _plan(args, catalog, resolved, profile, compiled, with_fixes)
+
+
+def plan_compiled(args: argparse.Namespace):
+    """The catalog, the resolved model, the profile and the compiled deployment ``plan`` reports on."""
     catalog = load_catalog(args.hardware)
     gpu = catalog.get(args.gpu)
     resolved = resolve_model(args.model)
@@ -97,6 +103,11 @@ def compute_plan(args: argparse.Namespace, with_fixes: bool = True) -> dict:
     compiled = compile_deployment(model, deployment, gpu, profile)
     if compiled.error:
         raise InputError(compiled.error)
+    return catalog, resolved, profile, compiled
+
+
+def _plan(args: argparse.Namespace, catalog, resolved, profile, compiled, with_fixes: bool) -> dict:
+    model, gpu = resolved.spec, compiled.gpu
     role = compiled.roles[0]
     plan, cost = role.plan, role.cost
     max_tokens, max_seqs = role.limits.max_num_batched_tokens, role.limits.max_num_seqs
