@@ -438,7 +438,7 @@ class Evaluator:
                     serving = self._serving(repaired, needed, compiled.deployment.gpus_per_replica)
                     replicas = self._fleet(serving)
                 compiled = compiled.with_replicas(replicas)
-                capacity = {"replicas_needed": needed, "serving_replicas": serving, "replica": cap.to_dict()}
+                capacity = {"replicas_needed": needed, "serving_replicas": serving, "per_replica": cap.to_dict()}
                 violations.update({v.constraint: v for v in space.violations(repaired, replicas, compiled)})
         found = self._previews[candidate.key] = Preview(candidate, repaired, space.model_key(repaired), compiled,
                                                         violations, capacity)

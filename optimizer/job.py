@@ -473,7 +473,7 @@ class Job:
             out += check_memory(Fleet.of(compiled), what)
             out += summaries(f"{what} estimate", compiled, r.estimate, None)
             out += summaries(f"{what} simulation", compiled, r.simulation, r.n_minus_1)
-            capacity = (r.capacity or {}).get("replica")
+            capacity = (r.capacity or {}).get("per_replica")
             if capacity:
                 one = compiled.with_replicas(1)
                 load = Load.of(traffic, stats.mean_input_tokens, stats.mean_output_tokens,

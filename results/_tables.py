@@ -72,7 +72,7 @@ def capacity_columns(capacity: dict[str, Any] | None) -> dict[str, float]:
     fractional replicas the offered traffic needs at that rate, and the replicas that carry it
     (spares aside); NaN when the trial stopped before the capacity formula."""
     capacity = capacity or {}
-    return {"replica_requests_per_s": (capacity.get("replica") or {}).get("requests_per_s", math.nan),
+    return {"replica_requests_per_s": (capacity.get("per_replica") or {}).get("requests_per_s", math.nan),
             "replicas_needed": capacity.get("replicas_needed", math.nan),
             "serving_replicas": capacity.get("serving_replicas", math.nan)}
 

@@ -24,8 +24,8 @@ MISTRAL_4090 = {
     "slo": {"p99_ttft_s": 2, "p99_tpot_s": 0.05},
     "gpus": ["rtx4090"],
     "space": {"quantization": "bf16", "tp": 1, "mode": "aggregated", "speculation": "off"},
-    "budget": {"trials": 10},
-    "fidelity": {"search_requests": 400, "final_requests": 600},
+    "budget": {"trials": 8},
+    "fidelity": {"search_requests": 300, "final_requests": 400},
 }
 
 
@@ -42,7 +42,7 @@ def test_an_unservable_job_names_capacities_within_physics(tmp_path, capsys):
             "traffic": {"arrival": {"kind": "poisson", "rate_per_s": 50},
                         "input_tokens": {"kind": "fixed", "value": 3840}, "output_tokens": {"kind": "fixed", "value": 256}},
             "slo": {"p99_ttft_s": 0.3, "p99_tpot_s": 0.01}, "gpus": ["l4"], "limits": {"max_gpus": 8},
-            "budget": {"trials": 12}}
+            "budget": {"trials": 8}}
     trials = _optimize(tmp_path, "l4", data, code=2)
     out = capsys.readouterr().out
     lines = [x for x in out.splitlines() if re.match(r"\s+- l4 \w+: at most", x)]

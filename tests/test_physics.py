@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 # A few trials and short simulations: enough to write every kind of figure (estimates, simulations,
 # re-checks, capacities, one replica down) while the suite stays fast.
-SMALL = {"budget": {"trials": 8}, "fidelity": {"search_requests": 200, "final_requests": 300}}
+SMALL = {"budget": {"trials": 6}, "fidelity": {"search_requests": 200, "final_requests": 200}}
 
 
 def _job(tmp_path, name: str, data: dict) -> Job:
@@ -114,7 +114,7 @@ def test_plan_of_every_catalog_model_is_within_physics():
         for tp in (1, 2, 4, 8):  # the smallest TP whose weights fit an H200
             args = _plan_args(name, "h200", tp)
             try:
-                result = compute_plan(args)
+                result = compute_plan(args, with_fixes=False)
             except Exception:  # a TP that does not divide the model's heads
                 continue
             if not result["memory_fits"]:
