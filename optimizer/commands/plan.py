@@ -2,8 +2,8 @@
 how many GPUs a peak request rate needs (seed section 7).
 
 When the requests do not fit, ``plan`` says which changes it knows would make them fit, each with
-its numbers (seed 7.2): INT4 weights (AWQ), an FP8 KV cache, both, twice the TP, a GPU with more
-memory, and the concurrency that fits as it is. With ``--rate`` it sizes the fleet (seed 7.4):
+its numbers (seed 7.2): INT4 weights (AWQ), an FP8 KV cache, both, the smallest larger TP that fits,
+a GPU with more memory, and the concurrency that fits as it is. With ``--rate`` it sizes the fleet (seed 7.4):
 replicas that carry the rate, from one replica's saturation rate as the engine model predicts it
 (or from a measured ``--occupancy-s`` and ``--concurrency``), then ``ceil(N x (1 + redundancy))``.
 """
@@ -207,8 +207,8 @@ def _fix(args: argparse.Namespace, text: str, why: str, **changes) -> dict | Non
 
 def fixes(args: argparse.Namespace, planned: dict, model, catalog) -> list[dict]:
     """What would make ``concurrency`` requests of ``context`` tokens fit (seed 7.2), each planned:
-    INT4 weights, an FP8 KV cache, both, twice the TP, the cheapest larger GPU of each of the next
-    :data:`GPU_FIXES` memory sizes, and the concurrency that fits as it is."""
+    INT4 weights, an FP8 KV cache, both, the smallest larger TP that fits a node, the cheapest larger
+    GPU of each of the next :data:`GPU_FIXES` memory sizes, and the concurrency that fits as it is."""
     out = []
     gpu = catalog.get(args.gpu)
     int4 = planned["quantization"] not in ("awq", "gptq", "nvfp4", "mxfp4") and support_problem("awq", gpu) is None
@@ -220,9 +220,12 @@ def fixes(args: argparse.Namespace, planned: dict, model, catalog) -> list[dict]
     if int4 and fp8_kv:
         out.append(_fix(args, "INT4 weights and FP8 KV cache (--quant awq --kv-dtype fp8)", "both",
                         quant="awq", kv_dtype="fp8"))
-    tp = args.tp * 2
-    if tp <= gpu.gpus_per_node:
-        out.append(_fix(args, f"TP {tp} (--tp {tp})", f"weights and KV spread over {tp * args.pp} GPUs", tp=tp))
+    # The smallest larger TP that fits on one node (twice the TP when none does).
+    tp_fixes = [_fix(args, f"TP {tp} (--tp {tp})", f"weights and KV spread over {tp * args.pp} GPUs", tp=tp)
+                for tp in (args.tp * 2**k for k in range(1, 7)) if tp <= gpu.gpus_per_node]
+    tp_fixes = [f for f in tp_fixes if f is not None]
+    if tp_fixes:
+        out.append(next((f for f in tp_fixes if f["fits"]), tp_fixes[0]))
     larger = sorted((g for g in catalog if g.memory_gib > gpu.memory_gib), key=lambda g: (g.memory_gb_nominal,
                                                                                                 g.price_per_gpu_hour))
     sizes: list[float] = []
