@@ -17,7 +17,11 @@ of the deployment with one replica, under the workload's traffic at a rate it ca
 engine model), and ``C`` the requests in the replica at that rate. So a "requests/s per replica"
 figure, ``replicas_needed`` and ``servopt predict`` of that replica agree, within the estimate's
 error against the simulation (``benchmarks/bench_estimate_accuracy.py``); when the step model
-changes, capacity follows. (A formula that let every prompt of the ``C`` requests prefill in
+changes, capacity follows. Multi-turn sessions are the one exception in degree: a saturated replica
+frees no KV to keep conversations' histories, so their capacity counts no prefix-cache hits and is
+a floor (10% under the highest stable session rate for ``examples/chat_sessions.yaml`` on an L40S;
+bisecting for that rate instead cost 2.6 times the search's CPU), which may give a fleet one replica
+more than it needs. (A formula that let every prompt of the ``C`` requests prefill in
 parallel put 19.9 requests/s of 3,840-token prompts on 8 L4s, 122% of their compute.)
 
 Example (the seed's: 10 QPS, 5 s per request, 20 concurrent requests per GPU, 30% redundancy):

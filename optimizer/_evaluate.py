@@ -64,9 +64,6 @@ CONSTRAINT_GROUPS = {
     "saturated": ("saturated",),
     "slo": (*SLO_CONSTRAINTS, CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT),
 }
-# ngram's mean accepted length is unknown without the text; the simulator models it, and the
-# capacity seed stays conservative by counting one token per verify step.
-_TOKENS_PER_VERIFY = 1.0
 
 
 def whole_nodes(workload, gpu) -> bool:

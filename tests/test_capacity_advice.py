@@ -95,6 +95,10 @@ def test_targets_in_the_wrong_unit_are_warned_in_one_line(tmp_path, capsys):
     assert "servopt optimize: warning: slo.p99_tpot_s: 50 is in seconds" in err[0] and "did you mean 0.05 (50 ms)?" in err[0]
     assert "slo.p99_ttft_s: 500" in err[1] and "did you mean 0.5 (500 ms)?" in err[1]
     assert "did you mean 0.05 (50 ms)?" in (tmp_path / "units" / "report.md").read_text()
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump({"gpu": "h100", "max_model_len": 1024}))
+    assert main(["predict", str(tmp_path / "units.yaml"), "--deployment", str(tmp_path / "d.yaml"), "--requests", "200",
+                 "--analytic"]) == 0
+    assert "servopt predict: warning: slo.p99_tpot_s: 50 is in seconds" in capsys.readouterr().err
     # A sensible SLO is not warned; a class's own SLO is checked too.
     classes = {**TINY, "budget": {"trials": 2}, "traffic": {
         **TINY["traffic"], "classes": [{"name": "a", "share": 1.0, "slo": {"p99_tpot_s": 40}}]}}
