@@ -218,11 +218,15 @@ def _sizing_lines(data: dict[str, Any], trials: pd.DataFrame, rate: float, unit:
         at, best = fewest.idxmin(), within.idxmax()
         options.append((float(within[best]), f"  - {gpu} {quant}: at most {within[best]:.3g} {unit} on "
                         f"{int(max_gpus // gpus_per_replica[best] * gpus_per_replica[best])} GPUs "
-                        f"({per_replica[best]:.3g} {unit} per replica of {gpus_per_replica[best]} GPUs); "
+                        f"({per_replica[best]:.3g} {unit} per replica of {_gpus(gpus_per_replica[best])}); "
                         f"{rate:g} {unit} would need about {fewest[at]} GPUs"
-                        + (f" ({per_replica[at]:.3g} {unit} per replica of {gpus_per_replica[at]} GPUs)"
+                        + (f" ({per_replica[at]:.3g} {unit} per replica of {_gpus(gpus_per_replica[at])})"
                            if at != best else "")))
     return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")
 
 
 def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:

@@ -105,7 +105,7 @@ def test_seed_7b_on_a_24_gb_card_does_not_fit_and_says_what_would(capsys, gpu):
     for change in ("INT4 weights", "FP8 KV cache", "TP 2"):
         assert by_change[change]["fits"], change
         assert f"- {by_change[change]['change']}: " in out
-    larger = [f for f in fixes if f["change"].startswith("a ") and "GB GPU" in f["change"]]
+    larger = [f for f in fixes if f["change"].startswith(("a ", "an ")) and "GB GPU" in f["change"]]
     assert any(" 48 GB " in f["change"] for f in larger) and any(" 80 GB " in f["change"] for f in larger)
     assert all(f["fits"] for f in larger)
     # INT4 weights: 14 GB -> about 4 GB; FP8 KV: 10 GB -> 5 GB (seed 7.2).

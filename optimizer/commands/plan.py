@@ -232,7 +232,9 @@ def fixes(args: argparse.Namespace, planned: dict, model, catalog) -> list[dict]
     for other in larger:
         if other.memory_gb_nominal in sizes or len(sizes) >= GPU_FIXES:
             continue
-        fix = _fix(args, f"a {other.memory_gb_nominal:g} GB GPU (--gpu {other.name})",
+        size = f"{other.memory_gb_nominal:g}"
+        article = "an" if size.startswith(("8", "11", "18")) else "a"  # "an 80 GB GPU"
+        fix = _fix(args, f"{article} {size} GB GPU (--gpu {other.name})",
                    f"{other.memory_gib:.0f} GiB instead of {gpu.memory_gib:.0f} GiB", gpu=other.name)
         if fix is not None and fix["fits"]:
             sizes.append(other.memory_gb_nominal)
