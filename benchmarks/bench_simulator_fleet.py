@@ -1,8 +1,8 @@
 """A fleet simulated through a few replicas fed their share of the arrivals, against every replica.
 
 For fleets of 2, 8 and 32 replicas of Llama-3.1-8B on one H100 each (max_num_seqs 128), behind each
-router, at two loads per replica (30% and 50% of what the capacity formula says one replica serves;
-its lower bound on occupancy makes 50% already a heavy load),
+router, at two loads per replica (50% and 80% of one replica's capacity, the analytic estimate's
+saturation rate: ``costmodels/capacity.py``),
 under Poisson arrivals with the default job's lengths, prints the P99 TTFT, TPOT and end-to-end
 latency of the whole-fleet simulation and of the share (same number of requests per simulated
 replica, 1,500), their differences, the share's own seed-to-seed difference (seed 1 against seed 0:
@@ -45,10 +45,8 @@ def cpu(call):
 def main() -> None:
     base = compile_deployment(MODEL, Deployment(gpu="h100", max_num_seqs=128, max_num_batched_tokens=8192,
                                                 max_model_len=9216), GPU, PROFILE)
-    role = base.roles[0]
-    cap = replica_capacity(role.cost, role.plan, mean_input_tokens=1024, mean_output_tokens=256, max_num_seqs=128,
-                           max_num_batched_tokens=8192)
-    print(f"one replica serves about {cap.requests_per_s:.2f} req/s (capacity formula); P99 differences are "
+    cap = replica_capacity(base, traffic(1.0))
+    print(f"one replica serves about {cap.requests_per_s:.2f} req/s (its estimated saturation rate); P99 differences are "
           "share minus whole fleet, relative")
     print(f"{'router':18s} {'N':>3s} {'load':>5s} | {'P99 TTFT whole/share':>22s} {'diff':>6s} {'(seed)':>8s} | "
           f"{'P99 TPOT':>17s} {'diff':>6s} {'(seed)':>8s} | {'P99 e2e':>15s} {'diff':>6s} {'(seed)':>8s} | "
@@ -60,7 +58,7 @@ def main() -> None:
                 continue
             fleet = base.with_replicas(replicas)
             fleet = type(fleet)(**{**fleet.__dict__, "deployment": fleet.deployment.model_copy(update={"router": router})})
-            for load in (0.3, 0.5):
+            for load in (0.5, 0.8):
                 tr = traffic(load * cap.requests_per_s * replicas)
                 whole = simulate_compiled(fleet, tr, num_requests=PER_REPLICA_REQUESTS * replicas, whole_fleet=True).summary
                 kept = min(replicas, SIMULATED_REPLICAS[router])

@@ -54,7 +54,39 @@ from .remedies import Recommendation, Situation, recommend
 from .vllm_bench import METRICS, BenchResult, printable, read_bench_result
 
 PUBLIC_RUNS = Path(__file__).resolve().parent / "measured" / "e2e" / "vllm_bench_runs"
+# A median predicted this many times above or below the measured one is no model error (the
+# simulation's P50 errors on public runs are tens of percent): the deployment file most likely does
+# not describe the server that ran (another GPU, TP, quantization, max_num_seqs or vLLM version).
+MISMATCH_FACTOR = 10.0
 __all__ = ["diagnose", "Diagnosis", "RunDiagnosis", "read_bench_result", "PUBLIC_RUNS"]
+
+
+def mismatch_notes(measured: dict[str, LatencyStats], predicted) -> list[str]:
+    """A warning when a predicted median is :data:`MISMATCH_FACTOR` times the measured one or more
+    (either way): the diagnosis then describes another server than the one that ran.
+
+    >>> from servopt.costmodels.serving.metrics import LatencyStats
+    >>> class Predicted:
+    ...     ttft_s = tpot_s = e2e_s = LatencyStats(1.9, 1.9, 2.0, 2.1)
+    >>> mismatch_notes({"ttft": LatencyStats(0.01, 0.01, 0.02, 0.03)}, Predicted())[0][:60]
+    'WARNING: the predicted P50 TTFT (1.9 s) is 190x the measured'
+    """
+    out = []
+    for metric in ("ttft", "tpot", "e2e"):
+        meas, pred = measured.get(metric), getattr(predicted, f"{metric}_s", None)
+        if meas is None or pred is None or not (math.isfinite(meas.p50) and math.isfinite(pred.p50)):
+            continue
+        if meas.p50 <= 0 or pred.p50 <= 0:
+            continue
+        ratio = pred.p50 / meas.p50
+        if ratio >= MISMATCH_FACTOR or ratio <= 1 / MISMATCH_FACTOR:
+            factor = f"{ratio:.0f}x" if ratio >= 1 else f"1/{1 / ratio:.0f} of"
+            out.append(f"WARNING: the predicted P50 {metric.upper()} ({pred.p50:.3g} s) is {factor} the measured "
+                       f"({meas.p50:.3g} s): no model is that far off; the deployment file most likely does not describe "
+                       "the server that ran (check gpu, tp, quantization, max_num_seqs, vllm_version), and this "
+                       "diagnosis is of another server")
+            break
+    return out
 
 
 @dataclass(frozen=True)
@@ -255,6 +287,7 @@ def diagnose(results: list[BenchResult], model: str, deployment: Deployment, gpu
                              f"lengths ({result.mean_input_tokens:.0f} in, {result.mean_output_tokens:.0f} out)")
         if result.failed:
             run_notes.append(f"{result.failed} request(s) failed in the run; the simulation serves all")
+        run_notes += mismatch_notes(measured, sim.summary)
         runs.append(RunDiagnosis(result, result.client(), measured, sim, traffic, evidence, verdict.bottleneck,
                                  verdict.symptoms, verdict.causes, tuple(run_notes)))
     worst = max(range(len(runs)), key=lambda i: (runs[i].load, i))

@@ -7,7 +7,7 @@ hurts (P99 TTFT for a queue, P99 ITL for prefill interference, P99 TPOT for memo
 
 | bottleneck | changes tried |
 | --- | --- |
-| ``saturated`` | replicas from the capacity formula (seed 7.4) at the offered rate, or to serve what was offered; ``max_num_seqs`` x2, and up to what the KV cache holds, when it caps the batch; fp8 KV cache when the cache is 90% full |
+| ``saturated`` | replicas from one replica's estimated saturation rate (``costmodels/capacity.py``) at the offered rate, or to serve what was offered; ``max_num_seqs`` x2, and up to what the KV cache holds, when it caps the batch; fp8 KV cache when the cache is 90% full |
 | ``kv_pressure`` | fp8 KV cache (half the bytes per token); ``gpu_memory_utilization`` 0.95; TP x2 (the KV cache spreads over twice the GPUs); ``max_num_seqs`` down to what the cache holds; one more replica |
 | ``under_batching`` | ``max_num_seqs`` x2, and up to what the KV cache holds; async scheduling (vLLM 0.14+) when the host shows; one more replica |
 | ``prefill_interference`` | ``max_num_batched_tokens`` halved, then quartered (smaller prefill chunks per step); chunked prefill when off; one prefill and one decode instance (P/D disaggregation) |
@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..costmodels.architectures import ModelSpec
-from ..costmodels.capacity import role_capacity
+from ..costmodels.capacity import replica_capacity
 from ..costmodels.deployment import DisaggregationConfig, Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec
 from ..costmodels.quantization import builtin_accuracy_table, support_problem
-from ..costmodels.serving import SimulationResult
+from ..costmodels.serving import SimulationResult, Traffic
 from ..costmodels.serving.activity import EngineActivity
 from ..costmodels.serving.compiled import CompiledDeployment
 from ..costmodels.vllm_defaults import CURRENT_VLLM, async_scheduling, parse_vllm_version
@@ -106,16 +106,20 @@ def _replica_changes(s: Situation) -> list[Change]:
     wanted = d.replicas + 1
     why = "one more replica"
     if s.offered_rate:
-        role = s.compiled.roles[0]
+        # One replica's saturation rate on requests of the run's mean lengths, by the engine model
+        # the simulation shares (costmodels/capacity.py).
+        mix = Traffic.model_validate({
+            "arrival": {"kind": "poisson", "rate_per_s": s.offered_rate},
+            "input_tokens": {"kind": "fixed", "value": max(round(s.mean_input_tokens), 1)},
+            "output_tokens": {"kind": "fixed", "value": max(round(s.mean_output_tokens), 1)}})
         try:
-            cap = role_capacity(role, s.mean_input_tokens, s.mean_output_tokens)
-            formula = cap.replicas_for(s.offered_rate / (role.per_replica * role.dp))
+            formula = replica_capacity(s.compiled, mix).replicas_for(s.offered_rate)
         except InputError:
             formula = 0
         served = math.ceil(d.replicas * s.offered_rate / s.served_rate) if s.saturated and s.served_rate > 0 else 0
         if max(formula, served) > d.replicas:
             wanted = max(formula, served)
-            why = (f"the capacity formula (seed 7.4) needs {formula} replica(s) at {s.offered_rate:g} req/s"
+            why = (f"one replica's estimated capacity needs {formula} replica(s) at {s.offered_rate:g} req/s"
                    + (f"; serving what was offered needs {served}" if served else ""))
     return [Change(f"replicas {wanted} (behind the router)", {"replicas": wanted}, why)]
 

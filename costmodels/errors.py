@@ -152,26 +152,46 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 
 def _keys_at(spec: type[BaseModel] | None, loc: tuple) -> list[str]:
     """The keys a spec accepts beside the unknown key at ``loc`` (its last part), or [] when unknown."""
+    return sorted({field.alias or name for model in _models_at(spec, loc) for name, field in model.model_fields.items()})
+
+
+def _models_at(spec: type[BaseModel] | None, loc: tuple) -> list[type[BaseModel]]:
+    """The models whose keys sit beside the key at ``loc`` (its last part)."""
     models = [spec] if spec is not None else []
     for part in loc[:-1]:
         if isinstance(part, int):
             continue  # a list index: the models stay those of the list's items
-        inner = []
+        inner = []  # a dict key, or the tag of a discriminated union: the value's models are these
         for model in models:
             field = model.model_fields.get(str(part)) or next(
                 (f for f in model.model_fields.values() if f.alias == part), None)
-            if field is not None:
-                inner += _models_in(field.annotation)
-            else:  # a dict key, or the tag of a discriminated union: the value's models are these
-                inner.append(model)
+            inner += _models_in(field.annotation) if field is not None else [model]
         # Under a discriminated union pydantic adds the tag to the path: keep the member it names.
         tagged = [m for m in inner if any(part in typing.get_args(f.annotation) for f in m.model_fields.values())]
         models = tagged or inner
-    keys = set()
-    for model in models:
-        for name, field in model.model_fields.items():
-            keys.add(field.alias or name)
-    return sorted(keys)
+    return models
+
+
+def nested_home(spec: type[BaseModel] | None, loc: tuple, depth: int = 3) -> str | None:
+    """Where a key unknown at ``loc`` belongs, when a section below that level has it (a key indented
+    one level too little): its path from ``loc``'s parent, such as ``traffic.input_tokens``."""
+    if not loc or spec is None:
+        return None
+    key = str(loc[-1])
+    queue = [(model, "") for model in _models_at(spec, loc)]
+    for _ in range(depth):
+        found, deeper = [], []
+        for model, path in queue:
+            for name, field in model.model_fields.items():
+                for inner in _models_in(field.annotation):
+                    below = f"{path}{name}."
+                    if key in inner.model_fields:
+                        found.append(f"{below}{key}")
+                    deeper.append((inner, below))
+        if found:
+            return sorted(set(found), key=lambda p: (p.count("."), p))[0]
+        queue = deeper
+    return None
 
 
 def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
@@ -179,6 +199,9 @@ def _message(item: dict, spec: type[BaseModel] | None = None) -> str:
     if kind == "extra_forbidden":
         loc = tuple(item.get("loc", ()))
         hint = did_you_mean(str(loc[-1]), _keys_at(spec, loc)) if loc else ""
+        home = None if hint else nested_home(spec, loc)
+        if home:
+            return f"unknown key here (did you mean {home}? it belongs under {home.rsplit('.', 1)[0]}:)"
         return f"unknown key{hint or ' (check its spelling)'}"
     if kind == "missing":
         return "required key is missing"

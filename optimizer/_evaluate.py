@@ -5,11 +5,15 @@
    (:class:`~servopt.costmodels.serving.compiled.CompiledDeployment`); every step below reads that one
    compiled deployment.
 1. Constraints that need no simulation (TP, node, quantization, batch limits, accuracy, memory).
-2. Replicas from the capacity formula (seed 7.4) with the candidate's ``headroom``, then confirmed
-   with the analytic ``estimate``: a fleet it calls saturated grows by a quarter (at most three
-   times). Searching the replica count blindly would spend most trials on fleets that are
-   saturated or idle; deriving it leaves the search one knob (headroom) that trades cost for
-   queueing delay. Headroom that would take the fleet over ``limits.max_gpus`` is capped there.
+2. Replicas from one replica's capacity (:func:`~servopt.costmodels.capacity.replica_capacity`: the
+   analytic estimate's saturation rate of one replica, the engine model the simulation shares):
+   the replicas that carry the traffic, with the candidate's ``headroom``, then the workload's spare
+   replicas on top (seed 7.4: ``ceil(N x (1 + redundancy))``, one more with ``slo.n_minus_1``;
+   :func:`~servopt.costmodels.capacity.fleet_size`); confirmed with the analytic ``estimate``: a fleet
+   it calls saturated grows the replicas that carry the traffic by a quarter (at most three times).
+   Searching the replica count blindly would spend most trials on fleets that are saturated or
+   idle; deriving it leaves the search one knob (headroom) that trades cost for queueing delay.
+   Headroom that would take the fleet over ``limits.max_gpus`` is capped there.
 3. The estimate screens: a candidate is simulated only when its estimate meets the SLOs within
    ``screen_margin`` and is not that much slower than a simulated configuration that costs no more.
 4. The discrete-event simulation, at ``search_requests`` requests.
@@ -28,10 +32,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..costmodels.capacity import ReplicaCapacity, role_capacity
+from ..costmodels.capacity import ReplicaCapacity, fleet_size, replica_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.serving.compiled import CompiledDeployment, num_nodes
+from ..costmodels.serving.slo import above
 from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
@@ -59,9 +64,6 @@ CONSTRAINT_GROUPS = {
     "saturated": ("saturated",),
     "slo": (*SLO_CONSTRAINTS, CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT),
 }
-# ngram's mean accepted length is unknown without the text; the simulator models it, and the
-# capacity seed stays conservative by counting one token per verify step.
-_TOKENS_PER_VERIFY = 1.0
 
 
 def whole_nodes(workload, gpu) -> bool:
@@ -185,6 +187,11 @@ class Preview:
     def key(self) -> tuple:
         return self.model, json.dumps(self.compiled.deployment.model_dump(mode="json"), sort_keys=True)
 
+    @property
+    def serving(self) -> int | None:
+        """Replicas that carry the traffic, spares aside (None before the capacity formula)."""
+        return None if self.capacity is None else self.capacity["serving_replicas"]
+
 
 @dataclass
 class ScreenFront:
@@ -219,6 +226,7 @@ class Evaluator:
                                  CLASS_SLO_CONSTRAINT, _redundancy.CONSTRAINT]
         self._summaries: dict[tuple, Summary] = {}
         self._previews: dict[tuple, Preview] = {}
+        self._capacities: dict[tuple, ReplicaCapacity] = {}
 
     # --- caches shared across trials (and seeded from stored trials on resume) -----------------
     @staticmethod
@@ -255,35 +263,36 @@ class Evaluator:
         return self._summaries[key]
 
     # --- capacity --------------------------------------------------------------------------------
-    def capacity(self, compiled: CompiledDeployment) -> tuple[float, list[ReplicaCapacity]]:
-        """Fractional replicas the traffic needs (seed 7.4), and each role's capacity."""
+    def capacity(self, compiled: CompiledDeployment) -> tuple[float, ReplicaCapacity]:
+        """Fractional replicas the traffic needs, and one replica's capacity: the analytic estimate's
+        saturation rate of one replica (:func:`~servopt.costmodels.capacity.replica_capacity`, the
+        engine model the estimate and the simulation share). Closed-loop clients need as many
+        replicas as hold them at the replica's concurrency at that rate. Cached per deployment."""
+        key = self._key("capacity", compiled.weights.serve_id, compiled.with_replicas(1).deployment)
+        cap = self._capacities.get(key)
+        if cap is None:
+            cap = self._capacities[key] = replica_capacity(compiled, self.problem.workload.traffic)
         stats = self.problem.stats
-        drafts = compiled.drafts
-        needed, capacities = 0.0, []
-        for role in compiled.roles:
-            cap = role_capacity(role, stats.mean_input_tokens, stats.mean_output_tokens, drafts, _TOKENS_PER_VERIFY)
-            capacities.append(cap)
-            if stats.rate_per_s is not None:
-                # Each instance and each of its data-parallel ranks holds its share.
-                needed = max(needed, stats.rate_per_s * cap.occupancy_s / (cap.concurrency * role.per_replica * role.dp))
-            else:
-                needed = max(needed, stats.in_flight_requests / (cap.concurrency * role.per_replica * role.dp))
-        return needed, capacities
+        if stats.rate_per_s is not None:
+            return cap.needed(stats.rate_per_s), cap
+        return stats.in_flight_requests / max(cap.concurrency, 1.0), cap
 
-    def _replicas(self, candidate: Candidate, needed: float, gpus_per_replica: int) -> int:
-        if "replicas" in candidate.values:
-            return int(candidate["replicas"])
-        redundancy = self.problem.workload.redundancy
-
-        def fleet(share: float) -> int:
-            serving = max(math.ceil(needed * (1 + share) - 1e-9), 1)
-            spare = 1 if self.problem.workload.slo.n_minus_1 else 0  # N+1: targets must hold with one down
-            return max(math.ceil(serving * (1 + redundancy) - 1e-9), serving + spare, 1)
-
-        wanted, least = fleet(float(candidate.get("headroom", 0.0))), fleet(0.0)
-        # Headroom buys spare replicas only up to the fleet limit (a fleet that needs more breaks it).
+    def _serving(self, candidate: Candidate, needed: float, gpus_per_replica: int) -> int:
+        """Replicas that carry the traffic: those it needs with the candidate's ``headroom``, capped
+        where headroom would take the fleet with its spares over ``limits.max_gpus`` (a fleet the
+        traffic itself takes over the limit breaks it)."""
+        least = max(math.ceil(needed - 1e-9), 1)
+        wanted = max(math.ceil(needed * (1 + float(candidate.get("headroom", 0.0))) - 1e-9), 1)
         limit = self.problem.ctx.max_gpus // gpus_per_replica
-        return max(min(wanted, limit), least)
+        while wanted > least and self._fleet(wanted) > limit:
+            wanted -= 1
+        return wanted
+
+    def _fleet(self, serving: int) -> int:
+        """Replicas deployed when ``serving`` carry the traffic: the workload's spares on top
+        (:func:`~servopt.costmodels.capacity.fleet_size`: ``redundancy``, and one for ``slo.n_minus_1``)."""
+        w = self.problem.workload
+        return fleet_size(serving, w.redundancy, w.slo.n_minus_1)
 
     # --- scoring ---------------------------------------------------------------------------------
     def cost(self, deployment: Deployment, summary: Summary | None) -> dict[str, Any]:
@@ -359,7 +368,7 @@ class Evaluator:
         source = "estimate" if requests is None else "simulate"
         reasons = _prediction_reasons(summary, violations, w.slo, source)
         reasons += [f"{'simulated' if requests is not None else 'estimated'} P99 {metric.upper()} of class {name} "
-                    f"{latency:.3g} s > its SLO {target:g} s"
+                    f"{above(latency, target, 'its SLO')}"
                     for name, metric, latency, target in self._class_targets(summary)
                     if math.isfinite(latency) and latency > target]
         n_minus_1 = None
@@ -388,7 +397,7 @@ class Evaluator:
         if seen.violations:
             return None, 1.0 + sum(v.amount for v in seen.violations.values())
         try:
-            compiled, _ = self._estimate_fleet(seen.candidate, seen.model, seen.compiled)
+            compiled, _ = self._estimate_fleet(seen.candidate, seen.model, seen.compiled, seen.serving)
             estimated = self.predict(seen.model, compiled)
         except InputError:
             return None, math.inf
@@ -416,17 +425,17 @@ class Evaluator:
         capacity = None
         if not violations:
             try:
-                needed, capacities = self.capacity(compiled)
-            except InputError as err:  # a request longer than the KV cache holds
+                needed, cap = self.capacity(compiled)
+            except InputError as err:  # a request longer than the KV cache holds, or no stable rate
                 violations["memory"] = Violation("memory", 1.0, str(err))
             else:
-                replicas = self._replicas(repaired, needed, compiled.deployment.gpus_per_replica)
+                if "replicas" in repaired.values:
+                    serving = replicas = int(repaired["replicas"])
+                else:
+                    serving = self._serving(repaired, needed, compiled.deployment.gpus_per_replica)
+                    replicas = self._fleet(serving)
                 compiled = compiled.with_replicas(replicas)
-                capacity = {
-                    "replicas_needed": needed,
-                    "instances": [{"concurrency": c.concurrency, "occupancy_s": c.occupancy_s,
-                                   "kv_limited": c.kv_limited} for c in capacities],
-                }
+                capacity = {"replicas_needed": needed, "serving_replicas": serving, "per_replica": cap.to_dict()}
                 violations.update({v.constraint: v for v in space.violations(repaired, replicas, compiled)})
         found = self._previews[candidate.key] = Preview(candidate, repaired, space.model_key(repaired), compiled,
                                                         violations, capacity)
@@ -467,7 +476,7 @@ class Evaluator:
         reasons = [v.reason for v in violations.values()]
         if not violations:
             try:
-                compiled, _ = self._estimate_fleet(candidate, model, compiled)
+                compiled, _ = self._estimate_fleet(candidate, model, compiled, seen.serving)
                 scored = self.predict(model, compiled)
             except InputError as err:  # a configuration the simulator cannot model
                 violations["simulator"] = Violation("simulator", 1.0, f"simulator: {err}")
@@ -556,14 +565,16 @@ class Evaluator:
                 return head + "a simulated configuration that costs no more is faster than its P99 interval"
         return None
 
-    def _estimate_fleet(self, candidate: Candidate, model: str,
-                        compiled: CompiledDeployment) -> tuple[CompiledDeployment, Summary]:
-        """Estimate; when the derived fleet saturates, grow it by a quarter (at most three times)."""
+    def _estimate_fleet(self, candidate: Candidate, model: str, compiled: CompiledDeployment,
+                        serving: int | None) -> tuple[CompiledDeployment, Summary]:
+        """Estimate; when the derived fleet saturates, grow the replicas that carry the traffic by a
+        quarter (at most three times), keeping the workload's spares on top of them."""
         summary = self._estimate(model, compiled)
         retries = 0
-        while (summary.get("saturated") and "replicas" not in candidate.values and retries < SATURATION_RETRIES):
-            replicas = max(math.ceil(compiled.deployment.replicas * 1.25), compiled.deployment.replicas + 1)
-            bigger = compiled.with_replicas(replicas)
+        while (summary.get("saturated") and serving is not None and "replicas" not in candidate.values
+               and retries < SATURATION_RETRIES):
+            serving = max(math.ceil(serving * 1.25), serving + 1)
+            bigger = compiled.with_replicas(self._fleet(serving))
             if bigger.deployment.num_gpus > self.problem.ctx.max_gpus:
                 break
             compiled, summary = bigger, self._estimate(model, bigger)
@@ -579,5 +590,5 @@ def _prediction_reasons(summary: Summary, violations: dict[str, float], slo, fid
         reasons.append(f"saturated ({source}): {why}")
     for name, (attr, metric) in SLO_CONSTRAINTS.items():
         if violations.get(name, 0) > 0:
-            reasons.append(f"{source} P99 {metric.upper()} {p99(summary, metric):.3g} s > SLO {getattr(slo, attr):g} s")
+            reasons.append(f"{source} P99 {metric.upper()} {above(p99(summary, metric), getattr(slo, attr))}")
     return reasons

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 
 from ..costmodels.serving import SLO
+from ..costmodels.serving.slo import above
 from ..results import Summary, summary_p99
 
 CONSTRAINT = "slo_n_minus_1"
@@ -54,5 +55,5 @@ def miss(summary: Summary | None, slo: SLO, offered_rate_per_s: float | None) ->
         latency = summary_p99(summary, metric)
         amount = latency / target - 1 if math.isfinite(latency) else 0.0
         if amount > worst:
-            worst, reason = amount, f"with one replica down P99 {metric.upper()} {latency:.3g} s > SLO {target:g} s"
+            worst, reason = amount, f"with one replica down P99 {metric.upper()} {above(latency, target)}"
     return worst, reason

@@ -43,6 +43,7 @@ from joblib import Parallel, delayed
 
 from ..costmodels.errors import InputError
 from ..costmodels.outfiles import output_folder, read_text, write_text
+from ..costmodels.physics import Fleet, Load, check_memory, check_rate, check_summary
 from ..costmodels.userfiles import parse_json, shown
 from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
@@ -443,6 +444,45 @@ class Job:
                               for key, basis in problem.max_model_len_basis.items()},
         }
 
+
+    def physics_breaches(self, data: dict[str, Any] | None = None) -> list[str]:
+        """Every figure the job wrote that breaks the physics check (:mod:`servopt.costmodels.physics`):
+        each trial's estimate, simulation and one-replica-down prediction, its replica capacity and
+        memory, and each re-check, on the GPUs of the deployment they describe. Empty when all pass."""
+        data = data or self.collect()
+        problem = self.problem
+        stats, traffic = problem.stats, self.workload.traffic
+        out: list[str] = []
+
+        def summaries(what: str, compiled, summary, n_minus_1) -> list[str]:
+            load = Load.of(traffic, stats.mean_input_tokens, stats.mean_output_tokens,
+                           compiled.deployment.enable_prefix_caching)
+            found = check_summary(Fleet.of(compiled), load, summary, what) if summary else []
+            if n_minus_1:
+                fewer = compiled.with_replicas(compiled.deployment.replicas - 1)
+                found += check_summary(Fleet.of(fewer), load, n_minus_1, f"{what}, one replica down")
+            return found
+
+        compiled_of = {}
+        for trial in data["trials"]:
+            r = trial.record
+            if r.fidelity == "precheck" and not r.capacity:
+                continue
+            compiled = compiled_of[trial.number] = problem.ctx.compile(r.model, r.deployment.spec)
+            what = f"trial {trial.number} ({r.deployment.spec.gpu} x {r.num_gpus})"
+            out += check_memory(Fleet.of(compiled), what)
+            out += summaries(f"{what} estimate", compiled, r.estimate, None)
+            out += summaries(f"{what} simulation", compiled, r.simulation, r.n_minus_1)
+            capacity = (r.capacity or {}).get("per_replica")
+            if capacity:
+                one = compiled.with_replicas(1)
+                load = Load.of(traffic, stats.mean_input_tokens, stats.mean_output_tokens,
+                               compiled.deployment.enable_prefix_caching)
+                out += check_rate(Fleet.of(one), load, capacity["requests_per_s"], f"{what} requests/s per replica")
+        for number, check in data["rechecks"].items():
+            if number in compiled_of:
+                out += summaries(f"trial {number} re-check", compiled_of[number], check.simulation, check.n_minus_1)
+        return out
 
     def _current(self, record: TrialRecord) -> TrialRecord:
         """A simulated trial's record with its whole deployment record (studies written before

@@ -238,7 +238,8 @@ class Workload(Spec):
     storage: Name | None = Field(default=None, description="journal:///path/file or an SQLAlchemy URL; default: the "
                                  "journal file study.journal in the job folder")
     space: dict[Name, Any] = Field(
-        default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search space"
+        default_factory=dict, description="pin (a value) or narrow (a list, or {low, high}) knobs; checked by the search "
+        "space; tp also pins or narrows prefill_tp and decode_tp (P/D instances) unless they are given"
     )
     # Off unless listed: acceptance depends on the task (n-gram needs repetition), and a guessed
     # rate would put speculative configurations on the front that real traffic may not reward.
@@ -271,6 +272,14 @@ class Workload(Spec):
             raise ValueError("every request asks for one output token, so no request has a time per output token: "
                              "drop slo.p99_tpot_s and do not use objective.latency tpot")
         return self
+
+    def warnings(self) -> list[str]:
+        """What the commands print before they run, one line each (and the report repeats): targets
+        that read as another unit (:meth:`~servopt.costmodels.serving.slo.SLO.unit_warnings`)."""
+        out = self.slo.unit_warnings("slo")
+        for i, c in enumerate(self.traffic.classes or []):
+            out += c.slo.unit_warnings(f"traffic.classes.{i}.slo")
+        return out
 
     @property
     def gpu_prices(self) -> dict[str, float | None]:

@@ -4,7 +4,9 @@ objective or an SLO names.
 Points are coloured by GPU; the symbol says how far a trial got (simulated and feasible, feasible
 on the estimate only, infeasible); the re-checked front is drawn over them with its cheapest and
 fastest points marked (named in the legend, so no label covers a point), and each SLO is a dashed
-line. The axes open on the feasible region (:func:`feasible_ranges`); a button shows every trial. Hovering a point shows its whole deployment
+line; a tenant class's own SLO is a dotted line with the front's P99 of that class drawn beside it.
+A GPU whose profile is not calibrated says UNCALIBRATED in the legend, over the plot and in every
+hover of its points. The axes open on the feasible region (:func:`feasible_ranges`); a button shows every trial. Hovering a point shows its whole deployment
 and what was predicted. Trials with nothing predicted (pruned) have no latency to plot.
 """
 
@@ -33,9 +35,23 @@ STATUS_LABELS = {"simulated": "feasible, simulated", "estimate": "feasible, esti
 LOG_AXIS_RATIO = 20
 
 
-def panels(objective_latency: str, slo: dict) -> list[str]:
-    """The objective's latency first, then every other latency with an SLO."""
-    return [objective_latency] + [m for m in SLO_KEYS if m != objective_latency and slo.get(SLO_KEYS[m])]
+CLASS_COLOURS = ["#7a3d9a", "#8c6d1f", "#1f6f8c", "#8c1f4a"]
+
+
+def panels(objective_latency: str, slo: dict, classes: list[dict] | None = None) -> list[str]:
+    """The objective's latency first, then every other latency with an SLO (the workload's or a class's)."""
+    targets = [slo, *((c.get("slo") or {}) for c in classes or [])]
+    return [objective_latency] + [m for m in SLO_KEYS
+                                  if m != objective_latency and any(t.get(SLO_KEYS[m]) for t in targets)]
+
+
+def uncalibrated_gpus(*frames: pd.DataFrame) -> set[str]:
+    """GPUs with a row predicted on a profile that is not calibrated."""
+    out: set[str] = set()
+    for frame in frames:
+        if len(frame) and "profile_calibrated" in frame:
+            out |= set(frame.loc[~frame["profile_calibrated"].astype(bool), "gpu"])
+    return out
 
 
 def gpu_colours(gpus: list[str]) -> dict[str, str]:
@@ -79,10 +95,14 @@ def prediction_lines(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _calibration_line(row: dict[str, Any]) -> list[str]:
+    return [] if row.get("profile_calibrated", True) else ["<b>UNCALIBRATED</b> profile: datasheet defaults"]
+
+
 def _trial_hover(row: dict[str, Any], status: str) -> str:
     source = " (simulated)" if row["fidelity"] == "simulate" else " (estimated)"
     head = f"<b>trial {row['trial']}</b>: {STATUS_LABELS[status]}" + (source if status == "infeasible" else "")
-    lines = [head, *deployment_lines(row), *prediction_lines(row)]
+    lines = [head, *_calibration_line(row), *deployment_lines(row), *prediction_lines(row)]
     if row["reason"]:
         lines.append("why infeasible: " + html.escape(str(row["reason"])))
     return "<br>".join(lines)
@@ -91,7 +111,8 @@ def _trial_hover(row: dict[str, Any], status: str) -> str:
 def _front_hover(row: dict[str, Any], marks: dict[int, str]) -> str:
     mark = f" ({marks[row['trial']]})" if row["trial"] in marks else ""
     head = f"<b>trial {row['trial']}{mark}</b>: Pareto front, re-checked with {row['simulated_requests']} requests"
-    return "<br>".join([head, *deployment_lines(row), *prediction_lines(row), "limited by: " + html.escape(row["why"])])
+    return "<br>".join([head, *_calibration_line(row), *deployment_lines(row), *prediction_lines(row),
+                        "limited by: " + html.escape(row["why"])])
 
 
 def _status(trials: pd.DataFrame) -> pd.Series:
@@ -120,12 +141,13 @@ def log_ticks(values: pd.Series) -> list[float]:
 
 
 def _trial_traces(fig: go.Figure, evaluated: pd.DataFrame, status: pd.Series, cost_col: str, col: str,
-                  colours: dict[str, str]) -> None:
+                  colours: dict[str, str], uncalibrated: set[str]) -> None:
     for gpu, colour in colours.items():
         rows = evaluated[(evaluated["gpu"] == gpu) & evaluated[col].notna()] if len(evaluated) else evaluated
         # The legend entry is a filled marker whatever the GPU's first point is; it shows or hides
         # every trace of its group.
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=gpu, legendgroup=gpu,
+        name = f"{gpu} (UNCALIBRATED)" if gpu in uncalibrated else gpu
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=gpu,
                                  marker={"color": colour, "size": 9}, hoverinfo="skip"))
         if not len(rows):
             continue
@@ -162,15 +184,15 @@ def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, 
 
 
 def feasible_ranges(evaluated: pd.DataFrame, status: pd.Series, front: pd.DataFrame, cost_col: str, col: str,
-                    target: float | None, log: bool) -> tuple[list[float], list[float]] | None:
-    """Axis ranges around the feasible points, the front and the SLO (None when nothing is feasible):
+                    targets: list[float], log: bool) -> tuple[list[float], list[float]] | None:
+    """Axis ranges around the feasible points, the front and the SLOs (None when nothing is feasible):
     where the choice is made, without the expensive or saturated trials that stretch the axes."""
     feasible = evaluated[status.reindex(evaluated.index) != "infeasible"] if len(evaluated) else evaluated
     xs = pd.concat([feasible[cost_col] if len(feasible) else pd.Series(dtype=float),
                     front[cost_col] if len(front) else pd.Series(dtype=float)]).dropna()
     ys = pd.concat([feasible[col] if len(feasible) else pd.Series(dtype=float),
                     front[col] if len(front) else pd.Series(dtype=float),
-                    pd.Series([target if target else math.nan])]).dropna()
+                    pd.Series([t for t in targets if t] or [math.nan], dtype=float)]).dropna()
     if not len(xs) or not len(ys):
         return None
     low, high = float(xs.min()), float(xs.max())
@@ -184,25 +206,56 @@ def feasible_ranges(evaluated: pd.DataFrame, status: pd.Series, front: pd.DataFr
     return x_range, [max(float(ys.min()) - y_pad, 0.0), float(ys.max()) + y_pad]
 
 
-def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, slo: dict) -> dict[str, go.Figure]:
-    """One figure per panel metric (see :func:`panels`), keyed by the metric."""
+def _class_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, metric: str, classes: list[dict]) -> None:
+    """Each class's own SLO on ``metric`` (dotted), and the front's P99 of that class beside it."""
+    for i, c in enumerate(classes):
+        target = (c.get("slo") or {}).get(SLO_KEYS[metric])
+        if not target:
+            continue
+        colour = CLASS_COLOURS[i % len(CLASS_COLOURS)]
+        name = html.escape(str(c["name"]))
+        fig.add_hline(y=target, line={"color": colour, "dash": "dot", "width": 1.5})
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"class {name} SLO: P99 {metric.upper()} <= "
+                                 f"{target:g} s", line={"color": colour, "dash": "dot", "width": 1.5}, hoverinfo="skip"))
+        col = f"p99_{metric}_s[{c['name']}]"
+        if len(front) and col in front and front[col].notna().any():
+            rows = front[front[col].notna()].sort_values(cost_col)
+            fig.add_trace(go.Scatter(
+                x=rows[cost_col], y=rows[col], mode="markers", name=f"class {name}: front's P99 {metric.upper()}",
+                marker={"size": 9, "symbol": "triangle-up", "color": colour},
+                hovertext=[f"trial {r['trial']}: class {name} P99 {metric.upper()} {_number(r[col], ' s')} "
+                           f"(SLO {target:g} s)" for r in rows.to_dict("records")], hoverinfo="text"))
+
+
+def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, slo: dict,
+                   classes: list[dict] | None = None) -> dict[str, go.Figure]:
+    """One figure per panel metric (see :func:`panels`), keyed by the metric; ``classes``: the
+    traffic's tenant classes, whose own SLOs are drawn too."""
     cost_col = f"cost_{objective['cost']}"
     evaluated = trials[trials["objective_latency_s"].notna()] if len(trials) else trials
     colours = gpu_colours(sorted(set(evaluated["gpu"] if len(evaluated) else []) | set(front["gpu"] if len(front) else [])))
     status = _status(evaluated) if len(evaluated) else pd.Series(dtype=str)
     marks = front_marks(front, objective)
+    uncalibrated = uncalibrated_gpus(evaluated, front)
     figures = {}
-    for metric in panels(objective["latency"], slo):
+    for metric in panels(objective["latency"], slo, classes):
         col = f"p99_{metric}_s"
         target = slo.get(SLO_KEYS[metric])
+        targets = [target, *((c.get("slo") or {}).get(SLO_KEYS[metric]) for c in classes or [])]
         values = pd.concat([evaluated[col] if len(evaluated) else pd.Series(dtype=float),
-                            front[col] if len(front) else pd.Series(dtype=float), pd.Series([target or math.nan])])
+                            front[col] if len(front) else pd.Series(dtype=float),
+                            pd.Series([t for t in targets if t] or [math.nan], dtype=float)])
         values = values.dropna()
         log = bool(len(values)) and values.min() > 0 and values.max() / values.min() > LOG_AXIS_RATIO
         fig = go.Figure()
-        _trial_traces(fig, evaluated, status, cost_col, col, colours)
+        _trial_traces(fig, evaluated, status, cost_col, col, colours, uncalibrated)
         if len(front):
             _front_traces(fig, front, cost_col, col, metric == objective["latency"], colours, marks)
+        _class_traces(fig, front, cost_col, metric, classes or [])
+        if uncalibrated:
+            fig.add_annotation(text=f"UNCALIBRATED: {', '.join(sorted(uncalibrated))} (datasheet defaults)",
+                               xref="paper", yref="paper", x=1.0, y=1.0, xanchor="right", yanchor="bottom",
+                               showarrow=False, font={"color": "#b30000", "size": 12})
         if target:  # named in the legend, so no label sits over the points
             fig.add_hline(y=target, line={"color": "#2ca02c", "dash": "dash", "width": 1.5})
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"SLO: P99 {metric.upper()} <= {target:g} s",
@@ -210,7 +263,7 @@ def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, s
         if log:
             ticks = log_ticks(values)
             fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
-        ranges = feasible_ranges(evaluated, status, front, cost_col, col, target, log)
+        ranges = feasible_ranges(evaluated, status, front, cost_col, col, targets, log)
         if ranges:
             # Opens on the feasible region; the button (or a double click) shows every trial.
             fig.update_xaxes(range=ranges[0])

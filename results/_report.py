@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import shlex
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +23,9 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from ..costmodels.outfiles import spreadsheet_safe, write_text
+from ..costmodels.serving.slo import SLO
 from ._plot import COST_LABELS, front_marks, pareto_figures
+from ._record import LATENCY_TIE
 from ._tables import CLASS_METRICS, COST_COLUMNS, class_column, pareto_frame, trials_frame
 
 PLOTLY_JS = "plotly.min.js"  # beside report.html, written once per job folder
@@ -57,16 +60,32 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("KV pool GiB/GPU", lambda r: _fmt(r["memory_headroom_gib"])),
     ("profile", lambda r: "calibrated" if r["profile_calibrated"] else "UNCALIBRATED"),
 ]
+TIE_NOTE = (f"At equal cost, P99s within {LATENCY_TIE:.0%} of each other count as tied (the predictions' error) and the "
+            "front keeps the point with the lower accuracy drop (acc. drop %).")
 SLO_NAMES = {"p99_ttft_s": "ttft", "p99_tpot_s": "tpot", "p99_e2e_s": "e2e"}
+
+
+def slo_targets(slo: dict[str, Any] | None) -> list[tuple[str, str, float]]:
+    """(key, metric, target) of every latency target an SLO mapping sets: its other keys, such as
+    ``n_minus_1``, are options, not targets (a class's ``n_minus_1: false`` once printed as "P99 NUS <= 0 s").
+
+    >>> slo_targets({"p99_ttft_s": 0.5, "p99_tpot_s": None, "n_minus_1": False})
+    [('p99_ttft_s', 'ttft', 0.5)]
+    """
+    return [(key, SLO_NAMES[key], float(value)) for key, value in (slo or {}).items()
+            if key in SLO_NAMES and value is not None]
 
 
 def front_columns(data: dict[str, Any], front: pd.DataFrame) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
     """:data:`FRONT_COLUMNS` (the N-1 column only when the job predicted one replica down), then each
-    tenant class's P99s (traffic with classes)."""
+    tenant class's P99 TTFT / TPOT / e2e in one column (traffic with classes)."""
     with_n_minus_1 = "n_minus_1_p99_ttft_s" in front
     classes = [c["name"] for c in data["workload"]["traffic"].get("classes") or []]
-    extra = [(f"{tenant}: P99 {metric.upper()} s", lambda r, c=class_column(metric, tenant): _fmt(r.get(c)))
-             for tenant in classes for metric in CLASS_METRICS]
+    # One column per class, its three P99s in one cell (as the N-1 column): a column per class and
+    # metric made the table of two tenants scroll sideways at 1,280 px.
+    extra = [(f"{tenant}: P99 TTFT / TPOT / e2e s",
+              lambda r, t=tenant: " / ".join(_fmt(r.get(class_column(metric, t))) for metric in CLASS_METRICS))
+             for tenant in classes]
     # One model on the whole front is named in the summary, not in every row.
     one_model = front["model"].nunique() <= 1
     return [(label, cell) for label, cell in FRONT_COLUMNS
@@ -113,10 +132,7 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     evaluated = trials[trials["fidelity"] != "precheck"]
     capacity = capacity_lines(data, trials)
     lines += capacity
-    for key, target in slo.items():
-        if target is None or key not in SLO_NAMES:
-            continue
-        metric = SLO_NAMES[key]
+    for key, metric, target in slo_targets(slo):
         col = f"p99_{metric}_s"
         finite = evaluated[col].replace(math.inf, math.nan) if len(evaluated) else evaluated
         if len(evaluated) and not finite.notna().any() and evaluated[col].notna().any():
@@ -130,9 +146,9 @@ def explain_empty(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
                 + ("; this SLO cannot be met by the candidates searched" if best[col] > target else "")
             )
     for i, c in enumerate(data["workload"]["traffic"].get("classes") or []):
-        for key, target in (c.get("slo") or {}).items():
-            col = class_column(SLO_NAMES[key], c["name"])
-            if target is None or col not in evaluated or not evaluated[col].notna().any():
+        for key, metric, target in slo_targets(c.get("slo")):
+            col = class_column(metric, c["name"])
+            if col not in evaluated or not evaluated[col].notna().any():
                 continue
             best = evaluated.loc[evaluated[col].idxmin()]
             lines.append(f"- traffic.classes.{i}.slo.{key} = {target:g} s ({c['name']}): the lowest P99 predicted was "
@@ -182,25 +198,35 @@ def capacity_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
 
 def _sizing_lines(data: dict[str, Any], trials: pd.DataFrame, rate: float, unit: str) -> list[str]:
     """:func:`capacity_lines` for fleets refused before any prediction because the replicas the rate
-    needs (the capacity formula, seed 7.4) exceed ``limits.max_gpus``."""
-    sized = trials[trials["replicas_needed"].notna() & (trials["replicas_needed"] > 0) & (trials["replicas"] > 0)]
+    needs exceed ``limits.max_gpus``: by one replica's saturation rate as the analytic estimate
+    predicts it (``replica_requests_per_s``, the engine model ``servopt predict`` runs)."""
+    sized = trials[trials["replica_requests_per_s"].notna() & (trials["replica_requests_per_s"] > 0)
+                   & (trials["replicas"] > 0)]
     too_big = sum("max_gpus" in t.record.violations for t in data["trials"])
     if not len(sized) or too_big * 2 <= len(trials):
         return []
     max_gpus = data["workload"]["limits"]["max_gpus"]
     lines = [f"- capacity: {too_big} of {len(trials)} trials need more than limits.max_gpus = {max_gpus} GPUs "
-             f"for {rate:g} {unit}; by the capacity estimate (concurrency / occupancy per replica):"]
+             f"for {rate:g} {unit}; by the estimate's saturation rate of one replica (what `servopt predict "
+             f"--analytic` finds for it):"]
     options = []
     for (gpu, quant), rows in sized.groupby(["gpu", "quantization"]):
-        per_replica = rate / rows["replicas_needed"]
-        gpus_per_replica = rows["num_gpus"] / rows["replicas"]
+        per_replica = rows["replica_requests_per_s"]
+        gpus_per_replica = (rows["num_gpus"] / rows["replicas"]).round().astype(int)
         within = per_replica * (max_gpus // gpus_per_replica)
-        fewest = (rows["replicas_needed"].apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
-        at = fewest.idxmin()
-        options.append((float(within.max()), f"  - {gpu} {quant}: at most {within.max():.3g} {unit} on "
-                        f"{max_gpus} GPUs; {rate:g} {unit} would need about {fewest[at]} GPUs "
-                        f"({per_replica[at]:.3g} {unit} per replica of {int(gpus_per_replica[at])} GPUs)"))
+        fewest = ((rate / per_replica).apply(lambda n: math.ceil(n - 1e-9)) * gpus_per_replica).astype(int)
+        at, best = fewest.idxmin(), within.idxmax()
+        options.append((float(within[best]), f"  - {gpu} {quant}: at most {within[best]:.3g} {unit} on "
+                        f"{int(max_gpus // gpus_per_replica[best] * gpus_per_replica[best])} GPUs "
+                        f"({per_replica[best]:.3g} {unit} per replica of {_gpus(gpus_per_replica[best])}); "
+                        f"{rate:g} {unit} would need about {fewest[at]} GPUs"
+                        + (f" ({per_replica[at]:.3g} {unit} per replica of {_gpus(gpus_per_replica[at])})"
+                           if at != best else "")))
     return lines + [text for _, text in sorted(options, key=lambda o: -o[0])]
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")
 
 
 def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
@@ -214,9 +240,9 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
     if classes:
         load += "; classes: " + ", ".join(
             f"{c['name']} ({c['share']:.0%}, priority {c.get('priority', 0)}"
-            + "".join(f", P99 {k[4:-2].upper()} <= {v:g} s" for k, v in (c.get("slo") or {}).items() if v is not None)
+            + "".join(f", P99 {metric.upper()} <= {target:g} s" for _, metric, target in slo_targets(c.get("slo")))
             + ")" for c in classes)
-    slo = ", ".join(f"{k} = {v:g} s" for k, v in w["slo"].items() if k in SLO_NAMES and v is not None) or "none"
+    slo = ", ".join(f"{key} = {target:g} s" for key, _, target in slo_targets(w["slo"])) or "none"
     if w["slo"].get("n_minus_1"):
         slo += ", also with one replica down (slo.n_minus_1)"
     counts = trials["fidelity"].value_counts().to_dict() if len(trials) else {}
@@ -234,7 +260,15 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         f"saturate); {feasible} feasible; sampler {w['sampler']}, seed {w['seed']}",
         *_recheck_lines(data),
         f"- Study '{data['job']['study']}' in {data['job']['storage']}",
+        *[f"- Warning: {line}" for line in unit_warnings(w)],
     ]
+
+
+def unit_warnings(workload: dict[str, Any]) -> list[str]:
+    """The workload's targets that read as another unit (what ``optimize`` warned before it ran)."""
+    slos = [("slo", workload["slo"])] + [(f"traffic.classes.{i}.slo", c.get("slo") or {})
+                                         for i, c in enumerate(workload["traffic"].get("classes") or [])]
+    return [line for where, slo in slos for line in SLO.model_validate(slo).unit_warnings(where)]
 
 
 def _pricing_text(whole_nodes: bool | None, gpus: dict[str, Any]) -> str:
@@ -258,7 +292,8 @@ def _recheck_lines(data: dict[str, Any]) -> list[str]:
     if r["cheapest_passing"] is not None:
         cost = data["workload"]["objective"]["cost"]
         line += (f"; every candidate cheaper than {r['cheapest_passing']:.4g} ({COST_LABELS[cost]}) was re-checked and "
-                 "failed, and every candidate not re-checked is dominated by a re-checked point that passed")
+                 "failed, and every candidate not re-checked is dominated by a re-checked point that passed, or ties with "
+                 "one at equal cost whose accuracy drop is no higher")
     return [line]
 
 
@@ -298,12 +333,53 @@ def _profile_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+# A number in a reason that varies between trials: not part of a word (l4, P99, fp8, Llama-3.1-8B)
+# and not a target the workload set (after "SLO ", or "= " as in limits.max_gpus = 8).
+_NUMBER = re.compile(r"(?<![\w.\-/])(?<!SLO )(?<!= )\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.\-])")
+
+
+def group_reasons(reasons: list[str], top: int = 8) -> list[tuple[int, str]]:
+    """The most common reasons trials were infeasible, grouped: each part of a trial's reason (parts
+    are joined by "; ") with its varying figures taken out is one group, counted once per trial,
+    and shown with each figure's range over the group. Saturation reasons group by their fidelity.
+
+    >>> group_reasons(["estimated P99 TTFT 0.61 s > SLO 0.5 s", "estimated P99 TTFT 0.93 s > SLO 0.5 s; x",
+    ...                "estimated P99 TTFT 0.7 s > SLO 0.5 s"])
+    [(3, 'estimated P99 TTFT 0.61-0.93 s > SLO 0.5 s'), (1, 'x')]
+    """
+    groups: dict[str, tuple[int, list[list[float]]]] = {}
+    for reason in reasons:
+        seen = set()
+        for part in filter(None, (p.strip() for p in reason.split("; "))):
+            if part.startswith(("saturated", "re-check", "settled by")):
+                part = part.split(":")[0]
+            figures = [float(m.group(0)) for m in _NUMBER.finditer(part)]
+            template = _NUMBER.sub("\0", part)
+            if template in seen:
+                continue
+            seen.add(template)
+            count, values = groups.get(template, (0, [[] for _ in figures]))
+            for slot, value in zip(values, figures, strict=True):
+                slot.append(value)
+            groups[template] = (count + 1, values)
+    out = []
+    for template, (count, values) in sorted(groups.items(), key=lambda g: -g[1][0])[:top]:
+        text = template
+        for slot in values:
+            low, high = min(slot), max(slot)
+            text = text.replace("\0", f"{low:.3g}" if low == high else f"{low:.3g}-{high:.3g}", 1)
+        out.append((count, text))
+    return out
+
+
 def _reason_lines(trials: pd.DataFrame, top: int = 8) -> list[str]:
+    """"- N x reason" for the most common reasons trials were infeasible (:func:`group_reasons`);
+    empty when no trial was infeasible with a reason, so no heading stands over nothing."""
     if not len(trials):
         return []
-    infeasible = trials[~trials["feasible"]]
-    reasons = Counter(r.split(":")[0] if r.startswith(("saturated", "re-check")) else r for r in infeasible["reason"] if r)
-    return [f"- {count} x {reason}" for reason, count in reasons.most_common(top)]
+    infeasible = trials[~trials["feasible"].astype(bool)]
+    reasons = [r for r in infeasible["reason"] if isinstance(r, str) and r.strip()]
+    return [f"- {count} x {reason}" for count, reason in group_reasons(reasons, top)]
 
 
 def _why_cell(row: dict[str, Any]) -> str:
@@ -329,6 +405,7 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
         for _, cells, mark in _front_rows(front, w["objective"], columns):
             cells[0] += f" ({mark})" if mark else ""
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines += ["", TIE_NOTE]
         if not front["profile_calibrated"].astype(bool).all():
             lines += ["", "Rows marked UNCALIBRATED are predicted on a GPU without a calibration profile (datasheet "
                           "defaults): measure before relying on them."]
@@ -396,7 +473,8 @@ def _figures_html(trials: pd.DataFrame, front: pd.DataFrame, w: dict[str, Any]) 
     # plotly.io escapes <, > and / in the figure's JSON, so no text from the workload can end the script.
     divs = [pio.to_html(fig, full_html=False, include_plotlyjs=False, config=config, div_id=f"plot-{metric}",
                         default_width="100%", default_height="500px")
-            for metric, fig in pareto_figures(trials, front, w["objective"], w["slo"]).items()]
+            for metric, fig in pareto_figures(trials, front, w["objective"], w["slo"],
+                                              w["traffic"].get("classes")).items()]
     return "<div class='plots'>" + "".join(f"<div class='plot'>{div}</div>" for div in divs) + "</div>"
 
 
@@ -421,6 +499,7 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
     ]
     if len(front):
         parts.append(_front_table_html(front, w["objective"], front_columns(data, front)))
+        parts.append(f"<p>{esc(TIE_NOTE)}</p>")
         parts.append(f"<p>Export one: <code>{esc(export_command(data['job']['out_dir']))}</code> "
                      "(or <code>fastest</code>, or a # above)</p>")
     else:

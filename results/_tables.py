@@ -24,7 +24,7 @@ COST_COLUMNS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per
 # KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
 KV_LIMITED_UTILIZATION = 0.9
 INT_COLUMNS = ("tp", "data_parallel_size", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",
-               "max_num_batched_tokens", "num_speculative_tokens")
+               "max_num_batched_tokens", "num_speculative_tokens", "serving_replicas")
 
 
 def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]:
@@ -65,6 +65,16 @@ def n_minus_1_columns(summary: dict | None) -> dict[str, Any]:
 def cost_columns(costs: dict[str, float | None]) -> dict[str, float]:
     """$/hour, $ per million output tokens and per million tokens (input + output); NaN when unknown."""
     return {key: math.nan if costs.get(key) is None else costs[key] for key in COST_COLUMNS}
+
+
+def capacity_columns(capacity: dict[str, Any] | None) -> dict[str, float]:
+    """What one replica sustains as the engine model predicts it (its saturation rate), the
+    fractional replicas the offered traffic needs at that rate, and the replicas that carry it
+    (spares aside); NaN when the trial stopped before the capacity formula."""
+    capacity = capacity or {}
+    return {"replica_requests_per_s": (capacity.get("per_replica") or {}).get("requests_per_s", math.nan),
+            "replicas_needed": capacity.get("replicas_needed", math.nan),
+            "serving_replicas": capacity.get("serving_replicas", math.nan)}
 
 
 def speculation_text(knobs: dict[str, Any]) -> str:
@@ -108,7 +118,7 @@ def trials_frame(data: dict[str, Any]) -> pd.DataFrame:
             **(n_minus_1_columns(r.n_minus_1) if with_n_minus_1 else {}),
             "accuracy_drop_pct": r.accuracy_drop_pct,
             "memory_headroom_gib": math.nan if r.memory_headroom_gib is None else r.memory_headroom_gib,
-            "replicas_needed": (r.capacity or {}).get("replicas_needed", math.nan),
+            **capacity_columns(r.capacity),
             "repaired": "; ".join(f"{k} {a}->{b}" for k, (a, b) in r.repaired.items()),
             # Pruned trials (nothing predicted) have no objective values.
             "objective_cost": values[0] if values else math.nan,

@@ -116,6 +116,15 @@ def default(field: Any) -> str:
     return f"`{yaml.safe_dump(field.default, default_flow_style=True).strip().removesuffix('...').strip()}`"
 
 
+def annotation_of(model: type[BaseModel], key: str) -> Any:
+    """A field's annotation with forward references resolved: pydantic keeps ``ForwardRef('ModelId')``
+    for a type defined further down its module (``Annotated[str, ...]``), which printed as such."""
+    annotation = model.model_fields[key].annotation
+    if isinstance(annotation, typing.ForwardRef) or "ForwardRef" in repr(annotation):
+        return typing.get_type_hints(model, include_extras=True)[key]
+    return annotation
+
+
 def nested(annotation: Any) -> list[type[BaseModel]]:
     """The models a key's type contains."""
     annotation, _ = _strip(annotation)
@@ -140,7 +149,7 @@ EXAMPLES = {
 
 
 def section(model: type[BaseModel]) -> list[str]:
-    doc = (model.__dict__.get("__doc__") or "").strip().split("\n\n")[0].replace("\n", " ")
+    doc = " ".join((model.__dict__.get("__doc__") or "").strip().split("\n\n")[0].split())
     lines = [f"### {model.__name__}", "", doc, ""] if doc else [f"### {model.__name__}", ""]
     if model.__name__ in EXAMPLES:
         example = EXAMPLES[model.__name__]
@@ -148,8 +157,9 @@ def section(model: type[BaseModel]) -> list[str]:
         lines += [f"Example: `{yaml.safe_dump(example, default_flow_style=True, sort_keys=False).strip()}`", ""]
     lines += ["| key | type | unit | default | bounds | description |", "|---|---|---|---|---|---|"]
     for key, field in model.model_fields.items():
-        lines.append(f"| `{key}` | {type_name(field.annotation)} | {unit(key)} | {default(field)} | "
-                     f"{bounds(field.annotation, field.metadata)} | {(field.description or '').replace('|', '/')} |")
+        annotation = annotation_of(model, key)
+        lines.append(f"| `{key}` | {type_name(annotation)} | {unit(key)} | {default(field)} | "
+                     f"{bounds(annotation, field.metadata)} | {(field.description or '').replace('|', '/')} |")
     return lines + [""]
 
 
@@ -173,8 +183,8 @@ def render() -> str:
                 continue
             seen.append(model)
             lines += section(model)
-            for field in model.model_fields.values():
-                queue += [m for m in nested(field.annotation) if m not in seen]
+            for key in model.model_fields:
+                queue += [m for m in nested(annotation_of(model, key)) if m not in seen]
     return "\n".join(lines).rstrip() + "\n"
 
 

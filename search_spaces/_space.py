@@ -19,6 +19,9 @@ from ._domains import Domain, Value, narrow
 from ._knobs import DISAGGREGATED, KNOBS, SPECULATION_OFF, HeadroomKnob, Knob, ReplicasKnob
 from ._repair import PRUNERS, REPAIRS, Pruner, Repair
 
+# Knobs that take ``space.tp`` when the workload does not set them.
+TP_FOLLOWERS = ("prefill_tp", "decode_tp")
+
 
 class SearchSpace:
     """Knobs and their domains for one job.
@@ -40,6 +43,12 @@ class SearchSpace:
         self.constraints = constraints
         self.repairs = repairs
         settings = dict(settings or {})
+        # ``tp`` pins or narrows every engine's tensor parallelism: aggregated replicas', and P/D
+        # prefill and decode instances' unless prefill_tp / decode_tp say otherwise (``space: {tp: 1}``
+        # once left decode at TP 4 and 8 on the front).
+        if "tp" in settings:
+            for knob in TP_FOLLOWERS:
+                settings.setdefault(knob, settings["tp"])
         knobs: list[Knob] = list(KNOBS)
         if "replicas" in settings:
             # Replicas searched directly: the derived count and its headroom no longer apply.

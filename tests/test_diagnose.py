@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,23 @@ def test_bench_result_validation(tmp_path):
     path.write_text(json.dumps({"model_id": "m", "completed": 0, "duration": 1, "request_rate": 1}))
     with pytest.raises(InputError, match="completed is 0"):
         read_bench_result(path)
+
+
+LIGHT_3QPS = PUBLIC_RUNS / "crusoe_l40s__vllm-3.0qps-Meta-Llama-3.1-8B-Instruct-20240829-162036.json"
+
+
+def test_a_deployment_file_that_cannot_describe_the_run_is_warned_and_the_table_stays_in_columns(tmp_path, capsys):
+    # Issue 29 (8): told the server ran max_num_seqs 1, the simulation queues for minutes where the run
+    # measured 96 ms: a gap no model error explains.
+    wrong = deployment_file(tmp_path, max_num_seqs=1)
+    assert main(["diagnose", str(LIGHT_3QPS), "--deployment", str(wrong)]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: the predicted P50 TTFT" in out and "does not describe the server that ran" in out
+    rows = [line for line in out.splitlines() if line.strip().startswith(("TTFT", "TPOT", "ITL", "E2E"))]
+    assert len(rows) == 4
+    for row in rows:  # every cell apart (no "872.28 s+72590%")
+        assert not re.search(r"[0-9a-z%][+-][0-9]", row), row
+    assert len(re.findall(r" \d+x ", rows[0] + " ")) == 2  # factors, not five-digit percentages
+    # A description that fits gives no such warning.
+    assert main(["diagnose", str(LIGHT_3QPS), "--deployment", str(deployment_file(tmp_path))]) == 0
+    assert "WARNING" not in capsys.readouterr().out

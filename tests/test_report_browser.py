@@ -63,3 +63,16 @@ def test_the_probe_sees_errors(tmp_path):
                     "<script>console.error('boom'); notDefined();</script></body></html>")
     seen = check_page(page, width=1280)
     assert len(seen.errors) == 3 and "boom" in seen.errors[0] and not seen.plotly_loaded
+
+
+def test_a_report_of_two_tenants_fits_1280_px_without_scrolling(tmp_path):
+    # Issue 29 (7): a column per class and metric made the front table scroll sideways at 1,280 px.
+    classes = [{"name": "chat", "share": 0.5, "slo": {"p99_ttft_s": 0.5}},
+               {"name": "batch", "share": 0.5, "priority": 1, "slo": {"p99_e2e_s": 30}}]
+    data = {**TINY, "traffic": {**TINY["traffic"], "classes": classes}, "budget": {"trials": 10},
+            "space": {**TINY["space"], "scheduling_policy": ["fcfs", "priority"]}}
+    workload = write_workload(tmp_path / "w.yaml", data)
+    assert main(["optimize", str(workload), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    seen = check_page(tmp_path / "out" / "report.html", width=1280)
+    assert seen.errors == [] and seen.cut_off == []
+    assert seen.tables and seen.tables[0]["right"] <= 1280

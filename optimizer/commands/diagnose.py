@@ -158,9 +158,16 @@ def _ms(seconds: float | None) -> str:
 
 
 def _error(pred: float | None, meas: float | None) -> str:
+    """Predicted against measured in a column of 8: a percentage, or a factor beyond 10x either way
+    (a "+72590%" ran into the next column)."""
     if pred is None or meas is None or not (math.isfinite(pred) and math.isfinite(meas)) or meas <= 0:
         return ""
-    error = pred / meas - 1
+    ratio = pred / meas
+    if ratio >= 10:
+        return f"{ratio:.0f}x" if ratio < 1e6 else ">1e6x"
+    if 0 < ratio <= 0.1:
+        return f"1/{1 / ratio:.0f}" if ratio > 1e-6 else "<1e-6x"
+    error = ratio - 1
     return f"{error:+.0%}" if abs(error) >= 0.005 else "0%"
 
 
@@ -170,11 +177,11 @@ def _run_lines(i: int, run: dict) -> list[str]:
            "closed": f"at most {run['max_concurrency']} in flight"}[run["client"]]
     detail = "per-request data" if run["per_request_data"] else "statistics only"
     lines = [f"run {i}: {printable(Path(run['path']).name)}: {run['requests']} requests {how} ({detail})",
-             f"  {'':6}{'measured P50':>14}{'predicted P50':>15}{'':>7}{'measured P99':>14}{'predicted P99':>15}"]
+             f"  {'':6}{'measured P50':>14}{'predicted P50':>15}{'':>8}{'measured P99':>14}{'predicted P99':>15}"]
     for metric in ("ttft", "tpot", "itl", "e2e"):
         m, p = run["measured"][f"{metric}_s"], run["predicted"][f"{metric}_s"]
-        lines.append(f"  {metric.upper():6}{_ms(m['p50']):>14}{_ms(p['p50']):>15}{_error(p['p50'], m['p50']):>7}"
-                     f"{_ms(m['p99']):>14}{_ms(p['p99']):>15}{_error(p['p99'], m['p99']):>7}")
+        lines.append(f"  {metric.upper():6}{_ms(m['p50']):>14}{_ms(p['p50']):>15} {_error(p['p50'], m['p50']):>7}"
+                     f"{_ms(m['p99']):>14}{_ms(p['p99']):>15} {_error(p['p99'], m['p99']):>7}")
     lines.append(f"  bottleneck: {run['bottleneck']}")
     for finding in run["symptoms"] + run["causes"]:
         if finding["holds"]:

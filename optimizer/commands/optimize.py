@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import optuna
@@ -69,6 +70,9 @@ def make_job(args: argparse.Namespace) -> Job:
 def run(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar reports trials
     job = make_job(args)
+    warned = job.workload.warnings()
+    for line in warned:
+        print(f"servopt optimize: warning: {line}", file=sys.stderr)
     outcome = job.run(progress=not args.no_progress)
     data = job.collect()
     paths = write_results(job.out_dir, data)
@@ -80,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         "simulated": outcome.simulations, "rechecked": outcome.rechecked,
         "elapsed_s": round(outcome.elapsed_s, 2), "front": outcome.front,
         "files": {name: str(path) for name, path in paths.items()}, "notes": list(outcome.notes),
+        "warnings": warned,
     }
     empty = not front
     if empty:

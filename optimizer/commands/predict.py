@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from typing import TYPE_CHECKING
 
 from . import COMMANDS
@@ -92,6 +93,7 @@ def compute_prediction(args: argparse.Namespace) -> dict:
         "profile_calibrated": profile.calibrated,
         "serving_coefficients": profile.serving_source,
         "slo": slo.targets() if slo else {},
+        "warnings": workload.warnings(),
         **summary.to_dict(),
         **extra,
     }
@@ -99,7 +101,11 @@ def compute_prediction(args: argparse.Namespace) -> dict:
 
 
 def _ms(value: float | None) -> str:
-    return "unbounded" if value is None else f"{value * 1e3:9.1f} ms"
+    """A latency in a column of 12: milliseconds, or seconds from 100 s (a saturated run's) so it never
+    runs into the next column."""
+    if value is None:
+        return "unbounded"
+    return f"{value * 1e3:9.1f} ms" if value < 100 else f"{value:10.1f} s"
 
 
 def _latency_table(r: dict) -> list[str]:
@@ -210,5 +216,7 @@ def render(r: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     result = compute_prediction(args)
+    for line in result["warnings"]:
+        print(f"servopt predict: warning: {line}", file=sys.stderr)
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0
