@@ -16,12 +16,13 @@ into the other, each with its physical meaning and unit:
 
 They are fitted together to the mean TPOT and mean TTFT of the development corpus
 (:mod:`.corpus`: dense and MoE runs), in log space with a soft-L1 loss (a run far off for a reason
-the model does not have, such as a benchmark artefact, weighs less than its square), each run
-weighted by one over the square root of its (model, GPU, dtype) group's size (a group of 195 runs
-must not outvote one of 10), and with a prior on each GPU-side coefficient (a scale near 1, a cost
-near 0, at the width :data:`SERVING_COEFFICIENTS` states): where the runs do not tell two
-coefficients apart, the prior keeps them physical. TTFT residuals leave out runs the simulation
-saturates (a queue's length is not a cost). The simulator is linearised around the current
+the model does not have, such as a benchmark artefact, weighs less than its square), counting
+each (model, GPU, dtype) group as one experiment (its runs' losses averaged: a group of
+195 runs must not outvote one of 10), and with a prior on each coefficient (a scale near 1, a
+GPU-side cost near 0, an engine's or a front end's near what such software spends, at the width
+:data:`SERVING_COEFFICIENTS` states): where the runs do not tell two coefficients apart, the priors
+keep them physical. TTFT residuals leave out runs the simulation saturates (a queue's length is
+not a cost). The simulator is linearised around the current
 coefficients by finite differences once, and the fit iterates (Gauss-Newton, the Jacobian corrected
 by Broyden's update after each step), so a fit costs one corpus pass per coefficient and one per
 round rather than hundreds.
@@ -46,7 +47,7 @@ Example (recover a known V1 overhead from two synthetic runs):
     >>> runs = [r.__class__(**{**r.__dict__, "measured": {"mean_tpot_ms": m, "mean_ttft_ms": t}})
     ...         for r, m, t in zip(runs, measured["pred_mean_tpot_ms"], measured["pred_mean_ttft_ms"])]
     >>> fitted = fit_serving(runs, load_profile, names=("step_overhead_s", "step_overhead_per_seq_s",
-    ...                                                "dynamo_request_overhead_s"))
+    ...                                                "dynamo_request_overhead_s"), prior_weight=0.0)
     >>> round(fitted["step_overhead_s"] * 1e3, 2), round(fitted["step_overhead_per_seq_s"] * 1e6)
     (1.5, 20)
 """
@@ -163,9 +164,10 @@ def _step(name: str, value: float) -> float:
     return 0.05 * value if info.scale else max(0.25 * value, info.upper * 0.01)
 
 
-def _prior(names: Sequence[str], x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows of the prior's Jacobian, its residuals at ``x``, which names have one): a scale's log
-    or a cost's value from its center, in units of its width (:class:`ServingCoefficient`)."""
+def _prior(names: Sequence[str], x: np.ndarray, weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, int]:
+    """(rows of the prior's Jacobian, its residuals at ``x``, how many): a scale's log or a cost's
+    value from its center, in units of its width (:class:`ServingCoefficient`), times
+    ``sqrt(weight)`` (0: no prior)."""
     rows, values = [], []
     for i, name in enumerate(names):
         info = SERVING_COEFFICIENTS[name]
@@ -179,11 +181,12 @@ def _prior(names: Sequence[str], x: np.ndarray) -> tuple[np.ndarray, np.ndarray,
             row[i] = 1.0 / info.prior_width
             values.append((x[i] - info.prior_center) / info.prior_width)
         rows.append(row)
-    return np.array(rows).reshape(len(rows), len(names)), np.array(values), len(rows)
+    root = math.sqrt(weight)
+    return root * np.array(rows).reshape(len(rows), len(names)), root * np.array(values), len(rows)
 
 
 def solve_linearised(r0: np.ndarray, weights: np.ndarray, jacobian: np.ndarray, names: Sequence[str],
-                     x0: np.ndarray) -> np.ndarray:
+                     x0: np.ndarray, prior_weight: float = 1.0) -> np.ndarray:
     """The coefficients that minimise the soft-L1 loss of ``r0 + J (x - x0)`` (weighted) plus the
     priors' squares, within ``[0, upper]`` (scales within the profile's bounds), by iteratively
     reweighted bounded least squares."""
@@ -199,7 +202,7 @@ def solve_linearised(r0: np.ndarray, weights: np.ndarray, jacobian: np.ndarray, 
         # 1 / sqrt(1 + s). In units of f (a run's typical error), one run 10% off weighs as much as a
         # coefficient one prior width from its center.
         root = weights / ROBUST_SCALE * (1.0 + (r / ROBUST_SCALE) ** 2) ** -0.25
-        prior_rows, prior_values, _ = _prior(names, x)
+        prior_rows, prior_values, _ = _prior(names, x, prior_weight)
         a = np.vstack([jacobian * root[:, None], prior_rows]) * scale
         b = np.concatenate([-(r0 - jacobian @ x0) * root, -(prior_values - prior_rows @ x)])
         new = lsq_linear(a, b, bounds=(lower / scale, upper / scale)).x * scale
@@ -209,10 +212,11 @@ def solve_linearised(r0: np.ndarray, weights: np.ndarray, jacobian: np.ndarray, 
     return x
 
 
-def objective(residuals: np.ndarray, weights: np.ndarray, names: Sequence[str], x: np.ndarray) -> float:
+def objective(residuals: np.ndarray, weights: np.ndarray, names: Sequence[str], x: np.ndarray,
+              prior_weight: float = 1.0) -> float:
     """The loss :func:`solve_linearised` minimises, at residuals that were simulated, not linearised."""
     z = np.where(weights > 0, residuals / ROBUST_SCALE, 0.0)
-    _, prior, _ = _prior(names, x)
+    _, prior, _ = _prior(names, x, prior_weight)
     return float(np.sum(weights ** 2 * 2.0 * (np.sqrt(1.0 + z * z) - 1.0)) + np.sum(prior ** 2))
 
 
@@ -238,8 +242,10 @@ def jacobian(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[
 
 
 def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dict[str, float | None] | None = None,
-                names: Sequence[str] | None = None, rounds: int = GAUSS_NEWTON_ROUNDS) -> dict[str, float | None]:
-    """The coefficients that best explain ``runs`` (the module docstring); ``names`` limits what is fitted."""
+                names: Sequence[str] | None = None, rounds: int = GAUSS_NEWTON_ROUNDS,
+                prior_weight: float = 1.0) -> dict[str, float | None]:
+    """The coefficients that best explain ``runs`` (the module docstring); ``names`` limits what is
+    fitted, ``prior_weight`` scales the priors (0: the runs alone, as when they are exact)."""
     runs = fitted_runs(runs)
     if not runs:
         raise InputError("no simulated runs to fit the serving coefficients to")
@@ -252,10 +258,10 @@ def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dic
     names = [n for n in names if _identified(base, every, n)]
     r0, weights = _residuals(base, every)
     x0 = np.array([params[n] for n in names])
-    best = objective(r0, weights, names, x0)
+    best = objective(r0, weights, names, x0, prior_weight)
     jac, fresh = jacobian(runs, profile_for, params, names, base), True
     for _ in range(rounds):
-        new = solve_linearised(r0, weights, jac, names, x0)
+        new = solve_linearised(r0, weights, jac, names, x0, prior_weight)
         if np.all(np.abs(new - x0) <= 0.01 * np.maximum(np.abs(x0), [SERVING_COEFFICIENTS[n].upper * 1e-3 for n in names])):
             break
         # Closed loops make a run's latencies a rough function of the costs: where the full step
@@ -264,7 +270,7 @@ def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dic
             step = x0 + fraction * (new - x0)
             moved = predictions(runs, profile_for, {**params, **dict(zip(names, map(float, step)))})
             r1, w1 = _residuals(moved, every)
-            score = objective(r1, w1, names, step)
+            score = objective(r1, w1, names, step, prior_weight)
             if score < best:
                 break
         new = step

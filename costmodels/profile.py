@@ -141,22 +141,25 @@ SERVING_COEFFICIENTS: dict[str, ServingCoefficient] = {
         "GPU time per MoE layer per step outside the fused-MoE kernel tables: routing glue, expert-map "
         "bookkeeping, the extra launches of the MoE block", "s", 2e-3, 0.0, 30e-6),
     # The engine's CPU time per step (hidden behind the GPU step under async scheduling) and the
-    # front end's latency per request: no kernel table measures them, so the runs alone set them.
+    # front end's latency per request: no kernel table measures them. Their priors are wide: a
+    # Python engine loop spends about a millisecond a step and tens of microseconds a sequence
+    # (scheduling, input preparation, output processing; V0 also detokenizes in its loop), and an
+    # HTTP front end a few to a few tens of milliseconds a request.
     "step_overhead_s": ServingCoefficient(
-        "V1 engine's CPU time per step: scheduling, input preparation, output processing", "s", 0.03),
+        "V1 engine's CPU time per step: scheduling, input preparation, output processing", "s", 0.03, 1e-3, 1.5e-3),
     "step_overhead_per_seq_s": ServingCoefficient(
-        "V1 engine's CPU time per step and scheduled sequence", "s", 1e-3),
+        "V1 engine's CPU time per step and scheduled sequence", "s", 1e-3, 20e-6, 30e-6),
     "v0_step_overhead_s": ServingCoefficient(
         "V0 engine's CPU time per step (vLLM before 0.8, and pipeline parallelism in 0.8), which also "
-        "detokenizes in its loop", "s", 0.03),
+        "detokenizes in its loop", "s", 0.03, 2e-3, 3e-3),
     "v0_step_overhead_per_seq_s": ServingCoefficient(
-        "V0 engine's CPU time per step and scheduled sequence", "s", 1e-3),
+        "V0 engine's CPU time per step and scheduled sequence", "s", 1e-3, 50e-6, 100e-6),
     "request_overhead_s": ServingCoefficient(
         "front-end latency per request behind vLLM's API server: HTTP, chat template, the hop to the "
-        "engine core, the first token's way back (tokenization is timed on its own)", "s", 0.05),
+        "engine core, the first token's way back (tokenization is timed on its own)", "s", 0.05, 10e-3, 15e-3),
     "dynamo_request_overhead_s": ServingCoefficient(
         "the same latency behind Dynamo's front end (Rust HTTP and tokenizer, a hop to the vLLM worker)",
-        "s", 0.05),
+        "s", 0.05, 5e-3, 10e-3),
 }
 
 

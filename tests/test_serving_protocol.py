@@ -136,8 +136,9 @@ def _synthetic_silicon_runs(truth: dict, model: str = "meta-llama/Llama-3.1-8B-I
 def test_the_serving_fit_recovers_known_engine_and_front_end_costs():
     runs = _synthetic_silicon_runs({"step_overhead_s": 1.2e-3, "step_overhead_per_seq_s": 40e-6,
                                     "request_overhead_s": 6e-3})
+    # Exact runs: the runs alone decide (no priors).
     fitted = fit_serving(runs, lambda gpu: PROFILE, names=("step_overhead_s", "step_overhead_per_seq_s",
-                                                           "dynamo_request_overhead_s"))
+                                                           "dynamo_request_overhead_s"), prior_weight=0.0)
     assert fitted["step_overhead_s"] == pytest.approx(1.2e-3, rel=0.05)
     assert fitted["step_overhead_per_seq_s"] == pytest.approx(40e-6, rel=0.05)
     # These runs went through Dynamo's front end (as aiconfigurator's silicon runs did): its own latency is fitted.

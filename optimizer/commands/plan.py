@@ -24,6 +24,7 @@ from ...costmodels.quantization import SCHEMES, math_dtype, support_problem
 from ...costmodels.roofline import Batch
 from ...costmodels.serving.compiled import compile_deployment
 from ...costmodels.serving.traffic import MAX_RATE_PER_S, Traffic
+from ...costmodels.uncertainty import prediction_kind, shipped_error_bars
 from ...costmodels.vllm_defaults import CURRENT_VLLM, GPU_MEMORY_UTILIZATION
 from . import COMMANDS
 from .common import add_hardware_args, number_in, whole_number
@@ -184,10 +185,29 @@ def _plan(args: argparse.Namespace, catalog, resolved, profile, compiled, with_f
         "profile_calibrated": profile.calibrated,
         "decode_operators_s": decode.operators_s,
     }
+    result["intervals"] = plan_intervals(result, model, gpu, profile, cost.engine)
     if with_fixes:
         result["fixes"] = [] if fits else fixes(args, result, model, catalog)
         result["capacity"] = capacity(args, compiled) if args.rate is not None else None
     return result
+
+
+def plan_intervals(result: dict, model, gpu, profile, engine: str) -> dict[str, list[float]]:
+    """The 80% interval of the plan's step times and maximum concurrency, from the held-out error of
+    their kind (costmodels/uncertainty.py): a decode step alone is a light-load TPOT, one prompt's
+    prefill a light-load TTFT (whose measured error also carries the front end), the maximum
+    concurrency the KV pool's. An interval never reaches below the physics: no step shorter than
+    reading its weights (and KV) at the GPU's full bandwidth."""
+    kind = prediction_kind(calibrated=profile.calibrated, architecture=gpu.architecture, moe=model.moe is not None,
+                           engine=engine, queue_share_p99_ttft=0.0, saturated=False)
+    bars = shipped_error_bars()
+    decode = bars.interval("mean_tpot", result["decode_step_s"], kind)
+    floor = result["decode_floor_s_per_token"]
+    intervals = {"decode_step_s": (max(decode[0], floor), max(decode[1], floor)),
+                 "prefill_s": bars.interval("mean_ttft", result["prefill_s"], kind),
+                 "max_concurrency": bars.interval("kv_capacity", result["max_concurrency"], kind)}
+    # JSON has no NaN: a figure whose kind no run measured has no interval.
+    return {key: [v if math.isfinite(v) else None for v in pair] for key, pair in intervals.items()}
 
 
 def _fix(args: argparse.Namespace, text: str, why: str, **changes) -> dict | None:
@@ -312,6 +332,15 @@ def _capacity_lines(c: dict) -> list[str]:
     return lines
 
 
+def _spread(r: dict, key: str, scale: float, unit: str) -> str:
+    """`` (80%: low-high unit)`` of a figure's interval, or nothing where no run measured its kind."""
+    low, high = (r.get("intervals") or {}).get(key, (None, None))
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return ""
+    digits = 1 if scale == 1.0 else 2
+    return f" (80%: {low * scale:.{digits}f}-{high * scale:.{digits}f}{unit})"
+
+
 def render(result: dict) -> str:
     r = result
     per_gpu = " per GPU" if r["tp"] * r["pp"] > 1 else ""
@@ -336,7 +365,8 @@ def render(result: dict) -> str:
         f"  budget ({r['gpu_memory_utilization']:.2f} x GPU)    {_gib(r['budget_bytes_per_gpu'])}{per_gpu}",
         f"  KV cache pool           {_gib(r['kv_cache_bytes_per_gpu'])}{per_gpu}: {r['kv_capacity_tokens']:,} tokens, {r['kv_cache_blocks']:,} blocks",
         f"  fits                    {'yes' if r['fits'] else 'NO'} (headroom {r['headroom_bytes_per_gpu'] / GIB:+.2f} GiB{per_gpu})",
-        f"  max concurrency         {r['max_concurrency']:8.1f} requests at {r['context_tokens']} tokens",
+        f"  max concurrency         {r['max_concurrency']:8.1f} requests at {r['context_tokens']} tokens"
+        + _spread(r, "max_concurrency", 1.0, ""),
     ]
     lines += [f"  problem: {p}" for p in r["problems"]]
     lines += [f"  warning: {w}" for w in r["warnings"]]
@@ -353,8 +383,10 @@ def render(result: dict) -> str:
         f"  balance point           {r['balance_point_flops_per_byte']:8.0f} FLOP/byte",
         f"  decode intensity        {r['decode_arithmetic_intensity']:8.1f} FLOP/byte at batch {r['concurrency']} ({r['decode_bound']}-bound)",
         f"  prefill intensity       {r['prefill_arithmetic_intensity']:8.1f} FLOP/byte ({r['prefill_bound']}-bound)",
-        f"  decode step             {r['decode_step_s'] * 1e3:8.2f} ms at batch {r['concurrency']}",
-        f"  prefill of one prompt   {r['prefill_s'] * 1e3:8.2f} ms ({r['context_tokens']} tokens, chunks of {r['max_num_batched_tokens']})",
+        f"  decode step             {r['decode_step_s'] * 1e3:8.2f} ms at batch {r['concurrency']}"
+        + _spread(r, "decode_step_s", 1e3, " ms"),
+        f"  prefill of one prompt   {r['prefill_s'] * 1e3:8.2f} ms ({r['context_tokens']} tokens, chunks of {r['max_num_batched_tokens']})"
+        + _spread(r, "prefill_s", 1e3, " ms"),
     ]
     if r.get("capacity"):
         lines += _capacity_lines(r["capacity"])
