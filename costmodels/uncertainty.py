@@ -150,8 +150,22 @@ SUMMARY_FIGURES = {(metric, stat): f"{metric}_{stat}" for metric in ("ttft", "tp
 def prediction_kind(*, calibrated: bool, architecture: str, moe: bool, engine: str, queue_share_p99_ttft: float,
                     saturated: bool) -> PredictionKind:
     """The kind of a prediction from what a compiled deployment and its summary state."""
-    return PredictionKind(calibrated, gpu_class(architecture), "moe" if moe else "dense",
-                          "v0" if engine == "v0" else "v1", PredictionKind.regime_of(queue_share_p99_ttft, saturated))
+    return PredictionKind(**error_kind(calibrated, architecture, moe, engine),
+                          regime=PredictionKind.regime_of(queue_share_p99_ttft, saturated))
+
+
+def error_kind(calibrated: bool, architecture: str, moe: bool, engine: str) -> dict[str, object]:
+    """What a deployment's kind of prediction is before its load is known (a trial record keeps it;
+    :func:`kind_under` adds the regime of a summary)."""
+    return {"calibrated": calibrated, "gpu_class": gpu_class(architecture), "family": "moe" if moe else "dense",
+            "engine": "v0" if engine == "v0" else "v1"}
+
+
+def kind_under(kind: dict[str, object], summary: dict) -> PredictionKind:
+    """A recorded :func:`error_kind` under the load of a summary (``ServingSummary.to_dict``)."""
+    share = summary.get("queueing_share_p99_ttft")
+    return PredictionKind(**kind, regime=PredictionKind.regime_of(math.nan if share is None else share,
+                                                                  bool(summary.get("saturated"))))
 
 
 def summary_intervals(summary, kind: PredictionKind, open_loop: bool = True,

@@ -37,6 +37,7 @@ from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
 from ..costmodels.serving.compiled import CompiledDeployment, num_nodes
 from ..costmodels.serving.slo import above
+from ..costmodels.uncertainty import error_kind
 from ..results import TrialRecord
 from ..search_spaces import Candidate, Violation
 from . import _redundancy
@@ -523,6 +524,8 @@ class Evaluator:
             "reason": "; ".join(reasons),
             "profile": profile.source,
             "profile_calibrated": profile.calibrated,
+            "error_kind": error_kind(profile.calibrated, compiled.gpu.architecture, compiled.model.moe is not None,
+                                     compiled.roles[0].cost.engine),
             "eval_s": time.perf_counter() - start,
         })
         if screen is not None and record["feasible"] and record["fidelity"] == "simulate":

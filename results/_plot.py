@@ -6,7 +6,9 @@ on the estimate only, infeasible); the re-checked front is drawn over them with 
 fastest points marked (named in the legend, so no label covers a point), and each SLO is a dashed
 line; a tenant class's own SLO is a dotted line with the front's P99 of that class drawn beside it.
 A GPU whose profile is not calibrated says UNCALIBRATED in the legend, over the plot and in every
-hover of its points. The axes open on the feasible region (:func:`feasible_ranges`); a button shows every trial. Hovering a point shows its whole deployment
+hover of its points. Each front point carries its 80% interval (the held-out error of its kind of
+prediction, costmodels/uncertainty.py) as an error bar; a point whose interval holds an SLO is
+outlined in orange: its verdict is within the model's own error. The axes open on the feasible region (:func:`feasible_ranges`); a button shows every trial. Hovering a point shows its whole deployment
 and what was predicted. Trials with nothing predicted (pruned) have no latency to plot.
 """
 
@@ -108,11 +110,22 @@ def _trial_hover(row: dict[str, Any], status: str) -> str:
     return "<br>".join(lines)
 
 
+def interval_lines(row: dict[str, Any]) -> list[str]:
+    """A front point's 80% intervals (held-out error of its kind) and whether one holds an SLO."""
+    spans = [f"{m.upper()} {_number(row.get(f'p99_{m}_s_low'))}-{_number(row.get(f'p99_{m}_s_high'), ' s')}"
+             for m in ("ttft", "tpot", "itl", "e2e") if pd.notna(row.get(f"p99_{m}_s_low", math.nan))]
+    lines = ["P99 80% intervals: " + ", ".join(spans)] if spans else []
+    if row.get("slo_straddled"):
+        lines.append("<b>SLO verdict uncertain</b>: the interval of " + html.escape(str(row["slo_straddled"]))
+                     + " holds its target")
+    return lines
+
+
 def _front_hover(row: dict[str, Any], marks: dict[int, str]) -> str:
     mark = f" ({marks[row['trial']]})" if row["trial"] in marks else ""
     head = f"<b>trial {row['trial']}{mark}</b>: Pareto front, re-checked with {row['simulated_requests']} requests"
     return "<br>".join([head, *_calibration_line(row), *deployment_lines(row), *prediction_lines(row),
-                        "limited by: " + html.escape(row["why"])])
+                        *interval_lines(row), "limited by: " + html.escape(row["why"])])
 
 
 def _status(trials: pd.DataFrame) -> pd.Series:
@@ -167,13 +180,27 @@ def _trial_traces(fig: go.Figure, evaluated: pd.DataFrame, status: pd.Series, co
 def _front_traces(fig: go.Figure, front: pd.DataFrame, cost_col: str, col: str, line: bool,
                   colours: dict[str, str], marks: dict[int, str]) -> None:
     ordered = front.sort_values(cost_col)
+    low, high = f"{col}_low", f"{col}_high"
+    bands = {}
+    if low in ordered and ordered[low].notna().any():
+        # Each point's 80% interval from the held-out error of its kind of prediction.
+        bands = {"error_y": {"type": "data", "symmetric": False, "array": (ordered[high] - ordered[col]).fillna(0),
+                             "arrayminus": (ordered[col] - ordered[low]).fillna(0), "color": "#555", "thickness": 1.2,
+                             "width": 5}}
+    straddled = ordered.get("slo_straddled", pd.Series("", index=ordered.index)).fillna("").astype(bool)
     fig.add_trace(go.Scatter(
-        x=ordered[cost_col], y=ordered[col], name=f"Pareto front, re-checked ({len(front)})",
+        x=ordered[cost_col], y=ordered[col], name=f"Pareto front, re-checked ({len(front)})"
+        + (", 80% intervals" if bands else ""),
         mode="lines+markers" if line else "markers", line={"color": "#222", "width": 1.5, "shape": "hv"},
         marker={"size": 13, "symbol": "diamond", "color": [colours[g] for g in ordered["gpu"]],
-                "line": {"color": "#222", "width": 1.5}},
-        hovertext=[_front_hover(r, marks) for r in ordered.to_dict("records")], hoverinfo="text",
+                "line": {"color": ["#d95f02" if s else "#222" for s in straddled], "width": [3 if s else 1.5 for s in straddled]}},
+        hovertext=[_front_hover(r, marks) for r in ordered.to_dict("records")], hoverinfo="text", **bands,
     ))
+    if straddled.any():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip",
+                                 name="interval holds an SLO: verdict uncertain",
+                                 marker={"size": 13, "symbol": "diamond-open", "color": "#d95f02",
+                                         "line": {"width": 3, "color": "#d95f02"}}))
     # The cheapest and fastest points are named in the legend, not by labels that could hide points.
     for trial, mark in marks.items():
         row = ordered[ordered["trial"] == trial]

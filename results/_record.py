@@ -122,6 +122,8 @@ class TrialRecord(BaseModel):
     reason: str = ""
     profile: str
     profile_calibrated: bool
+    # costmodels.uncertainty.error_kind: which held-out errors bound its figures (older records: None).
+    error_kind: dict[str, Any] | None = None
     eval_s: float
 
     @model_validator(mode="before")

@@ -49,9 +49,9 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("$/hour", lambda r: _fmt(r["cost_usd_per_hour"])),
     ("$/M output tokens", lambda r: _fmt(r["cost_usd_per_output_mtoken"])),
     ("$/M tokens (in + out)", lambda r: _fmt(r["cost_usd_per_total_mtoken"])),
-    ("P99 TTFT s", lambda r: _fmt(r["p99_ttft_s"])),
-    ("P99 TPOT s", lambda r: _fmt(r["p99_tpot_s"])),
-    ("P99 e2e s", lambda r: _fmt(r["p99_e2e_s"])),
+    ("P99 TTFT s [80%]", lambda r: _p99_cell(r, "ttft")),
+    ("P99 TPOT s [80%]", lambda r: _p99_cell(r, "tpot")),
+    ("P99 e2e s [80%]", lambda r: _p99_cell(r, "e2e")),
     # Only when the job predicted N-1 (redundancy > 0 or slo.n_minus_1): :func:`front_columns`.
     (N_MINUS_1_LABEL, lambda r: "saturates" if _present(r["n_minus_1_saturated"]) and bool(r["n_minus_1_saturated"])
      else " / ".join(_fmt(r[f"n_minus_1_p99_{m}_s"]) for m in ("ttft", "tpot", "e2e"))),
@@ -62,6 +62,10 @@ FRONT_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 ]
 TIE_NOTE = (f"At equal cost, P99s within {LATENCY_TIE:.0%} of each other count as tied (the predictions' error) and the "
             "front keeps the point with the lower accuracy drop (acc. drop %).")
+INTERVAL_NOTE = ("Each P99 is followed by its 80% interval [low-high]: where measured values fell around servopt's "
+                 "predictions of the same kind (GPU calibrated or not, GPU class, dense or MoE, vLLM engine, load) on "
+                 "serving runs left out of its fit. (SLO?) marks a target inside the interval: the verdict is within "
+                 "the model's own error.")
 SLO_NAMES = {"p99_ttft_s": "ttft", "p99_tpot_s": "tpot", "p99_e2e_s": "e2e"}
 
 
@@ -107,6 +111,18 @@ def _fmt(value: Any) -> str:
             return f"{value:,.0f}"
         return f"{value:.3g}"
     return str(value)
+
+
+def _p99_cell(row: dict[str, Any], metric: str) -> str:
+    """A P99 with its 80% interval (the held-out error of its kind of prediction); '(SLO?)' where the
+    interval holds the metric's SLO: the verdict is within the model's own error."""
+    text = _fmt(row[f"p99_{metric}_s"])
+    low, high = row.get(f"p99_{metric}_s_low"), row.get(f"p99_{metric}_s_high")
+    if _present(low) and _present(high):
+        text += f" [{_fmt(low)}-{_fmt(high)}]"
+    if f"p99_{metric}" in str(row.get("slo_straddled") or "").split():
+        text += " (SLO?)"
+    return text
 
 
 def _cell(row: dict[str, Any], col: str) -> str:
@@ -406,6 +422,8 @@ def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFr
             cells[0] += f" ({mark})" if mark else ""
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines += ["", TIE_NOTE]
+        if "p99_ttft_s_low" in front and front["p99_ttft_s_low"].notna().any():
+            lines += ["", INTERVAL_NOTE]
         if not front["profile_calibrated"].astype(bool).all():
             lines += ["", "Rows marked UNCALIBRATED are predicted on a GPU without a calibration profile (datasheet "
                           "defaults): measure before relying on them."]
@@ -500,6 +518,8 @@ def render_html(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame)
     if len(front):
         parts.append(_front_table_html(front, w["objective"], front_columns(data, front)))
         parts.append(f"<p>{esc(TIE_NOTE)}</p>")
+        if "p99_ttft_s_low" in front and front["p99_ttft_s_low"].notna().any():
+            parts.append(f"<p>{esc(INTERVAL_NOTE)}</p>")
         parts.append(f"<p>Export one: <code>{esc(export_command(data['job']['out_dir']))}</code> "
                      "(or <code>fastest</code>, or a # above)</p>")
     else:

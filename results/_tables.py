@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..costmodels.deployment import Deployment
+from ..costmodels.uncertainty import kind_under, shipped_error_bars, straddles
 from ._record import TrialRecord, summary_classes, summary_p99
 
 KNOB_COLUMNS = [
@@ -42,6 +43,28 @@ def prediction_columns(summary: dict | None, prefix: str = "") -> dict[str, Any]
         f"{prefix}compute_bound_share": s.get("compute_bound_share", math.nan),
         f"{prefix}queueing_share_p99_ttft": s.get("queueing_share_p99_ttft", math.nan),
     })
+    return out
+
+
+def interval_columns(record: TrialRecord, summary: dict | None, slo: dict[str, float]) -> dict[str, Any]:
+    """Each P99's 80% interval from the held-out error of its kind (costmodels/uncertainty.py;
+    NaN for a record written before servopt kept its kind), and whether any interval holds its
+    SLO: a verdict the model's own error could flip."""
+    out: dict[str, Any] = {f"p99_{m}_s_{end}": math.nan for m in METRICS for end in ("low", "high")}
+    out["slo_straddled"] = ""
+    if record.error_kind is None or not summary:
+        return out
+    kind = kind_under(record.error_kind, summary)
+    bars = shipped_error_bars()
+    for m in METRICS:
+        p99 = summary_p99(summary, m)
+        if m == "e2e":
+            low, high = bars.e2e_interval("p99", summary_p99(summary, "ttft"), summary_p99(summary, "tpot"), p99, kind)
+        else:
+            low, high = bars.interval(f"p99_{m}", p99, kind)
+        out[f"p99_{m}_s_low"], out[f"p99_{m}_s_high"] = low, high
+    out["slo_straddled"] = " ".join(
+        f"p99_{m}" for m, target in slo.items() if straddles((out[f"p99_{m}_s_low"], out[f"p99_{m}_s_high"]), target))
     return out
 
 
@@ -164,6 +187,9 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
     # JSON round trips turn the trial-number keys into strings.
     equivalents = {int(k): v for k, v in data.get("front_equivalents", {}).items()}
     with_n_minus_1 = reports_n_minus_1(data["workload"])
+    slo = {key.removeprefix("p99_").removesuffix("_s"): float(value)
+           for key, value in (data["workload"].get("slo") or {}).items()
+           if key.startswith("p99_") and key.endswith("_s") and isinstance(value, int | float)}
     rows = []
     for number in data["front"]:
         r = by_number[number]
@@ -191,6 +217,7 @@ def pareto_frame(data: dict[str, Any]) -> pd.DataFrame:
             "speculation": speculation_text(r.knobs),
             **cost_columns(check.costs()),
             **prediction_columns(summary),
+            **interval_columns(r, summary, slo),
             **(n_minus_1_columns(check.n_minus_1) if with_n_minus_1 else {}),
             "accuracy_drop_pct": r.accuracy_drop_pct,
             "memory_headroom_gib": math.nan if r.memory_headroom_gib is None else r.memory_headroom_gib,
