@@ -80,6 +80,31 @@ def output_folder(folder: str | Path, what: str, markers: Iterable[str]) -> Path
     return ensure_folder(path)
 
 
+def check_own_file(path: str | Path, mark: str, what: str) -> Path:
+    """``path`` as a file servopt may replace: absent, or a file whose text begins with ``mark`` (the
+    line servopt writes first in it). A file of the same name that a person wrote (a hand-edited
+    workload.yaml in a ``--seed-job`` folder) is refused, not replaced.
+
+    >>> import tempfile, pathlib
+    >>> mine = pathlib.Path(tempfile.mkdtemp()) / "workload.yaml"
+    >>> _ = mine.write_text("model: my-model\\n")
+    >>> try:
+    ...     check_own_file(mine, "# Written by servopt", "--seed-job")
+    ... except InputError as err:
+    ...     print(str(err).split(": ", 1)[1].split(";")[0])
+    servopt did not write this file (it does not begin with '# Written by servopt')
+    """
+    path = check_output_file(path, what)
+    try:
+        head = read_text(path, what)[:len(mark)] if os.path.lexists(path) else mark
+    except InputError:  # a link, a FIFO, not UTF-8: not servopt's
+        head = ""
+    if head != mark:
+        raise InputError(f"{what} '{shown(path)}': servopt did not write this file (it does not begin with '{mark}'); "
+                         "servopt never replaces a file it did not write: move it away, or give another folder")
+    return path
+
+
 def check_output_file(path: str | Path, what: str) -> Path:
     """``path`` as a file servopt may write: not a folder, FIFO or device, in a folder that exists or
     can be created and is writable. Checked before work that takes long (a calibration sweep), and by

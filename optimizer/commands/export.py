@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import yaml
-
 from pydantic import ConfigDict, Field
 
 from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError, Spec, one_line, quote, validate_spec
+from ...costmodels.escaping import dump_yaml
 from ...costmodels.model_sources import check_model_id
 from ...costmodels.outfiles import output_folder, read_text, write_text
 from ...costmodels.userfiles import parse_json, shown
@@ -211,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(plan, indent=2))
     elif args.format == "yaml":
-        print(yaml.safe_dump(plan, sort_keys=False), end="")
+        print(dump_yaml(plan), end="")
     else:
         out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
         for name, text in scripts.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 
-from ...costmodels.errors import validate_spec
+from ...costmodels.errors import one_line, validate_spec
 from ...results import explain_empty, export_command, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
@@ -88,15 +88,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         for note in outcome.notes:
-            print(f"note: {note}")
+            print(f"note: {one_line(note)}")
         ran = ", ".join(str(w.trials_run) for w in outcome.workers)
-        print(f"study '{job.study_name}' in {job.shown_storage}: {outcome.trials} trials ({outcome.new_trials} run "
+        print(f"study '{one_line(job.study_name)}' in {one_line(job.shown_storage)}: {outcome.trials} trials "
+              f"({outcome.new_trials} run "
               f"here" + (f" by {len(outcome.workers)} workers: {ran}" if len(outcome.workers) > 1 else "")
               + f"; {outcome.simulations} simulated in all), front of {len(outcome.front)} re-checked in "
               f"{outcome.elapsed_s:.1f} s")
         if empty:
-            print("\n".join(result["empty_front"]))
-        print(f"report: {paths['report.md']} and {paths['report.html']}")
+            print("\n".join(one_line(line) for line in result["empty_front"]))
+        print(f"report: {one_line(str(paths['report.md']))} and {one_line(str(paths['report.html']))}")
         if not empty:
             print(f"export: {export_command(job.out_dir)}")
     # An empty front means the workload's targets cannot be met as written: a bad-input outcome.

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ...costmodels.errors import one_line
 from ...results import write_results
 from .._storage import STORAGE_ENV
 from ..job import Job
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     job = Job.load(args.dir, args.storage)
     paths = write_results(job.out_dir, job.collect())
     for note in job.notes:
-        print(f"servopt report: note: {note}", file=sys.stderr)
+        print(f"servopt report: note: {one_line(note)}", file=sys.stderr)
     files = {name: str(path) for name, path in paths.items()}
-    print(json.dumps(files, indent=2) if args.json else "\n".join(files.values()))
+    print(json.dumps(files, indent=2) if args.json else "\n".join(map(one_line, files.values())))
     return 0
