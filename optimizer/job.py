@@ -42,14 +42,16 @@ import optuna
 from joblib import Parallel, delayed
 
 from ..costmodels.errors import InputError
-from ..costmodels.outfiles import output_folder, read_text, write_text
+from ..costmodels.outfiles import output_folder, read_text, within, write_text
 from ..costmodels.userfiles import parse_json, shown
 from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
 from ._lifeline import exit_with_parent
 from ._problem import Problem, build_problem
 from ._progress import Progress, RecheckProgress, poll_progress
-from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_from_env
+from ._storage import (
+    STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_file, storage_from_env,
+)
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
@@ -205,7 +207,7 @@ class Job:
 
     # --- the study --------------------------------------------------------------------------
     def open_study(self, create: bool = True) -> optuna.Study:
-        storage = open_storage(self.storage_url)
+        storage = open_storage(self.storage_url, self.out_dir)
         repaired = getattr(storage, "repaired", "")  # a journal's torn last line, cut off
         if repaired and repaired not in self.notes:
             self.notes.append(repaired)
@@ -289,12 +291,29 @@ class Job:
             if has_hidden_password(saved):
                 raise InputError(f"{path} keeps the storage URL without its password ({saved}): pass it again "
                                  f"with --storage URL or set {STORAGE_ENV}")
-            given = saved
+            given = cls._own_storage(Path(out_dir), saved)
         elif masked_url(given) != saved:
             raise InputError(f"the storage URL given ({masked_url(given)}) is not this job's ({saved})")
         workload = parse_workload(data["workload"], f"job file '{shown(path)}': workload")
         return cls(workload, out_dir, study=data["study"], storage=given, hardware=data.get("hardware"),
                    name=data.get("name", "default"))
+
+    @staticmethod
+    def _own_storage(out_dir: Path, saved: str) -> str:
+        """The storage job.json names, when it is a file inside the job folder. Any other (another
+        folder's file, a database server) is the user's to name again: a job's files are anyone's to
+        edit, and servopt creates or rewrites nothing outside the folder on their word."""
+        try:
+            database = storage_file(saved)
+        except InputError:
+            database = None
+        if database is not None and within(database, out_dir):
+            return saved
+        own = folder_storage(out_dir)
+        hint = f"; this folder's own study is {masked_url(own)}" if own else ""
+        raise InputError(f"{out_dir / JOB_FILE} names the storage {saved}, outside the job folder: servopt opens no "
+                         f"storage outside it on a job file's word (an edited job.json could have it create or "
+                         f"rewrite any file); pass it with --storage URL or set {STORAGE_ENV}{hint}")
 
     @classmethod
     def _recover(cls, out_dir: Path, problem: str) -> Job:
@@ -305,7 +324,7 @@ class Job:
             raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no {JOURNAL_FILE} to "
                              f"rebuild it from; {fix}")
         database = out_dir / (JOURNAL_FILE if url.startswith("journal:") else LEGACY_DATABASE)
-        summaries = [s for s in optuna.get_all_study_summaries(open_storage(url))
+        summaries = [s for s in optuna.get_all_study_summaries(open_storage(url, out_dir))
                      if "workload" in s.user_attrs]
         if len(summaries) != 1:
             raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and {database.name} holds {len(summaries)} "
