@@ -41,11 +41,12 @@ from typing import Any
 import optuna
 from joblib import Parallel, delayed
 
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, one_line
 from ..costmodels.outfiles import output_folder, read_text, within, write_text
 from ..costmodels.userfiles import parse_json, shown
 from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
+from ._inputs import INPUTS_ATTR, changed_inputs, study_inputs
 from ._lifeline import exit_with_parent
 from ._problem import Problem, build_problem
 from ._progress import Progress, RecheckProgress, poll_progress
@@ -81,6 +82,7 @@ WORKLOAD_HASH_ATTR = "workload_sha256"
 # What the front's re-check established (:func:`~servopt.optimizer.study.recheck_statement`).
 RECHECK_STATEMENT_ATTR = "recheck_statement"
 JOB_ATTR = "job"
+RESTART_HINT = "start afresh in this folder with servopt optimize --restart (its trials are deleted)"
 
 
 def folder_storage(out_dir: Path) -> str | None:
@@ -162,9 +164,11 @@ class Job:
     cores: int | None = None  # processes for the re-check's simulations (default: every core available)
     hardware: str | None = None
     name: str = "default"
+    restart: bool = False  # delete what the study holds and start afresh (inputs that changed are then no error)
     notes: list[str] = field(default_factory=list, repr=False)  # what opening the study repaired
     _problem: Problem | None = field(default=None, repr=False)
     _evaluator: Evaluator | None = field(default=None, repr=False)
+    _inputs: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -223,17 +227,49 @@ class Job:
             except KeyError:
                 raise InputError(f"no study '{self.study_name}' in {self.shown_storage}") from None
         stored = study.user_attrs.get(WORKLOAD_HASH_ATTR)
+        if self._inputs is None:
+            self._inputs = study_inputs(self.problem)
+        inputs = self._inputs
         if stored is None:
             study.set_user_attr(WORKLOAD_HASH_ATTR, expected)
             study.set_user_attr("workload", self.saved_workload())
             study.set_user_attr(JOB_ATTR, {"hardware": self.hardware, "name": self.name})
         elif stored != expected:
             raise InputError(
-                f"study '{self.study_name}' in {self.shown_storage} was started with a different workload; "
-                "use another --study name or --out folder, or the same workload file"
+                f"study '{one_line(self.study_name)}' in {self.shown_storage} was started with a different workload; "
+                f"use the same workload file, another --study name or --out folder, or {RESTART_HINT}"
             )
+        recorded = study.user_attrs.get(INPUTS_ATTR)
+        if recorded is None:  # a new study, or one an older servopt started (it recorded no inputs)
+            study.set_user_attr(INPUTS_ATTR, inputs)
+        else:
+            changed = changed_inputs(recorded, inputs)
+            if changed:
+                raise InputError(
+                    f"study '{one_line(self.study_name)}' in {self.shown_storage} was started from other inputs, and "
+                    f"its trials were scored with them: {'; '.join(changed)} changed since; run with the inputs it "
+                    f"was started from, or {RESTART_HINT}")
         prepare_study(study, w.objective.model_dump())
         return study
+
+    def delete_study(self) -> int:
+        """``--restart``: delete the job's study from its storage, and the study the folder's job.json
+        names when it lives in the same storage (a workload renamed since); returns the finished
+        trials deleted. Nothing else in the storage is touched."""
+        storage = open_storage(self.storage_url, self.out_dir)
+        names = {self.study_name}
+        try:
+            old = _read_job_file(self.out_dir / JOB_FILE)
+        except (FileNotFoundError, _BrokenJobFile):
+            old = {}
+        if old.get("storage") == self.shown_storage:
+            names.add(old["study"])
+        deleted = 0
+        for summary in optuna.get_all_study_summaries(storage):
+            if summary.study_name in names:
+                deleted += summary.n_trials
+                optuna.delete_study(study_name=summary.study_name, storage=storage)
+        return deleted
 
     def job_data(self) -> dict[str, Any]:
         """What job.json holds: the storage URL without its password."""
@@ -257,6 +293,8 @@ class Job:
             return f"{path} was unreadable ({err}; a run killed mid-write by an older servopt?): rewritten"
         old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
         new_identity = workload_identity(self.workload)
+        if self.restart and old.get("storage") == self.shown_storage:
+            return None  # its study is deleted and this job starts afresh in the folder
         if old.get("study") != self.study_name:
             differs = f"study '{old.get('study')}', not '{self.study_name}'"
         elif old.get("storage") != self.shown_storage:  # a copied folder keeps its first storage URL
@@ -266,7 +304,7 @@ class Job:
             differs = f"study '{self.study_name}' of another workload: {', '.join(keys)} differ"
         else:
             return None
-        raise InputError(f"{self.out_dir} holds another job ({differs}); use another --out folder")
+        raise InputError(f"{self.out_dir} holds another job ({differs}); use another --out folder, or {RESTART_HINT}")
 
     def write_job_file(self) -> Path:
         return write_text(self.out_dir / JOB_FILE, json.dumps(self.job_data(), indent=2) + "\n")
@@ -342,6 +380,10 @@ class Job:
         problem = self.problem  # resolve names before anything is written
         output_folder(self.out_dir, "--out", (JOB_FILE, JOURNAL_FILE, LEGACY_DATABASE))
         note = self.check_folder()
+        if self.restart:
+            deleted = self.delete_study()
+            if deleted:
+                self.notes.append(f"--restart: the {deleted} trial(s) the study held were deleted")
         # A storage that cannot be opened, or a study of another workload, fails before job.json is touched.
         study = self.open_study()
         self.write_job_file()

@@ -45,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--time", type=number_in(0, MAX_TIME_S), default=None, metavar="SECONDS",
                         help="override budget.time_s")
     parser.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
+    parser.add_argument("--restart", action="store_true",
+                        help="start afresh: delete the trials the job's study holds (rerunning a job resumes it, and "
+                        "is refused when its workload, a model's config, the hardware file, a price or a profile "
+                        "changed since it started)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
@@ -63,7 +67,8 @@ def make_job(args: argparse.Namespace) -> Job:
         workload = workload.model_copy(update={"budget": budget})
     study = args.study or name
     out = Path(args.out) if args.out else Path("servopt-runs") / study
-    return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name)
+    return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name,
+               restart=args.restart)
 
 
 def run(args: argparse.Namespace) -> int:
