@@ -460,7 +460,7 @@ def _int(config: dict, key: str, source: str, default: int | None = None) -> int
         return default
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or value != int(value) or abs(value) > MAX_INT):
-        raise InputError(f"{source}: config.json key '{key}' must be a whole number, got {quote(value)}")
+        raise InputError(f"{source}: config.json key '{key}' must be an integer, got {quote(value)}")
     if default is None and value < 1:
         raise InputError(f"{source}: config.json key '{key}' must be at least 1, got {quote(value)}")
     return int(value)
