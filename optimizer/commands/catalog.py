@@ -13,11 +13,12 @@ from ...costmodels.architectures import preset_models
 from ...costmodels.errors import one_line
 from ...costmodels.hardware import load_catalog
 from . import COMMANDS
+from .common import given
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     gpus = subparsers.add_parser("gpus", help=COMMANDS["gpus"][1])
-    gpus.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
+    gpus.add_argument("--hardware", type=given, default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
     gpus.add_argument("--json", action="store_true")
     gpus.set_defaults(handler=run_gpus)
     models = subparsers.add_parser("models", help=COMMANDS["models"][1])

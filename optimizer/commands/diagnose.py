@@ -19,7 +19,7 @@ from ...costmodels.outfiles import check_own_file, output_folder, write_text
 from ...costmodels.serving import SLO
 from ..workload import parse_workload
 from . import COMMANDS
-from .common import add_hardware_args, random_seed
+from .common import add_hardware_args, given, random_seed
 from .predict import _finite, load_deployment
 
 SLO_KEYS = ("p99_ttft_s", "p99_tpot_s", "p99_e2e_s")
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "keys p99_ttft_s, p99_tpot_s, p99_e2e_s)")
     parser.add_argument("--bench-seed", type=random_seed, default=0,
                         help="the --seed the benchmark ran with (not saved in its results; default 0, the tool's)")
-    parser.add_argument("--seed-job", default=None, metavar="DIR",
+    parser.add_argument("--seed-job", type=given, default=None, metavar="DIR",
                         help="write DIR/workload.yaml (this traffic, model and GPU) and DIR/deployment.yaml (the live "
                              "deployment) to start `servopt optimize` from")
     add_hardware_args(parser)

@@ -27,6 +27,7 @@ from ...results import (
     with_configs,
 )
 from . import COMMANDS
+from .common import given
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,25 +44,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "kubectl apply -f -); print the launch plan as JSON or YAML; or print "
                              "`python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, "
                              "from SGLang importable or $SERVOPT_SGLANG_PYTHON)")
-    parser.add_argument("--out", default=None, metavar="FOLDER",
+    parser.add_argument("--out", type=given, default=None, metavar="FOLDER",
                         help="where the scripts go (default: DIR/export-trial-N)")
     parser.add_argument("--check", action="store_true",
                         help="parse every vllm serve command with vLLM's own parser (needs vLLM; see --vllm-python)")
-    parser.add_argument("--vllm-python", default=None, metavar="PATH",
+    parser.add_argument("--vllm-python", type=given, default=None, metavar="PATH",
                         help="the Python of an environment with vLLM installed (default: $SERVOPT_VLLM_PYTHON, "
                         "this one, or ./.vllm-venv/bin/python)")
     k8s = parser.add_argument_group("--format kubernetes")
-    k8s.add_argument("--name", default=None, help="prefix of every object's name (default: from the study and trial)")
-    k8s.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
-    k8s.add_argument("--image", default=None, help="the vLLM image (default: vllm/vllm-openai of the exported vLLM)")
-    k8s.add_argument("--router-image", default=None, help="the vLLM Router image (default: vllm/vllm-router)")
+    k8s.add_argument("--name", type=given, default=None, help="prefix of every object's name (default: from the study and trial)")
+    k8s.add_argument("--namespace", type=given, default="default", help="namespace of every object (default: default)")
+    k8s.add_argument("--image", type=given, default=None, help="the vLLM image (default: vllm/vllm-openai of the exported vLLM)")
+    k8s.add_argument("--router-image", type=given, default=None, help="the vLLM Router image (default: vllm/vllm-router)")
     k8s.add_argument("--node-selector", action="append", default=None, metavar="KEY=VALUE",
                      help="node label the pods need, instead of GPU feature discovery's nvidia.com/gpu.product "
                           "(repeatable)")
-    k8s.add_argument("--hf-token-secret", default="hf-token",
+    k8s.add_argument("--hf-token-secret", type=given, default="hf-token",
                      help="Secret whose key 'token' holds the Hugging Face token (optional; default hf-token)")
-    k8s.add_argument("--shm-size", default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
-    k8s.add_argument("--model-cache-pvc", default=None, metavar="CLAIM",
+    k8s.add_argument("--shm-size", type=given, default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
+    k8s.add_argument("--model-cache-pvc", type=given, default=None, metavar="CLAIM",
                      help="PersistentVolumeClaim to keep downloaded weights in (default: an emptyDir per pod)")
     # The --format kubernetes options, to refuse them with another format (they would be ignored).
     parser.set_defaults(handler=run, kubernetes_options=[(a.option_strings[0], a.dest, a.default) for a in k8s._group_actions])

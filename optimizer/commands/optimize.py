@@ -15,7 +15,7 @@ from .._storage import STORAGE_ENV
 from ..job import Job
 from ..workload import MAX_TIME_S, MAX_TRIALS, Accuracy, Budget, load_workload
 from . import COMMANDS
-from .common import number_in, whole_number
+from .common import given, number_in, whole_number
 
 # Workers of one machine: more than a large server's cores only wait on each other.
 MAX_JOBS = 1024
@@ -33,9 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("workload", nargs="?", default=None,
                         help="workload YAML file (default: the built-in Llama-3.1-8B chat job)")
-    parser.add_argument("--out", default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
-    parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the workload file's name)")
-    parser.add_argument("--storage", default=None, metavar="URL",
+    parser.add_argument("--out", type=given, default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
+    parser.add_argument("--study", type=given, default=None, metavar="NAME", help="study name (default: the workload file's name)")
+    parser.add_argument("--storage", type=given, default=None, metavar="URL",
                         help=f"where the study lives: journal:///path/file or an SQLAlchemy URL of a shared database "
                         f"(default: ${STORAGE_ENV}, else the workload's storage, else the journal file "
                         "DIR/study.journal); a password in it is never printed or saved")
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--trials", type=whole_number(1, MAX_TRIALS), default=None, help="override budget.trials")
     parser.add_argument("--time", type=number_in(0, MAX_TIME_S), default=None, metavar="SECONDS",
                         help="override budget.time_s")
-    parser.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
+    parser.add_argument("--hardware", type=given, default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
     parser.add_argument("--restart", action="store_true",
                         help="start afresh: delete the trials the job's study holds (rerunning a job resumes it, and "
                         "is refused when its workload, a model's config, the hardware file, a price or a profile "

@@ -11,12 +11,13 @@ from ...results import write_results
 from .._storage import STORAGE_ENV
 from ..job import Job
 from . import COMMANDS
+from .common import given
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help=COMMANDS["report"][1])
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
-    parser.add_argument("--storage", default=None, metavar="URL",
+    parser.add_argument("--storage", type=given, default=None, metavar="URL",
                         help=f"the study's storage URL, when job.json keeps it without its password (or set "
                         f"${STORAGE_ENV})")
     parser.add_argument("--json", action="store_true", help="print the written paths as JSON")
