@@ -1584,7 +1584,7 @@ def case_markdown(rng: random.Random) -> Case:
                 after=lambda f: _report_safe(f) or _terminal_safe(f))
 
 
-TERMINAL_MUTATIONS = ["study", "workload_file", "hardware_text", "out_folder"]
+TERMINAL_MUTATIONS = ["study", "workload_file", "hardware_text", "out_folder", "config_name"]
 HARDWARE_TEXT = ["price_source", "interconnect", "memory_type", "notes", "display_name", "price_date"]
 
 
@@ -1602,6 +1602,13 @@ def case_terminal(rng: random.Random) -> Case:
         argv = ["optimize", file, "--out", "out", "--no-progress"]
     elif mutation == "out_folder":
         argv = ["optimize", "w.yaml", "--out", name.replace("/", "_"), "--no-progress"]
+    elif mutation == "config_name":  # a local model's config.json names it (_name_or_path)
+        config = json.loads((ROOT / "costmodels" / "data" / "models" / "meta-llama--Llama-3.2-1B-Instruct.json").read_text())
+        config.pop("_servopt")
+        files["m/config.json"] = json.dumps({**config, "_name_or_path": name})
+        argv = rng.choice([["plan", "--model", "./m", "--gpu", "h100"],
+                           ["predict", "w.yaml", "--deployment", "d.yaml", "--analytic"]])
+        files["w.yaml"], files["d.yaml"] = _yaml({**W_OPEN, "model": "./m"}), _yaml({"gpu": "h100", "max_model_len": 16384})
     else:
         field = rng.choice(HARDWARE_TEXT)
         files["hw.yaml"] = _yaml({"gpus": {"lab-gpu": {"base": "h100", field: name}}})

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import model_sources
 from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, checkpoint_format
-from .errors import MAX_INT, InputError, did_you_mean, quote, validate_spec
+from .errors import MAX_INT, InputError, did_you_mean, one_line, quote, validate_spec
 from .quantization import QuantScheme, get_scheme
 from .userfiles import parse_shipped_yaml
 from .vllm_defaults import VLLM_DEFAULT_MAX_LEN
@@ -903,7 +903,10 @@ def load_hf_config(path: str | Path, **extra: Any) -> ModelSpec:
     config = fetched.config
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     name = extra.pop("name", None) or config.get("_name_or_path") or folder.name
-    return spec_from_hf_config(config, str(name), source=str(path), hf_quant_config=fetched.hf_quant_config, **extra)
+    # A display name only (vLLM loads the folder): one line, so that no report or printed line it
+    # reaches gets a line break or escape code from the file.
+    return spec_from_hf_config(config, one_line(str(name)), source=str(path), hf_quant_config=fetched.hf_quant_config,
+                               **extra)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -177,6 +177,9 @@ def test_printed_lines_carry_no_escape_code_from_a_hardware_file(capsys, tmp_pat
     assert not any(line.startswith("FORGED") for line in out.splitlines())
     code, out, _ = run(capsys, "gpus", "--json")
     assert code == 0 and "NaN" not in out and json.loads(out, parse_constant=lambda c: pytest.fail(c))
+    local_model(tmp_path / "m", _name_or_path="x\nFORGED: line \x1b[31m")  # a config.json names its model
+    code, out, _ = run(capsys, "plan", "--model", tmp_path / "m", "--gpu", "h100")
+    assert code == 0 and "\x1b" not in out and not any(line.startswith("FORGED") for line in out.splitlines())
     assert terminal_text("a\x1bb\nc\rd") == "a\\x1bb\nc\\rd"
     assert shell_word("runs/a\nb") == "$'runs/a\\nb'"
 
