@@ -1893,7 +1893,9 @@ def case_misread(rng: random.Random, job_dir: Path) -> Case:
         workload["alternatives"] = [{"model": m, "accuracy_drop_pct": float(d)} for m, d in zip(pair, (4, 9), strict=True)]
         needle = "lists already"
     elif mutation == "foreign_checkpoint":
-        workload["checkpoints"] = {"fp8": rng.choice(["nvidia/Llama-3.1-70B-Instruct-FP8", "Qwen/Qwen3-32B-FP8"])}
+        workload["checkpoints"] = rng.choice([{"fp8": "nvidia/Llama-3.1-70B-Instruct-FP8"}, {"fp8": "Qwen/Qwen3-32B-FP8"},
+                                              {"int8": "RedHatAI/Llama-3.3-70B-Instruct-quantized.w8a8"},
+                                              {"int8": "RedHatAI/Llama-3.2-3B-Instruct-quantized.w8a8"}])
         needle = "not a checkpoint"
     elif mutation == "foreign_alternative_checkpoint":
         workload["alternatives"] = [{"model": "llama-3.2-3b", "accuracy_drop_pct": 5.0,
