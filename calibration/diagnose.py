@@ -195,9 +195,16 @@ def _pin_kv_pool(compiled, metrics: VllmMetrics | None, profile: PerformanceProf
         return compiled
     planned = plan.kv_cache_blocks * plan.block_size
     gib = metrics.kv_cache_tokens * plan.kv_bytes_per_token_per_gpu / GIB
+    pinned = compile_deployment(compiled.model, d.model_copy(update={"kv_cache_memory_gib": gib}), compiled.gpu, profile)
+    if pinned.error is not None or not all(role.plan.fits for role in pinned.roles):
+        # More KV than the deployment's GPU holds beside the weights: the scrape is of another server.
+        notes.append(f"KV pool from the scrape: {metrics.kv_cache_tokens:,.0f} tokens per engine ({gib:.1f} GiB) does "
+                     f"not fit a {compiled.gpu.name} beside the weights, so it is not used (a scrape of another "
+                     f"deployment?); servopt's plan: {planned:,.0f} tokens")
+        return compiled
     notes.append(f"KV pool from the scrape: {metrics.kv_cache_tokens:,.0f} tokens per engine (servopt's plan: "
                  f"{planned:,.0f}, {metrics.kv_cache_tokens / planned - 1:+.0%})")
-    return compile_deployment(compiled.model, d.model_copy(update={"kv_cache_memory_gib": gib}), compiled.gpu, profile)
+    return pinned
 
 
 def _ttft_growth(result: BenchResult, seed: int, version: str | None) -> float:

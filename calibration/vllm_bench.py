@@ -357,8 +357,15 @@ def read_bench_result(path: str | Path) -> BenchResult:
         raise InputError(f"vllm bench result '{path}': max_concurrency must be at least 1 (or null)")
     stats = {}
     for key, value in data.items():
-        # A statistic of no requests is NaN in Python's JSON: absent, not zero.
-        if key.endswith("_ms") and value is not None and not (isinstance(value, float) and math.isnan(value)):
+        # A statistic of no requests is NaN in Python's JSON: absent, not zero. Only TPOT and ITL can
+        # have none (every request produced one token); every completed request has a TTFT and an
+        # end-to-end latency, so a NaN there is a damaged file.
+        if key.endswith("_ms") and isinstance(value, float) and math.isnan(value):
+            if key.split("_")[-2] in ("tpot", "itl"):
+                continue
+            raise InputError(f"vllm bench result '{path}': '{key}' is NaN, but {completed} requests completed and "
+                             "each has one; the file is damaged: save the run again")
+        if key.endswith("_ms") and value is not None:
             number = _number(data, key, path)
             if not 0 <= number < math.inf:
                 raise InputError(f"vllm bench result '{path}': '{key}' is {printable(value, 40)!r}, not a "
@@ -392,11 +399,17 @@ def read_bench_result(path: str | Path) -> BenchResult:
     elif not any(k.startswith(("mean_ttft", "median_ttft", "p99_ttft")) for k in stats):
         raise InputError(f"vllm bench result '{path}' has neither per-request data (input_lens, ttfts) nor TTFT "
                          f"statistics (mean_ttft_ms, p99_ttft_ms): it is not a `vllm bench serve` result; {_SAVE_HINT}")
+    num_prompts = _count(data, "num_prompts", path, required=False, default=completed)
+    failed = _count(data, "failed", path, required=False, default=0)
+    if completed + failed > num_prompts:  # each prompt sent completes or fails, once
+        raise InputError(f"vllm bench result '{path}': completed ({completed}) and failed ({failed}) requests add up "
+                         f"to more than the num_prompts sent ({num_prompts}); the counts do not describe one run "
+                         "(its mean lengths would be read wrong): save the run again")
     return BenchResult(
         path=str(path), model_id=model_id.strip(),
-        num_prompts=_count(data, "num_prompts", path, required=False, default=completed),
+        num_prompts=num_prompts,
         request_rate=rate, burstiness=burstiness, max_concurrency=cap, duration_s=duration, completed=completed,
-        failed=_count(data, "failed", path, required=False, default=0),
+        failed=failed,
         total_input_tokens=_count(data, "total_input_tokens", path),
         total_output_tokens=_count(data, "total_output_tokens", path),
         stats_ms=stats, **detail,

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import model_sources
 from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, checkpoint_format
-from .errors import InputError, did_you_mean, validate_spec
+from .errors import MAX_INT, InputError, did_you_mean, one_line, quote, validate_spec
 from .quantization import QuantScheme, get_scheme
 from .userfiles import parse_shipped_yaml
 from .vllm_defaults import VLLM_DEFAULT_MAX_LEN
@@ -451,18 +451,54 @@ def _require(config: dict, key: str, source: str) -> Any:
 
 
 def _int(config: dict, key: str, source: str, default: int | None = None) -> int:
-    """An integer field; required when ``default`` is None. Names the key when the value is bad."""
+    """An integer field; required when ``default`` is None, and then at least 1 (a size or a count:
+    0 heads divided the hidden size by zero). Names the key when the value is bad."""
     value = config.get(key)
     if value is None:
         if default is None:
             raise InputError(f"{source}: config.json lacks required key '{key}'")
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise InputError(f"{source}: config.json key '{key}' must be an integer, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or abs(value) > MAX_INT):
+        raise InputError(f"{source}: config.json key '{key}' must be an integer, got {quote(value)}")
+    if default is None and value < 1:
+        raise InputError(f"{source}: config.json key '{key}' must be at least 1, got {quote(value)}")
     return int(value)
 
 
-def _siglip_vision_params(vision: dict, text_hidden: int) -> int:
+def _dim(section: dict, keys: tuple[str, ...], default: int, source: str) -> int:
+    """A size of a nested section (a vision tower's), by the first of ``keys`` set to a non-zero
+    value, else ``default``; one that is not a whole number of at least 1 is refused naming the key."""
+    for key in keys:
+        if section.get(key):  # 0 and null mean "not set", as these configs write it
+            return _int(section, key, source)
+    return default
+
+
+def _number(config: dict, key: str, source: str, default: float) -> float:
+    """A numeric field (a factor, a window), ``default`` when absent; text or a non-finite value is
+    refused naming the key."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{source}: config.json key '{key}' must be a finite number, got {quote(value)}")
+    return value
+
+
+def _check_finite(config: dict, source: str) -> None:
+    """Refuse NaN and Infinity anywhere in a config (Python's JSON reads both; no size, count or
+    factor is either), naming the key."""
+    stack: list[tuple[Any, str]] = [(config, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise InputError(f"{source}: config.json key '{path}' is {node!r}; every number in a config is finite")
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        stack += [(child, f"{path}.{key}" if path else str(key)) for key, child in children]
+
+
+def _siglip_vision_params(vision: dict, text_hidden: int, source: str) -> int:
     """Parameters of a SigLIP vision tower (``siglip_vision_model``) plus Gemma 3's projector.
 
     Patch embedding (conv with bias), learned position embeddings, ``num_hidden_layers`` pre-norm
@@ -471,12 +507,12 @@ def _siglip_vision_params(vision: dict, text_hidden: int) -> int:
     RMSNorm over the soft tokens. Gemma 3 sets ``vision_use_head: false``; the attention-pooling
     head is counted only where a config enables it.
     """
-    h = int(vision.get("hidden_size") or 1152)
-    inter = int(vision.get("intermediate_size") or 4304)
-    layers = int(vision.get("num_hidden_layers") or 27)
-    patch = int(vision.get("patch_size") or 14)
-    image = int(vision.get("image_size") or 896)
-    channels = int(vision.get("num_channels") or 3)
+    h = _dim(vision, ("hidden_size",), 1152, source)
+    inter = _dim(vision, ("intermediate_size",), 4304, source)
+    layers = _dim(vision, ("num_hidden_layers",), 27, source)
+    patch = _dim(vision, ("patch_size",), 14, source)
+    image = _dim(vision, ("image_size",), 896, source)
+    channels = _dim(vision, ("num_channels",), 3, source)
     embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
     mlp = h * inter + inter + inter * h + h
     per_layer = 4 * (h * h + h) + mlp + 2 * 2 * h
@@ -487,7 +523,7 @@ def _siglip_vision_params(vision: dict, text_hidden: int) -> int:
     return embeddings + layers * per_layer + 2 * h + head + projector
 
 
-def _qwen_vision_params(vision: dict, gated: bool) -> int:
+def _qwen_vision_params(vision: dict, gated: bool, source: str) -> int:
     """Parameters of a Qwen2.5-VL / Qwen3-VL vision tower and its patch merger(s).
 
     Patch embedding (a 3D conv over ``temporal_patch_size`` frames), ``depth`` pre-norm blocks
@@ -496,14 +532,14 @@ def _qwen_vision_params(vision: dict, gated: bool) -> int:
     that maps ``spatial_merge_size``^2 patches to the text width (Qwen3-VL adds one per
     ``deepstack_visual_indexes`` entry).
     """
-    h = int(vision.get("hidden_size") or vision.get("embed_dim") or 1280)
-    depth = int(vision.get("depth") or vision.get("num_hidden_layers") or 32)
-    inter = int(vision.get("intermediate_size") or 4 * h)
-    out = int(vision.get("out_hidden_size") or h)
-    patch = int(vision.get("patch_size") or 14)
-    frames = int(vision.get("temporal_patch_size") or 2)
-    channels = int(vision.get("in_channels") or vision.get("in_chans") or 3)
-    merge = int(vision.get("spatial_merge_size") or 2)
+    h = _dim(vision, ("hidden_size", "embed_dim"), 1280, source)
+    depth = _dim(vision, ("depth", "num_hidden_layers"), 32, source)
+    inter = _dim(vision, ("intermediate_size",), 4 * h, source)
+    out = _dim(vision, ("out_hidden_size",), h, source)
+    patch = _dim(vision, ("patch_size",), 14, source)
+    frames = _dim(vision, ("temporal_patch_size",), 2, source)
+    channels = _dim(vision, ("in_channels", "in_chans"), 3, source)
+    merge = _dim(vision, ("spatial_merge_size",), 2, source)
     attention = 4 * h * h + 4 * h
     if gated:
         mlp, norms = 3 * h * inter + 2 * inter + h, 2 * h
@@ -512,12 +548,15 @@ def _qwen_vision_params(vision: dict, gated: bool) -> int:
     merged = h * merge * merge
     merger = merged * merged + merged + merged * out + out + (h if gated else 2 * h)
     embed = channels * frames * patch * patch * h + (0 if gated else h)
-    positions = int(vision.get("num_position_embeddings") or 0) * h
-    deepstack = len(vision.get("deepstack_visual_indexes") or []) * merger
+    positions = _dim(vision, ("num_position_embeddings",), 0, source) * h
+    indexes = vision.get("deepstack_visual_indexes") or []
+    if not isinstance(indexes, list):
+        raise InputError(f"{source}: config.json key 'deepstack_visual_indexes' must be a list, got {quote(indexes)}")
+    deepstack = len(indexes) * merger
     return embed + positions + depth * (attention + mlp + norms) + merger + deepstack
 
 
-def _moonvit_params(vision: dict, text_hidden: int) -> int:
+def _moonvit_params(vision: dict, text_hidden: int, source: str) -> int:
     """Parameters of Kimi-K2.5's MoonViT vision tower and its patch-merger projector.
 
     A SigLIP-style encoder (``vt_*`` keys): a patch-embedding conv with bias, learned height x width
@@ -526,15 +565,18 @@ def _moonvit_params(vision: dict, text_hidden: int) -> int:
     LayerNorms), a final LayerNorm; the projector merges ``merge_kernel_size`` patches (LayerNorm,
     then two linear layers with biases into the text width).
     """
-    h = int(vision.get("vt_hidden_size") or 1152)
-    inter = int(vision.get("vt_intermediate_size") or 4304)
-    layers = int(vision.get("vt_num_hidden_layers") or 27)
-    patch = int(vision.get("patch_size") or 14)
-    positions = int(vision.get("init_pos_emb_height") or 64) * int(vision.get("init_pos_emb_width") or 64)
-    frames = int(vision.get("init_pos_emb_time") or 0)
+    h = _dim(vision, ("vt_hidden_size",), 1152, source)
+    inter = _dim(vision, ("vt_intermediate_size",), 4304, source)
+    layers = _dim(vision, ("vt_num_hidden_layers",), 27, source)
+    patch = _dim(vision, ("patch_size",), 14, source)
+    positions = _dim(vision, ("init_pos_emb_height",), 64, source) * _dim(vision, ("init_pos_emb_width",), 64, source)
+    frames = _dim(vision, ("init_pos_emb_time",), 0, source)
+    kernel = vision.get("merge_kernel_size") or [2, 2]
+    if not isinstance(kernel, list):
+        raise InputError(f"{source}: config.json key 'merge_kernel_size' must be a list, got {quote(kernel)}")
     merge = 1
-    for size in vision.get("merge_kernel_size") or [2, 2]:
-        merge *= int(size)
+    for i in range(len(kernel)):
+        merge *= _int(dict(enumerate(kernel)), i, f"{source} merge_kernel_size")
     embeddings = 3 * patch * patch * h + h + (positions + frames) * h
     per_layer = 4 * (h * h + h) + 2 * h * inter + inter + h + 2 * 2 * h
     merged = merge * h
@@ -542,7 +584,8 @@ def _moonvit_params(vision: dict, text_hidden: int) -> int:
     return embeddings + layers * per_layer + 2 * h + projector
 
 
-def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: int, has_sliding: bool) -> int:
+def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: int, has_sliding: bool,
+                      source: str = "config.json") -> int:
     """cos/sin values of the RoPE tables vLLM's ``get_rope`` precomputes (one per distinct RoPE).
 
     Each table holds ``positions x rotary_dim`` values. Linear and dynamic scaling extend the table
@@ -552,11 +595,11 @@ def _rope_cache_values(config: dict, family: str, rotary_dim: int, max_context: 
     """
     scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
     kind = str(scaling.get("rope_type") or scaling.get("type") or "default") if isinstance(scaling, dict) else "default"
-    factor = float(scaling.get("factor") or 1.0) if isinstance(scaling, dict) else 1.0
+    factor = _number(scaling, "factor", source, 1.0) or 1.0 if isinstance(scaling, dict) else 1.0
     if kind in ("linear", "dynamic"):
         positions = int(max_context * factor)
     elif kind in ("yarn", "deepseek_yarn"):
-        original = int(scaling.get("original_max_position_embeddings") or max_context)
+        original = _dim(scaling, ("original_max_position_embeddings",), max_context, source)
         positions = int(original * factor)
     else:
         positions = max_context
@@ -592,7 +635,7 @@ def _rope_type(config: dict) -> str | None:
     return scaled[0] if scaled else None
 
 
-def vllm_max_model_len(config: dict, family: str) -> int:
+def vllm_max_model_len(config: dict, family: str, source: str = "config.json") -> int:
     """The longest ``--max-model-len`` vLLM 0.33 accepts for a config, as it derives it.
 
     The smallest of the config's length keys (:data:`_MAX_LEN_KEYS`; 2048 when there is none),
@@ -619,7 +662,7 @@ def vllm_max_model_len(config: dict, family: str) -> int:
         for rope in _rope_sections(config):
             kind = str(rope.get("rope_type") or rope.get("type") or "default")
             if kind not in _PRESCALED_ROPE:
-                factor = float(rope.get("factor") or factor)
+                factor = _number(rope, "factor", source, factor) or factor
         derived *= factor
     return int(derived)
 
@@ -635,12 +678,21 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
     """
     if not isinstance(config, dict):
         raise InputError(f"{source}: config.json must hold a JSON object")
+    _check_finite(config, source)
     family = config.get("model_type")
+    if family is not None and not isinstance(family, str):
+        raise InputError(f"{source}: config.json key 'model_type' must be text, got {quote(family)}")
     if family is None:
         raise InputError(
             f"{source}: config.json lacks 'model_type'; supported: {', '.join(_SUPPORTED_FAMILIES)}"
         )
     vision: dict | None = None
+    for key, kind in (("text_config", dict), ("vision_config", dict), ("quantization_config", dict),
+                      ("rope_scaling", dict), ("rope_parameters", dict), ("mlp_only_layers", list), ("layer_types", list)):
+        for section in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else {}):
+            if section.get(key) is not None and not isinstance(section[key], kind):
+                raise InputError(f"{source}: config.json key '{key}' must be a {'mapping' if kind is dict else 'list'}, "
+                                 f"got {quote(section[key])}")
     if family == "gemma3" and isinstance(config.get("text_config"), dict):
         # The multimodal wrapper keeps dtype and quantization at the top level.
         text = {**config["text_config"]}
@@ -653,7 +705,7 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
     vision_family = None
     if family in _QWEN_VL_TEXT:
         # Newer configs nest the text model in text_config; Qwen2.5-VL's original keeps it on top.
-        text = {**config.get("text_config", config)}
+        text = {**(config.get("text_config") or config)}
         for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
             if key in config and key not in text:
                 text[key] = config[key]
@@ -688,7 +740,7 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
     positions = _int(config, "max_position_embeddings", source, default=0) or _int(
         config, "max_sequence_length", source, default=4096
     )
-    max_context = vllm_max_model_len(config, family)
+    max_context = vllm_max_model_len(config, family, source)
     dtype = _DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "bfloat16")
     if dtype == "float32":
         dtype = "bfloat16"  # vLLM's dtype=auto serves float32 checkpoints in bf16 (gemma-2-2b ships fp32)
@@ -711,10 +763,10 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         "qk_norm_across_heads": bool(config.get("use_qk_norm")) and config.get("qk_norm_type") == "per_layer",
     }
     if moonvit is not None:
-        fields["extra_params"] = _moonvit_params(moonvit, hidden)
+        fields["extra_params"] = _moonvit_params(moonvit, hidden, source)
     if vision is not None:
-        fields["extra_params"] = (_qwen_vision_params(vision, gated=vision_family == "qwen2_5_vl") if vision_family
-                                  else _siglip_vision_params(vision, hidden))
+        fields["extra_params"] = (_qwen_vision_params(vision, vision_family == "qwen2_5_vl", source) if vision_family
+                                  else _siglip_vision_params(vision, hidden, source))
     # Per-family biases. Qwen2 hard-codes q/k/v biases (its config has no attention_bias key) but
     # not on o_proj. Phi-3 has none (its fused qkv_proj / gate_up_proj hold the same weights as
     # separate projections). gpt-oss puts biases on q/k/v and on o_proj.
@@ -754,11 +806,11 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         fields["attention_kind"] = "gqa"
     # MiniMax-M2 states its rotary width outright (rotary_dim 64 of head_dim 128).
     rotary_dim = _int(config, "rotary_dim", source, default=0) or int(
-        rotary_dim * float(config.get("partial_rotary_factor") or 1.0))
+        rotary_dim * (_number(config, "partial_rotary_factor", source, 1.0) or 1.0))
 
     # Sliding windows: which layers use them. An explicit layer_types list (gpt-oss, newer
     # transformers configs) wins over each family's fixed pattern.
-    window = config.get("sliding_window")
+    window = _dim(config, ("sliding_window",), 0, source)
     layer_types = config.get("layer_types") if isinstance(config.get("layer_types"), list) else None
     if window and layer_types:
         sliding = sum(1 for t in layer_types if t == "sliding_attention")
@@ -771,7 +823,7 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
         fields["num_sliding_layers"] = (num_layers + 1) // 2
     elif window and family == "gemma3":
         # Every sliding_window_pattern-th layer is global (5 local : 1 global).
-        pattern = int(config.get("sliding_window_pattern") or 6)
+        pattern = _dim(config, ("sliding_window_pattern",), 6, source)
         fields["sliding_window"] = int(window)
         fields["num_sliding_layers"] = num_layers - num_layers // pattern
     elif window and family == "gpt_oss":
@@ -784,7 +836,7 @@ def spec_from_hf_config(config: dict, name: str, source: str = "config.json", hf
             fields["sliding_window"] = int(window)
             fields["num_sliding_layers"] = num_layers
     fields["rope_cache_values"] = _rope_cache_values(
-        config, family, rotary_dim, positions, bool(fields.get("num_sliding_layers"))
+        config, family, rotary_dim, positions, bool(fields.get("num_sliding_layers")), source
     )
 
     # Mixture of experts.
@@ -851,7 +903,10 @@ def load_hf_config(path: str | Path, **extra: Any) -> ModelSpec:
     config = fetched.config
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     name = extra.pop("name", None) or config.get("_name_or_path") or folder.name
-    return spec_from_hf_config(config, str(name), source=str(path), hf_quant_config=fetched.hf_quant_config, **extra)
+    # A display name only (vLLM loads the folder): one line, so that no report or printed line it
+    # reaches gets a line break or escape code from the file.
+    return spec_from_hf_config(config, one_line(str(name)), source=str(path), hf_quant_config=fetched.hf_quant_config,
+                               **extra)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -247,15 +247,52 @@ def _ignored(quant: dict, *keys: str) -> tuple[str, ...]:
     return ()
 
 
+def _whole(quant: dict, keys: tuple[str, ...], default: int, source: str) -> tuple[str, int]:
+    """The first of ``keys`` the metadata sets (its name and value), else ``default``; a value that is
+    not a whole number is refused naming the key."""
+    key = next((k for k in keys if quant.get(k) is not None), keys[0])
+    value = quant.get(key, default)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{source}: {key} must be a whole number, got {value!r}")
+    return key, value
+
+
+def _weight_bits(quant: dict, keys: tuple[str, ...], served: tuple[int, ...], method: str, source: str) -> int:
+    """Bits per weight (default 4), one of those vLLM's kernels serve for ``method``."""
+    key, bits = _whole(quant, keys, 4, source)
+    if bits not in served:
+        raise InputError(f"{source}: {key} {bits}: {method} with {bits}-bit weights is not served by vLLM "
+                         f"({' or '.join(map(str, served))} bits)")
+    return bits
+
+
+def _group_size(quant: dict, keys: tuple[str, ...], default: int, source: str) -> int | None:
+    """Inputs per scale (default ``default``); -1 is one scale per output channel (None here)."""
+    key, size = _whole(quant, keys, default, source)
+    if size == -1:
+        return None
+    if size <= 0:
+        raise InputError(f"{source}: {key} {size} is not a group size: give the inputs that share a scale (e.g. 128), "
+                         "or -1 for one scale per channel")
+    return size
+
+
 def _compressed_tensors(quant: dict, source: str) -> CheckpointFormat:
     kv = _kv_from_scheme(quant.get("kv_cache_scheme"))
     fmt = str(quant.get("format") or "").lower()
-    for group in (quant.get("config_groups") or {}).values():
+    groups = quant.get("config_groups") or {}
+    if not isinstance(groups, dict) or not all(isinstance(g, dict | None) for g in groups.values()):
+        raise InputError(f"{source}: config_groups must be a mapping of group names to their schemes")
+    for group in groups.values():
         weights = (group or {}).get("weights") or {}
+        if not isinstance(weights, dict):
+            raise InputError(f"{source}: a config_groups entry's weights must be a mapping, got {weights!r:.60}")
         acts = (group or {}).get("input_activations") or None
         bits, kind = weights.get("num_bits"), weights.get("type")
         strategy = str(weights.get("strategy") or "tensor").lower()
-        size = weights.get("group_size") if strategy in ("group", "tensor_group") else None
+        size = _group_size(weights, ("group_size",), -1, f"{source} weights") if strategy in ("group", "tensor_group") \
+            else None
         zero = weights.get("symmetric") is False
         granularity: Granularity = ("group" if size else "block" if strategy == "block"
                                     else "channel" if strategy == "channel" else "tensor")
@@ -294,7 +331,7 @@ def _modelopt(quant: dict, source: str) -> CheckpointFormat:
         return CheckpointFormat(scheme="fp8", method="modelopt", weight_bits=8, granularity="tensor",
                                 kv_cache_dtype=kv, source=source, **ignore)
     if algo == "NVFP4":
-        size = int(inner.get("group_size") or 16)
+        size = _group_size(inner, ("group_size",), 16, source) or 16
         return CheckpointFormat(scheme="nvfp4", method="modelopt_fp4", weight_bits=4, granularity="group",
                                 group_size=size, scale_dtype="fp8", kv_cache_dtype=kv, source=source, **ignore)
     raise InputError(f"{source}: ModelOpt quant_algo '{algo or '?'}' is not modelled; servopt reads FP8 and NVFP4")
@@ -317,20 +354,19 @@ def checkpoint_format(quant: dict | None, hf_quant: dict | None = None, source: 
         raise InputError(f"{source}: quantization_config must be a JSON object")
     method = str(quant.get("quant_method") or "").lower()
     source = f"{source} quantization_config"
+    # A bits or group size of 0 once read as the default (4-bit, group 128), and -128 as "group -128".
     if method in ("awq", "awq_marlin"):
-        bits = int(quant.get("bits") or quant.get("w_bit") or 4)
+        bits = _weight_bits(quant, ("bits", "w_bit"), (4, 8), "AWQ", source)
+        size = _group_size(quant, ("group_size", "q_group_size"), 128, source)
         return CheckpointFormat(scheme="awq" if bits == 4 else "w8a16", method="auto_awq", weight_bits=bits,
-                                granularity="group",
-                                group_size=int(quant.get("group_size") or quant.get("q_group_size") or 128),
+                                granularity="group" if size else "channel", group_size=size,
                                 zero_point=bool(quant.get("zero_point", True)), source=source,
                                 ignore=_ignored(quant, "modules_to_not_convert"), ignore_match="substring")
     if method in ("gptq", "gptq_marlin"):
-        bits = int(quant.get("bits") or 4)
-        if bits not in (4, 8):
-            raise InputError(f"{source}: GPTQ with {bits}-bit weights is not served by vLLM's Marlin kernels (4 or 8)")
-        size = int(quant.get("group_size") or 128)
+        bits = _weight_bits(quant, ("bits",), (4, 8), "GPTQ (vLLM's Marlin kernels)", source)
+        size = _group_size(quant, ("group_size",), 128, source)
         return CheckpointFormat(scheme="gptq" if bits == 4 else "w8a16", method="auto_gptq", weight_bits=bits,
-                                granularity="group" if size > 0 else "channel", group_size=size if size > 0 else None,
+                                granularity="group" if size else "channel", group_size=size,
                                 zero_point=not quant.get("sym", True), source=source)
     if method == "fp8":
         # Fp8Config.from_config reads ignored_layers, else modules_to_not_convert (fp8.py@v0.33.0 lines 160-168).

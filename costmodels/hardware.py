@@ -151,7 +151,8 @@ class GPUCatalog:
                 raise InputError(f"{source}: gpus: {quote(raw_name)} is not a GPU name; name each GPU with text")
             if not isinstance(fields, dict):
                 raise InputError(f"{source}: gpus.{label(raw_name)} must be a mapping of fields, not {quote(fields)}")
-            key = _normalize(raw_name)
+            # A known GPU by any of its names (h100, H100, h100-sxm): the last one given would win silently.
+            key = self.get(raw_name).name if raw_name in self else _normalize(raw_name)
             if key in written:
                 raise InputError(f"{source}: gpus.{label(raw_name)} and gpus.{label(written[key])} name the same "
                                  "GPU; keep one")

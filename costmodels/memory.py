@@ -370,7 +370,16 @@ def plan_memory(
     blocks, capacity, layout = kv_capacity(model, kv_cache, kv_cache_dtype, tp, pp, block_size,
                                            extra_kv_bytes_per_token_per_gpu)
     problems = []
-    if kv_cache <= 0:
+    if kv_cache_memory_bytes is not None:
+        # vLLM sizes the pool as told and ignores gpu_memory_utilization; weights, activations and the
+        # pool must still fit the GPU (70B bf16 weights with a 4 GiB pool do not fit one L40S).
+        needed = weights.per_gpu_bytes + extra_weights_bytes_per_gpu + activations + non_torch + kv_cache
+        if needed > gpu.memory_bytes:
+            problems.append(
+                f"weights ({weights.per_gpu_bytes / GIB:.1f} GiB/GPU), activations ({activations / GIB:.1f} GiB) and "
+                f"the KV cache kv_cache_memory_gib asks for ({kv_cache / GIB:.1f} GiB) need {needed / GIB:.1f} GiB, more "
+                f"than the {gpu.memory_gib:.0f} GiB of {gpu.name}")
+    elif kv_cache <= 0:
         problems.append(
             f"weights ({weights.per_gpu_bytes / GIB:.1f} GiB/GPU) and activations ({activations / GIB:.1f} GiB) "
             f"exceed the {gpu_memory_utilization:.2f} x {gpu.memory_gib:.0f} GiB budget of {gpu.name}"

@@ -80,6 +80,65 @@ def output_folder(folder: str | Path, what: str, markers: Iterable[str]) -> Path
     return ensure_folder(path)
 
 
+def check_no_links(path: str | Path, what: str, folder: str | Path | None = None) -> Path:
+    """Refuse ``path`` when it is a symbolic link or, when it lies in ``folder`` (a job folder), when any
+    folder between ``folder`` and it is one: servopt follows no link inside its folders, where a
+    planted one would have it create or rewrite the link's target. ``folder`` itself may be a link
+    (the user named it).
+
+    >>> import os, tempfile, pathlib
+    >>> job = pathlib.Path(tempfile.mkdtemp())
+    >>> os.symlink(tempfile.mkdtemp(), job / "sub")
+    >>> try:
+    ...     check_no_links(job / "sub" / "study.db", "storage", job)
+    ... except InputError as err:
+    ...     print(str(err).split("': ")[1].split(";")[0])
+    '.../sub' is a symbolic link
+    """
+    path = Path(os.path.abspath(path))
+    links = [path]
+    if folder is not None:
+        root = Path(os.path.abspath(folder))
+        links += [parent for parent in path.parents if root in parent.parents]
+    for part in links:
+        if os.path.islink(part):
+            shown_part = "it" if part == path else f"'{shown(part)}'"
+            raise InputError(f"{what} '{shown(path)}': {shown_part} is a symbolic link; servopt follows no link inside "
+                             "its folders (a planted link would have it write into the link's target). Remove it and "
+                             "rerun")
+    return path
+
+
+def within(path: str | Path, folder: str | Path) -> bool:
+    """Whether ``path`` lies inside ``folder`` (compared as written, links not resolved)."""
+    return Path(os.path.abspath(folder)) in Path(os.path.abspath(path)).parents
+
+
+def check_own_file(path: str | Path, mark: str, what: str) -> Path:
+    """``path`` as a file servopt may replace: absent, or a file whose text begins with ``mark`` (the
+    line servopt writes first in it). A file of the same name that a person wrote (a hand-edited
+    workload.yaml in a ``--seed-job`` folder) is refused, not replaced.
+
+    >>> import tempfile, pathlib
+    >>> mine = pathlib.Path(tempfile.mkdtemp()) / "workload.yaml"
+    >>> _ = mine.write_text("model: my-model\\n")
+    >>> try:
+    ...     check_own_file(mine, "# Written by servopt", "--seed-job")
+    ... except InputError as err:
+    ...     print(str(err).split(": ", 1)[1].split(";")[0])
+    servopt did not write this file (it does not begin with '# Written by servopt')
+    """
+    path = check_output_file(path, what)
+    try:
+        head = read_text(path, what)[:len(mark)] if os.path.lexists(path) else mark
+    except InputError:  # a link, a FIFO, not UTF-8: not servopt's
+        head = ""
+    if head != mark:
+        raise InputError(f"{what} '{shown(path)}': servopt did not write this file (it does not begin with '{mark}'); "
+                         "servopt never replaces a file it did not write: move it away, or give another folder")
+    return path
+
+
 def check_output_file(path: str | Path, what: str) -> Path:
     """``path`` as a file servopt may write: not a folder, FIFO or device, in a folder that exists or
     can be created and is writable. Checked before work that takes long (a calibration sweep), and by

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..calibration.registry import load_profile
-from ..costmodels.architectures import longer_context_fix, resolve_model
+from ..costmodels.architectures import ModelSpec, longer_context_fix, resolve_model
 from ..costmodels.checkpoints import checkpoints_of
-from ..costmodels.errors import InputError
+from ..costmodels.errors import InputError, label
 from ..costmodels.hardware import GPUSpec, load_catalog
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.quantization import builtin_accuracy_table
@@ -55,7 +55,26 @@ def _serve_id(name: str, resolved) -> str:
     return name if "/" in name else resolved.spec.name
 
 
-def _checkpoints(serve: str, requested: str, named: dict[str, str | None], where: str) -> dict[str, tuple]:
+# What a checkpoint of a model shares with it, whatever its format: the shape of every weight.
+_SHAPE = ("family", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
+          "vocab_size")
+
+
+def _same_model(where: str, checkpoint_id: str, checkpoint: ModelSpec, model: str, spec: ModelSpec) -> None:
+    """Refuse a checkpoint that is not of ``model``: another model's weights would be served (and
+    priced, and exported) as this one."""
+    differ = [f"{key} {getattr(checkpoint, key)} vs {getattr(spec, key)}" for key in _SHAPE
+              if getattr(checkpoint, key) != getattr(spec, key)]
+    if (checkpoint.moe is None) != (spec.moe is None) or (
+            checkpoint.moe is not None and checkpoint.moe.num_experts != spec.moe.num_experts):
+        differ.append("its experts")
+    if differ:
+        raise InputError(f"{where}: '{label(checkpoint_id)}' is not a checkpoint of {label(model)}: {', '.join(differ[:4])}; "
+                         "name a checkpoint of the model itself (or list the other model under alternatives)")
+
+
+def _checkpoints(serve: str, requested: str, named: dict[str, str | None], where: str,
+                 base: ModelSpec) -> dict[str, tuple]:
     """Pre-quantized checkpoints a model can be served from: the catalog's for the id served,
     then the workload's ``checkpoints:`` (which win)."""
     found: dict[str, tuple] = {}
@@ -74,6 +93,7 @@ def _checkpoints(serve: str, requested: str, named: dict[str, str | None], where
         if resolved.quantization != scheme:
             raise InputError(f"checkpoints.{scheme}: '{checkpoint_id}' is a {resolved.quantization or '16-bit'} "
                              f"checkpoint ({resolved.origin}), not {scheme}; list it under its scheme")
+        _same_model(f"checkpoints.{scheme}", checkpoint_id, resolved.spec, requested, base)
         found[scheme] = (checkpoint_id, resolved.spec, f"workload checkpoints.{scheme}", None)
     return found
 
@@ -86,11 +106,13 @@ def _model_choice(key: str, name: str, serve_id: str | None, drop: float, where:
         raise _keyed(where, err) from None
     serve = serve_id or _serve_id(name, resolved)
     if serve_id is not None and serve_id != name:
+        base = resolved.spec
         try:  # an alternative's checkpoint fixes its weights
             resolved = resolve_model(serve_id)
         except InputError as err:
             raise _keyed(where.replace(".model", ".checkpoint"), err) from None
-    extra = {} if resolved.quantization else _checkpoints(serve, name, named, where)
+        _same_model(where.replace(".model", ".checkpoint"), serve_id, resolved.spec, name, base)
+    extra = {} if resolved.quantization else _checkpoints(serve, name, named, where, resolved.spec)
     options = weight_options(resolved.spec, serve, resolved.quantization, extra)
     return ModelChoice(key, resolved.spec, serve, options, drop)
 
@@ -100,6 +122,7 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
     w = workload
     named = w.checkpoints.model_dump()
     models = {w.model: _model_choice(w.model, w.model, None, 0.0, "model", named)}
+    listed = {models[w.model].serve_id: "model"}  # what vLLM serves -> the key that lists it
     for i, alt in enumerate(w.alternatives):
         if alt.accuracy_drop_pct is not None:
             drop = alt.accuracy_drop_pct
@@ -108,16 +131,26 @@ def build_problem(workload: Workload, hardware: str | None = None) -> Problem:
         if alt.model in models:
             raise InputError(f"alternatives.{i}.model: '{alt.model}' is listed twice")
         # The workload's checkpoints are of the main model; alternatives use the catalog's.
-        models[alt.model] = _model_choice(alt.model, alt.model, alt.checkpoint, drop, f"alternatives.{i}.model", {})
+        choice = _model_choice(alt.model, alt.model, alt.checkpoint, drop, f"alternatives.{i}.model", {})
+        if choice.serve_id in listed:  # by its id and by an alias: one of two accuracy drops would be lost
+            raise InputError(f"alternatives.{i}.model: '{label(alt.model)}' is the model {listed[choice.serve_id]} lists "
+                             f"already (both serve {choice.serve_id}); list each model once")
+        listed[choice.serve_id] = f"alternatives.{i}.model"
+        models[alt.model] = choice
 
     catalog = load_catalog(hardware)
     gpus: dict[str, GPUSpec] = {}
     names = w.gpu_prices or {gpu.name: None for gpu in catalog}
+    written: dict[str, str] = {}
     for raw, price in names.items():
         try:
             gpu = catalog.get(raw)
         except InputError as err:
             raise _keyed(f"gpus.{raw}", err) from None
+        if gpu.name in written:  # the last price given would win silently
+            raise InputError(f"gpus.{label(raw)}: the GPU {gpu.name} is listed already (as gpus.{label(written[gpu.name])}: "
+                             "two names of one GPU); keep one")
+        written[gpu.name] = raw
         gpus[gpu.name] = gpu if price is None else gpu.model_copy(update={"price_per_gpu_hour": price})
 
     given: dict[str, str] = {}  # GPU -> profile path, by any of the GPU's names

@@ -50,6 +50,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from ..costmodels.errors import InputError
+from ..costmodels.outfiles import check_no_links
 from ..costmodels.userfiles import shown
 
 if TYPE_CHECKING:
@@ -457,21 +458,67 @@ def _open_journal(path: Path, shown_url: str) -> JournalStorage:
     return storage
 
 
-def open_storage(url: str) -> BaseStorage:
+def storage_file(url: str) -> Path | None:
+    """The file a storage URL keeps its study in (a journal, or a SQLite database), or None for a
+    database server.
+
+    >>> storage_file("journal:///runs/chat/study.journal"), storage_file("sqlite:///runs/chat/study.db")
+    (PosixPath('/runs/chat/study.journal'), PosixPath('runs/chat/study.db'))
+    >>> storage_file("postgresql://db.internal/studies") is None
+    True
+    """
+    path = journal_path(url)
+    if path is not None:
+        return path
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    return Path(database[len("file:"):].split("?")[0] if database.startswith("file:") else database)
+
+
+# Files SQLite keeps beside a database in WAL mode, and its rollback journal.
+_SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def _check_sqlite_file(path: Path, shown_url: str, folder: str | Path | None) -> None:
+    """A SQLite database (and the files SQLite writes beside it) never through a symbolic link (an
+    empty file a planted study.db linked to became a database), and only onto a regular file."""
+    for name in (path, *(path.with_name(path.name + end) for end in _SQLITE_COMPANIONS)):
+        check_no_links(name, f"storage {shown_url}", folder)
+        try:
+            mode = os.lstat(name).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise InputError(f"storage {shown_url}: '{shown(name)}' cannot be opened: {err.strerror}") from None
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+            raise InputError(f"storage {shown_url}: '{shown(name)}' is {kind}, not a regular file; give a database "
+                             "file's path")
+
+
+def open_storage(url: str, folder: str | Path | None = None) -> BaseStorage:
     """An Optuna storage: a journal file for ``journal:`` URLs, else RDB storage, where SQLite gets
-    WAL (concurrent readers, one writer) and a lock timeout.
+    WAL (concurrent readers, one writer) and a lock timeout. A journal or SQLite file is never opened
+    through a symbolic link, nor (when it lies in ``folder``, the job folder) through a linked folder
+    (:func:`~servopt.costmodels.outfiles.check_no_links`).
 
     A bad URL, a missing driver or a server that cannot be reached raises :class:`InputError` with
     one line that shows the URL masked.
     """
     path = journal_path(url)
     if path is not None:
+        check_no_links(path, "storage journal", folder)
         return _open_journal(path, url)
     import sqlalchemy.exc  # noqa: PLC0415
     from sqlalchemy import event  # noqa: PLC0415
 
     parsed = _parse(url)
     shown = masked_url(url)
+    database = storage_file(url)
+    if database is not None:
+        _check_sqlite_file(database, shown, folder)
     for attempt in range(SCHEMA_RETRIES):
         try:
             with warnings.catch_warnings():

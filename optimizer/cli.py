@@ -14,11 +14,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TextIO
 
 from pydantic import ValidationError
 
 from ..costmodels.errors import InputError, format_validation_error, one_line
+from ..costmodels.escaping import terminal_text
 from ..costmodels.userfiles import shown
 from .commands import COMMANDS, command_module
 
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):  # one line, as every servopt error (not the usage block)
         parser.error(f"choose a command: {', '.join(COMMANDS)}")
+    printed, sys.stdout = sys.stdout, TerminalStream(sys.stdout)
     try:
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a reader that left shows here, not at exit
@@ -105,6 +107,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:  # a folder or file the user named that cannot be created or written
         where = f" '{shown(err.filename)}'" if err.filename else ""
         return _input_error(args.command, f"cannot write or read{where}: {err.strerror or err}; check the path")
+    finally:
+        sys.stdout = printed
+
+
+class TerminalStream:
+    """stdout as every command prints to it: each line through
+    :func:`~servopt.costmodels.escaping.terminal_text`, so that no user string (a study or file name,
+    a hardware file's notes) writes an escape sequence or a carriage return to the terminal. Commands
+    escape the line breaks of the strings they print themselves (they cannot be told apart here)."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(terminal_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _input_error(command: str, message: str) -> int:

@@ -41,16 +41,19 @@ from typing import Any
 import optuna
 from joblib import Parallel, delayed
 
-from ..costmodels.errors import InputError
-from ..costmodels.outfiles import output_folder, read_text, write_text
+from ..costmodels.errors import InputError, one_line
+from ..costmodels.outfiles import output_folder, read_text, within, write_text
 from ..costmodels.physics import Fleet, Load, check_memory, check_rate, check_summary
 from ..costmodels.userfiles import parse_json, shown
 from ..results import Recheck, TrialRecord, TrialResult
 from ._evaluate import Evaluator
+from ._inputs import INPUTS_ATTR, changed_inputs, study_inputs
 from ._lifeline import exit_with_parent
 from ._problem import Problem, build_problem
 from ._progress import Progress, RecheckProgress, poll_progress
-from ._storage import STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_from_env
+from ._storage import (
+    STORAGE_ENV, has_hidden_password, journal_url, masked_url, open_storage, storage_file, storage_from_env,
+)
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
@@ -80,6 +83,7 @@ WORKLOAD_HASH_ATTR = "workload_sha256"
 # What the front's re-check established (:func:`~servopt.optimizer.study.recheck_statement`).
 RECHECK_STATEMENT_ATTR = "recheck_statement"
 JOB_ATTR = "job"
+RESTART_HINT = "start afresh in this folder with servopt optimize --restart (its trials are deleted)"
 
 
 def folder_storage(out_dir: Path) -> str | None:
@@ -161,9 +165,11 @@ class Job:
     cores: int | None = None  # processes for the re-check's simulations (default: every core available)
     hardware: str | None = None
     name: str = "default"
+    restart: bool = False  # delete what the study holds and start afresh (inputs that changed are then no error)
     notes: list[str] = field(default_factory=list, repr=False)  # what opening the study repaired
     _problem: Problem | None = field(default=None, repr=False)
     _evaluator: Evaluator | None = field(default=None, repr=False)
+    _inputs: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -206,7 +212,7 @@ class Job:
 
     # --- the study --------------------------------------------------------------------------
     def open_study(self, create: bool = True) -> optuna.Study:
-        storage = open_storage(self.storage_url)
+        storage = open_storage(self.storage_url, self.out_dir)
         repaired = getattr(storage, "repaired", "")  # a journal's torn last line, cut off
         if repaired and repaired not in self.notes:
             self.notes.append(repaired)
@@ -222,17 +228,49 @@ class Job:
             except KeyError:
                 raise InputError(f"no study '{self.study_name}' in {self.shown_storage}") from None
         stored = study.user_attrs.get(WORKLOAD_HASH_ATTR)
+        if self._inputs is None:
+            self._inputs = study_inputs(self.problem)
+        inputs = self._inputs
         if stored is None:
             study.set_user_attr(WORKLOAD_HASH_ATTR, expected)
             study.set_user_attr("workload", self.saved_workload())
             study.set_user_attr(JOB_ATTR, {"hardware": self.hardware, "name": self.name})
         elif stored != expected:
             raise InputError(
-                f"study '{self.study_name}' in {self.shown_storage} was started with a different workload; "
-                "use another --study name or --out folder, or the same workload file"
+                f"study '{one_line(self.study_name)}' in {self.shown_storage} was started with a different workload; "
+                f"use the same workload file, another --study name or --out folder, or {RESTART_HINT}"
             )
+        recorded = study.user_attrs.get(INPUTS_ATTR)
+        if recorded is None:  # a new study, or one an older servopt started (it recorded no inputs)
+            study.set_user_attr(INPUTS_ATTR, inputs)
+        else:
+            changed = changed_inputs(recorded, inputs)
+            if changed:
+                raise InputError(
+                    f"study '{one_line(self.study_name)}' in {self.shown_storage} was started from other inputs, and "
+                    f"its trials were scored with them: {'; '.join(changed)} changed since; run with the inputs it "
+                    f"was started from, or {RESTART_HINT}")
         prepare_study(study, w.objective.model_dump())
         return study
+
+    def delete_study(self) -> int:
+        """``--restart``: delete the job's study from its storage, and the study the folder's job.json
+        names when it lives in the same storage (a workload renamed since); returns the finished
+        trials deleted. Nothing else in the storage is touched."""
+        storage = open_storage(self.storage_url, self.out_dir)
+        names = {self.study_name}
+        try:
+            old = _read_job_file(self.out_dir / JOB_FILE)
+        except (FileNotFoundError, _BrokenJobFile):
+            old = {}
+        if old.get("storage") == self.shown_storage:
+            names.add(old["study"])
+        deleted = 0
+        for summary in optuna.get_all_study_summaries(storage):
+            if summary.study_name in names:
+                deleted += summary.n_trials
+                optuna.delete_study(study_name=summary.study_name, storage=storage)
+        return deleted
 
     def job_data(self) -> dict[str, Any]:
         """What job.json holds: the storage URL without its password."""
@@ -256,6 +294,8 @@ class Job:
             return f"{path} was unreadable ({err}; a run killed mid-write by an older servopt?): rewritten"
         old_identity = {k: v for k, v in old.get("workload", {}).items() if k not in RESUMABLE_KEYS}
         new_identity = workload_identity(self.workload)
+        if self.restart and old.get("storage") == self.shown_storage:
+            return None  # its study is deleted and this job starts afresh in the folder
         if old.get("study") != self.study_name:
             differs = f"study '{old.get('study')}', not '{self.study_name}'"
         elif old.get("storage") != self.shown_storage:  # a copied folder keeps its first storage URL
@@ -265,7 +305,7 @@ class Job:
             differs = f"study '{self.study_name}' of another workload: {', '.join(keys)} differ"
         else:
             return None
-        raise InputError(f"{self.out_dir} holds another job ({differs}); use another --out folder")
+        raise InputError(f"{self.out_dir} holds another job ({differs}); use another --out folder, or {RESTART_HINT}")
 
     def write_job_file(self) -> Path:
         return write_text(self.out_dir / JOB_FILE, json.dumps(self.job_data(), indent=2) + "\n")
@@ -290,12 +330,29 @@ class Job:
             if has_hidden_password(saved):
                 raise InputError(f"{path} keeps the storage URL without its password ({saved}): pass it again "
                                  f"with --storage URL or set {STORAGE_ENV}")
-            given = saved
+            given = cls._own_storage(Path(out_dir), saved)
         elif masked_url(given) != saved:
             raise InputError(f"the storage URL given ({masked_url(given)}) is not this job's ({saved})")
         workload = parse_workload(data["workload"], f"job file '{shown(path)}': workload")
         return cls(workload, out_dir, study=data["study"], storage=given, hardware=data.get("hardware"),
                    name=data.get("name", "default"))
+
+    @staticmethod
+    def _own_storage(out_dir: Path, saved: str) -> str:
+        """The storage job.json names, when it is a file inside the job folder. Any other (another
+        folder's file, a database server) is the user's to name again: a job's files are anyone's to
+        edit, and servopt creates or rewrites nothing outside the folder on their word."""
+        try:
+            database = storage_file(saved)
+        except InputError:
+            database = None
+        if database is not None and within(database, out_dir):
+            return saved
+        own = folder_storage(out_dir)
+        hint = f"; this folder's own study is {masked_url(own)}" if own else ""
+        raise InputError(f"{out_dir / JOB_FILE} names the storage {saved}, outside the job folder: servopt opens no "
+                         f"storage outside it on a job file's word (an edited job.json could have it create or "
+                         f"rewrite any file); pass it with --storage URL or set {STORAGE_ENV}{hint}")
 
     @classmethod
     def _recover(cls, out_dir: Path, problem: str) -> Job:
@@ -306,7 +363,7 @@ class Job:
             raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and the folder has no {JOURNAL_FILE} to "
                              f"rebuild it from; {fix}")
         database = out_dir / (JOURNAL_FILE if url.startswith("journal:") else LEGACY_DATABASE)
-        summaries = [s for s in optuna.get_all_study_summaries(open_storage(url))
+        summaries = [s for s in optuna.get_all_study_summaries(open_storage(url, out_dir))
                      if "workload" in s.user_attrs]
         if len(summaries) != 1:
             raise InputError(f"{out_dir / JOB_FILE} is unreadable ({problem}) and {database.name} holds {len(summaries)} "
@@ -324,6 +381,10 @@ class Job:
         problem = self.problem  # resolve names before anything is written
         output_folder(self.out_dir, "--out", (JOB_FILE, JOURNAL_FILE, LEGACY_DATABASE))
         note = self.check_folder()
+        if self.restart:
+            deleted = self.delete_study()
+            if deleted:
+                self.notes.append(f"--restart: the {deleted} trial(s) the study held were deleted")
         # A storage that cannot be opened, or a study of another workload, fails before job.json is touched.
         study = self.open_study()
         self.write_job_file()

@@ -51,6 +51,7 @@ from typing import Any
 
 from ..costmodels.deployment import SpeculativeConfig
 from ..costmodels.errors import InputError
+from ..costmodels.escaping import markdown_text
 from ..costmodels.quantization import MODEL_DTYPE_SCHEME
 from ..costmodels.serving.compiled import (
     DECODE, PREFILL, REPLICA, DeploymentRecord, Placement, RoleRecord, WeightsRecord,
@@ -341,12 +342,14 @@ def node_scripts(plan: dict[str, Any]) -> dict[str, str]:
 def render_readme(plan: dict[str, Any], scripts: dict[str, str]) -> str:
     """The order to start the scripts, and what each one needs."""
     d, weights = plan["deployment"], plan["weights"]
-    lines = [comment(f"# vLLM launch scripts: trial {plan['trial']} ({plan['model']} on {plan['gpu']})"), ""]
+    md = markdown_text
+    lines = [f"# vLLM launch scripts: trial {plan['trial']} ({md(plan['model'])} on {md(plan['gpu'])})", ""]
     if not plan["calibrated"]:
-        lines += [comment(f"**UNCALIBRATED**: no calibration profile for {plan['gpu']}; the predictions behind this "
-                          "deployment rest on datasheet defaults."), ""]
+        lines += [f"**UNCALIBRATED**: no calibration profile for {md(plan['gpu'])}; the predictions behind this "
+                  "deployment rest on datasheet defaults.", ""]
     lines += [f"vLLM {plan['vllm_version']}; {plan['replicas']} replica(s), {len(plan['instances'])} instance(s) on "
-              f"{plan['num_nodes']} node(s) of {plan['gpu']}; weights: {weights['scheme']}, KV cache {d['kv_cache_dtype']}.",
+              f"{plan['num_nodes']} node(s) of {md(plan['gpu'])}; weights: {md(weights['scheme'])}, KV cache "
+              f"{md(d['kv_cache_dtype'])}.",
               "", "Start order:", ""]
     step = 1
     multi_node = plan["num_nodes"] > 1
@@ -368,7 +371,7 @@ def render_readme(plan: dict[str, Any], scripts: dict[str, str]) -> str:
                      f"`{ROUTER_INSTALL}`; NODEn: the address of node n); clients talk to port {ROUTER_PORT}.")
     else:
         lines.append(f"Clients talk to port {plan['instances'][0]['port']}.")
-    lines += ["", "Notes:", ""] + [comment(f"- {note}") for note in plan["notes"]] if plan["notes"] else []
+    lines += ["", "Notes:", ""] + [f"- {md(note)}" for note in plan["notes"]] if plan["notes"] else []
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,8 @@ Every word from a user (model and checkpoint ids, local paths, draft models) is 
 ``command``/``args`` are lists (no shell) with ``$`` doubled so that Kubernetes' ``$(VAR)``
 expansion cannot read the pod's variables into them; the few containers that need a shell (a Ray
 leader, headless data-parallel ranks) quote every word with :func:`shlex.quote` first; YAML is
-written by ``yaml.safe_dump``, and comments are stripped of control characters.
+written by :func:`~servopt.costmodels.escaping.dump_yaml_all` (a value YAML 1.1 or 1.2 would read as a
+number, boolean or null, such as a node label ``1e3``, is quoted), and comments are stripped of control characters.
 
 Example:
     >>> from servopt.costmodels import Deployment, PerformanceProfile, get_gpu
@@ -59,9 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..costmodels.errors import InputError
+from ..costmodels.escaping import dump_yaml_all, markdown_text
 from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, role_name
 from ._export import RAY_PORT, VLLM_VERSION, comment
 
@@ -448,13 +448,6 @@ def kubernetes_manifests(plan: dict[str, Any], options: KubernetesOptions | None
     return docs
 
 
-class _Dumper(yaml.SafeDumper):
-    """yaml's safe dumper, writing a mapping used twice (the pod labels) out twice rather than as an alias."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def render_kubernetes(plan: dict[str, Any], docs: list[dict[str, Any]]) -> str:
     """The manifests as one YAML stream, after comment lines saying what they are."""
     m = plan.get("metrics") or {}
@@ -466,7 +459,7 @@ def render_kubernetes(plan: dict[str, Any], docs: list[dict[str, Any]]) -> str:
     head += [f"# NOTE: {note}" for note in plan["notes"]]
     if any(d["kind"] == "LeaderWorkerSet" for d in docs):
         head.append("# needs the LeaderWorkerSet controller (kubernetes-sigs/lws) installed in the cluster")
-    body = yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**16)
+    body = dump_yaml_all(docs, default_flow_style=False, width=2**16)
     return "\n".join(comment(line) for line in head) + "\n---\n" + body
 
 
@@ -566,13 +559,14 @@ def render_kubernetes_readme(plan: dict[str, Any], docs: list[dict[str, Any]], o
     kinds = [d["kind"] for d in docs]
     entry = next(d for d in reversed(docs) if d["kind"] == "Service")
     port = entry["spec"]["ports"][0]["port"]
-    gpu_label = (f"nodes labelled {', '.join(f'{k}={v}' for k, v in options.node_selector.items())}"
+    md = markdown_text
+    gpu_label = (f"nodes labelled {', '.join(md(f'{k}={v}') for k, v in options.node_selector.items())}"
                  if options.node_selector else "GPU feature discovery's nvidia.com/gpu.product labels on the GPU "
                  "nodes (the NVIDIA GPU Operator installs it with the device plugin)")
     budget = next((d["spec"]["maxUnavailable"] for d in docs if d["kind"] == "PodDisruptionBudget"), 0)
-    lines = [comment(f"# Kubernetes manifests: trial {plan['trial']} ({plan['model']} on {plan['gpu']})"), "",
-             f"vLLM {plan['vllm_version']} ({options.image}); {len(plan['instances'])} vLLM instance(s) on "
-             f"{plan['num_nodes']} node(s) of {plan['gpu']}.", "",
+    lines = [f"# Kubernetes manifests: trial {plan['trial']} ({md(plan['model'])} on {md(plan['gpu'])})", "",
+             f"vLLM {plan['vllm_version']} ({md(options.image)}); {len(plan['instances'])} vLLM instance(s) on "
+             f"{plan['num_nodes']} node(s) of {md(plan['gpu'])}.", "",
              "The cluster needs:", "",
              f"- the GPU device plugin ({', '.join(sorted({str(k) for d in docs for k in _gpu_keys(d)}))} "
              f"resources) and {gpu_label};"]
@@ -596,7 +590,7 @@ def render_kubernetes_readme(plan: dict[str, Any], docs: list[dict[str, Any]], o
                      "one replica down (set redundancy or slo.n_minus_1 in the workload to size for it), so scale up "
                      "before draining a node.")
     if plan["notes"]:
-        lines += ["", "Notes:", ""] + [comment(f"- {note}") for note in plan["notes"]]
+        lines += ["", "Notes:", ""] + [f"- {md(note)}" for note in plan["notes"]]
     return "\n".join(lines) + "\n"
 
 

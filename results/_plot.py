@@ -159,14 +159,15 @@ def _trial_traces(fig: go.Figure, evaluated: pd.DataFrame, status: pd.Series, co
         rows = evaluated[(evaluated["gpu"] == gpu) & evaluated[col].notna()] if len(evaluated) else evaluated
         # The legend entry is a filled marker whatever the GPU's first point is; it shows or hides
         # every trace of its group.
-        name = f"{gpu} (UNCALIBRATED)" if gpu in uncalibrated else gpu
+        # plotly reads <a>, <b> and entities in a trace's name: a GPU a hardware file named is text.
+        name = html.escape(gpu) + (" (UNCALIBRATED)" if gpu in uncalibrated else "")
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=gpu,
                                  marker={"color": colour, "size": 9}, hoverinfo="skip"))
         if not len(rows):
             continue
         kinds = status[rows.index]
         fig.add_trace(go.Scatter(
-            x=rows[cost_col], y=rows[col], mode="markers", name=gpu, legendgroup=gpu, showlegend=False,
+            x=rows[cost_col], y=rows[col], mode="markers", name=html.escape(gpu), legendgroup=gpu, showlegend=False,
             marker={"color": colour, "size": 8, "symbol": [STATUS_SYMBOLS[k] for k in kinds],
                     "opacity": [0.35 if k == "infeasible" else 0.85 for k in kinds], "line": {"width": 1.2}},
             hovertext=[_trial_hover(r, k) for r, k in zip(rows.to_dict("records"), kinds, strict=True)],

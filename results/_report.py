@@ -12,7 +12,6 @@ import html
 import json
 import math
 import re
-import shlex
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ import pandas as pd
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from ..costmodels.escaping import markdown_text, shell_word
 from ..costmodels.outfiles import spreadsheet_safe, write_text
 from ..costmodels.serving.slo import SLO
 from ._plot import COST_LABELS, front_marks, pareto_figures
@@ -339,13 +339,15 @@ def profile_groups(data: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]
 
 
 def _profile_lines(data: dict[str, Any]) -> list[str]:
+    """The markdown lines of the calibration profiles (GPU names and profile sources escaped)."""
+    md = markdown_text
     rows, common = profile_groups(data)
     lines = []
     for gpu, info, own in rows:
         flag = "calibrated" if info["calibrated"] else "**UNCALIBRATED**: predictions on this GPU rest on datasheet defaults"
-        lines.append(f"- {gpu} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {own} ({flag})")
+        lines.append(f"- {md(gpu)} (${info['price_per_gpu_hour']:.2f}/GPU-hour): {md(own)} ({flag})")
     for i, text in enumerate(common, start=1):
-        lines += ["", (f"Sources {i}: " if len(common) > 1 else "Sources of these profiles: ") + text]
+        lines += ["", (f"Sources {i}: " if len(common) > 1 else "Sources of these profiles: ") + md(text)]
     return lines
 
 
@@ -388,6 +390,20 @@ def group_reasons(reasons: list[str], top: int = 8) -> list[tuple[int, str]]:
     return out
 
 
+def _markdown_lines(lines: list[str]) -> list[str]:
+    """Plain-text lines (a list item's ``- `` kept) as markdown: everything after that escaped by
+    :func:`~servopt.costmodels.escaping.markdown_text`, for the user's names they hold."""
+    out = []
+    for line in lines:
+        bullet, text = re.match(r"( *- )?(.*)", line).groups()
+        out.append((bullet or "") + markdown_text(text))
+    return out
+
+
+def _table_cell(text: str) -> str:
+    return markdown_text(text).replace("|", "\\|")
+
+
 def _reason_lines(trials: pd.DataFrame, top: int = 8) -> list[str]:
     """"- N x reason" for the most common reasons trials were infeasible (:func:`group_reasons`);
     empty when no trial was infeasible with a reason, so no heading stands over nothing."""
@@ -411,31 +427,35 @@ def _front_rows(front: pd.DataFrame, objective: dict, columns: list) -> list[tup
 
 
 def render_markdown(data: dict[str, Any], trials: pd.DataFrame, front: pd.DataFrame) -> str:
+    # Every user string (study, class, GPU and model names, paths) through markdown_text: no HTML,
+    # link or line of a user's runs when the report is rendered.
     w = data["workload"]
-    lines = [f"# servopt optimize: {data['job']['study']}", "", *_summary_lines(data, trials), ""]
+    lines = [f"# servopt optimize: {markdown_text(data['job']['study'])}", "",
+             *_markdown_lines(_summary_lines(data, trials)), ""]
     lines += [f"## Pareto front (re-checked with {w['fidelity']['final_requests']} simulated requests)", ""]
     if len(front):
         columns = front_columns(data, front)
-        lines.append("| " + " | ".join(label.replace("|", "\\|") for label, _ in columns) + " | why |")
+        lines.append("| " + " | ".join(_table_cell(label) for label, _ in columns) + " | why |")
         lines.append("|" + "---|" * (len(columns) + 1))
         for _, cells, mark in _front_rows(front, w["objective"], columns):
             cells[0] += f" ({mark})" if mark else ""
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            lines.append("| " + " | ".join(_table_cell(c) for c in cells) + " |")
         lines += ["", TIE_NOTE]
         if "p99_ttft_s_low" in front and front["p99_ttft_s_low"].notna().any():
             lines += ["", INTERVAL_NOTE]
         if not front["profile_calibrated"].astype(bool).all():
             lines += ["", "Rows marked UNCALIBRATED are predicted on a GPU without a calibration profile (datasheet "
                           "defaults): measure before relying on them."]
-        lines += ["", f"Export one: `{export_command(data['job']['out_dir'])}` (or `fastest`, or a # above)."]
+        lines += ["", f"Export one: {markdown_text(export_command(data['job']['out_dir']), code=True)} (or `fastest`, "
+                      "or a # above)."]
     else:
-        lines += ["**The front is empty.**", "", *explain_empty(data, trials)]
-    lines += ["", "## Model configurations", "", *_config_lines(front)]
+        lines += ["**The front is empty.**", "", *_markdown_lines(explain_empty(data, trials))]
+    lines += ["", "## Model configurations", "", *_markdown_lines(_config_lines(front))]
     lines += ["", "## Calibration profiles", "", *_profile_lines(data)]
     reasons = _reason_lines(trials)
     if reasons:
-        lines += ["", "## Most common reasons trials were infeasible", "", *reasons]
-    lines += ["", "## Search space", ""] + [f"- {k}: {v}" for k, v in data["space"].items()]
+        lines += ["", "## Most common reasons trials were infeasible", "", *_markdown_lines(reasons)]
+    lines += ["", "## Search space", ""] + _markdown_lines([f"- {k}: {v}" for k, v in data["space"].items()])
     return "\n".join(lines) + "\n"
 
 
@@ -576,14 +596,15 @@ def export_command(out_dir: str | Path, pick: str = "cheapest") -> str:
 
 
 def servopt_command(command: str, path: str | Path, *options: str) -> str:
-    """A ``servopt COMMAND PATH [OPTIONS]`` line to print: shell-quoted, and its path never read as an
-    option (a folder named ``-o`` is written ``./-o``).
+    """A ``servopt COMMAND PATH [OPTIONS]`` line to print: shell-quoted (control characters in
+    bash's ``$'...'`` form, :func:`~servopt.costmodels.escaping.shell_word`), and its path never read
+    as an option (a folder named ``-o`` is written ``./-o``).
 
-    >>> servopt_command("report", "-o")
-    'servopt report ./-o'
+    >>> servopt_command("report", "-o"), servopt_command("report", "a\\nb")
+    ('servopt report ./-o', "servopt report $'a\\\\nb'")
     """
     path = str(path)
-    return shlex.join(["servopt", command, f"./{path}" if path.startswith("-") else path, *options])
+    return " ".join(map(shell_word, ["servopt", command, f"./{path}" if path.startswith("-") else path, *options]))
 
 
 def write_results(out_dir: str | Path, data: dict[str, Any]) -> dict[str, Path]:

@@ -48,7 +48,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..architectures import ModelSpec
-from ..deployment import Deployment, DisaggregationConfig, SpeculativeConfig
+from ..deployment import MAX_ENGINES, Deployment, DisaggregationConfig, SpeculativeConfig
 from ..errors import InputError
 from ..hardware import GIB, GPUSpec
 from ..memory import MemoryPlan, kv_bytes_per_token, plan_memory
@@ -139,12 +139,50 @@ def place(deployment: Deployment, gpus_per_node: int) -> list[Placement]:
 
 
 def num_nodes(deployment: Deployment, gpus_per_node: int) -> int:
-    """Nodes the fleet occupies as :func:`place` places it.
+    """Nodes the fleet occupies as :func:`place` places it, in time that does not grow with the
+    replicas (a fleet sized for 10^6 requests/s has 10^5 of them): every replica is placed alike, so
+    the GPUs taken on the open node after each replica repeat within ``gpus_per_node`` replicas, and
+    whole repeats are counted at once.
 
     >>> num_nodes(Deployment(gpu="h100", tp=2, replicas=3), 4)
     2
+    >>> d = Deployment(gpu="h100", tp=2, replicas=3)
+    >>> num_nodes(d.model_copy(update={"replicas": 100_001}), 8) == place(d.model_copy(update={"replicas": 100_001}), 8)[-1].nodes[-1] + 1
+    True
     """
-    return place(deployment, gpus_per_node)[-1].nodes[-1] + 1
+    d = deployment
+    per_replica = [(role, tp * d.pp * (d.data_parallel_size if role == REPLICA else 1))
+                   for role, count, tp in role_layout(d) for _ in range(count)]
+
+    def one_replica(used: int) -> tuple[int, int, int]:
+        """From ``used`` GPUs taken on the open node: nodes opened, GPUs then taken, and the last node
+        the replica occupies (relative to the open node), as :func:`place` goes."""
+        node = last = 0
+        for _, gpus in per_replica:
+            if used and used + min(gpus, gpus_per_node) > gpus_per_node:
+                node, used = node + 1, 0
+            last = node + -(-gpus // gpus_per_node) - 1
+            if gpus >= gpus_per_node:
+                node, used = node + -(-gpus // gpus_per_node), 0
+            else:
+                used += gpus
+        return node, used, last
+
+    node, used, last, replica = 0, 0, 0, 0
+    seen: dict[int, tuple[int, int]] = {}  # GPUs taken before a replica -> (that replica, its node)
+    while replica < d.replicas:
+        if used in seen:  # the same state again: skip the whole repeats that fit
+            first, first_node = seen.pop(used)
+            period, gain = replica - first, node - first_node
+            repeats = (d.replicas - replica) // period
+            node, last, replica = node + repeats * gain, last + repeats * gain, replica + repeats * period
+            seen.clear()
+            if replica == d.replicas:
+                break
+        seen[used] = (replica, node)
+        opened, used, end = one_replica(used)
+        last, node, replica = node + end, node + opened, replica + 1
+    return last + 1
 
 
 @dataclass(frozen=True)
@@ -241,9 +279,12 @@ class CompiledDeployment:
         return prompt_tokens * kv_bytes_per_token(self.model, self.deployment.kv_cache_dtype) / self.transfer_bytes_per_s
 
     def with_replicas(self, replicas: int) -> CompiledDeployment:
-        """The same deployment with another replica count (only the placements are recomputed)."""
+        """The same deployment with another replica count (only the placements are recomputed). A
+        fleet of more replicas than servopt simulates (:data:`~servopt.costmodels.deployment.MAX_ENGINES`:
+        one that a rate beyond every GPU limit asks for) is not placed: it is only ever refused, and
+        placing 10^5 replicas cost seconds and gigabytes per trial."""
         deployment = self.deployment.model_copy(update={"replicas": replicas})
-        placements = place(deployment, self.gpus_per_node)
+        placements = place(deployment, self.gpus_per_node) if replicas <= MAX_ENGINES else []
         roles = tuple(replace(r, instances=r.per_replica * replicas,
                               placements=tuple(p for p in placements if p.role == r.name)) for r in self.roles)
         return replace(self, deployment=deployment, roles=roles)

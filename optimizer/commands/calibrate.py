@@ -15,7 +15,7 @@ from ...costmodels.outfiles import check_output_file, write_text
 from ...costmodels.errors import InputError
 from ...costmodels.hardware import load_catalog
 from . import COMMANDS
-from .common import add_hardware_args, load_deployment, number_in
+from .common import add_hardware_args, given, load_deployment, number_in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="time kernels on this machine's GPU (or CPU) into a kernel table")
     run.add_argument("--quick", action="store_true", help="a short sweep (about a minute on one GPU)")
     run.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cuda (torch) or cpu (torch or numpy)")
-    run.add_argument("--out", default="servopt-kernels.csv", metavar="FILE", help="table to write (.csv or .parquet)")
+    run.add_argument("--out", type=given, default="servopt-kernels.csv", metavar="FILE", help="table to write (.csv or .parquet)")
     run.add_argument("--models", nargs="*", default=[], metavar="MODEL", help="time these models' GEMM shapes")
     run.set_defaults(handler=_run)
 
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--gpu", default=None, help="GPU to fit (default: the one GPU the tables measure)")
     fit.add_argument("--framework", default="vllm", help="use this framework's rows where a table has several (default vllm)")
     fit.add_argument("--holdout-fraction", type=number_in(0, 1, low_open=False), default=0.3, help="share of shapes held out for the report (default 0.3)")
-    fit.add_argument("--out", default=None, metavar="PROFILE.json", help="where to write the profile (default: <gpu>.profile.json)")
+    fit.add_argument("--out", type=given, default=None, metavar="PROFILE.json", help="where to write the profile (default: <gpu>.profile.json)")
     fit.add_argument("--json", action="store_true", help="print the fit report as JSON")
     add_hardware_args(fit)
     fit.set_defaults(handler=_fit)
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--version", default=None, help="framework version folder (default: the newest)")
     imp.add_argument("--deployment", metavar="YAML", help="the deployment the vllm bench results measured (gpu, tp, ...)")
     imp.add_argument("--model", default=None, help="model served (default: the result's model_id)")
-    imp.add_argument("--out", default=None, metavar="FILE", help="kernel table (aiconfigurator) or profile JSON (vllm bench)")
+    imp.add_argument("--out", type=given, default=None, metavar="FILE", help="kernel table (aiconfigurator) or profile JSON (vllm bench)")
     add_hardware_args(imp)
     imp.set_defaults(handler=_import)
     # No action is a bad invocation: one line, as every servopt error (not the usage block).

@@ -53,6 +53,16 @@ def number_in(low: float, high: float, low_open: bool = True) -> Callable[[str],
     return parse
 
 
+def given(text: str) -> str:
+    """An argparse type for paths, names and URLs: an empty value (``--out ""``, which meant the
+    default folder) is refused; leaving the option out is how to ask for its default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a value, or leave the option out for its default")
+    return text
+
+
+given.__name__ = "value"  # what argparse names the type in its own messages
+
 # numpy's random generators take seeds from 0 to 2**32 - 1 (as the workload's seed does).
 random_seed = whole_number(0, 2**32 - 1)
 
@@ -66,9 +76,9 @@ def request_count(text: str) -> int:
 
 def add_hardware_args(parser: argparse.ArgumentParser) -> None:
     """--hardware (GPU/price overrides) and --profile (a calibration profile JSON)."""
-    parser.add_argument("--hardware", default=None, metavar="YAML",
+    parser.add_argument("--hardware", type=given, default=None, metavar="YAML",
                         help="YAML file that overrides or adds GPUs and prices (gpus: {...})")
-    parser.add_argument("--profile", default=None, metavar="JSON",
+    parser.add_argument("--profile", type=given, default=None, metavar="JSON",
                         help="performance profile to use instead of the shipped one (servopt calibrate fit)")
 
 

@@ -8,19 +8,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ...calibration.diagnose import Diagnosis, RunDiagnosis, diagnose
 from ...calibration.prometheus import read_vllm_metrics
 from ...calibration.registry import load_profile
 from ...calibration.vllm_bench import length_histogram, printable, read_bench_result
 from ...costmodels.errors import InputError, validate_spec
 from ...costmodels.hardware import load_catalog
-from ...costmodels.outfiles import output_folder, write_text
+from ...costmodels.escaping import dump_yaml
+from ...costmodels.outfiles import check_own_file, output_folder, write_text
 from ...costmodels.serving import SLO
 from ..workload import parse_workload
 from . import COMMANDS
-from .common import add_hardware_args, random_seed
+from .common import add_hardware_args, given, random_seed
 from .predict import _finite, load_deployment
 
 SLO_KEYS = ("p99_ttft_s", "p99_tpot_s", "p99_e2e_s")
@@ -49,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "keys p99_ttft_s, p99_tpot_s, p99_e2e_s)")
     parser.add_argument("--bench-seed", type=random_seed, default=0,
                         help="the --seed the benchmark ran with (not saved in its results; default 0, the tool's)")
-    parser.add_argument("--seed-job", default=None, metavar="DIR",
+    parser.add_argument("--seed-job", type=given, default=None, metavar="DIR",
                         help="write DIR/workload.yaml (this traffic, model and GPU) and DIR/deployment.yaml (the live "
                              "deployment) to start `servopt optimize` from")
     add_hardware_args(parser)
@@ -95,7 +94,7 @@ def seed_workload(result: Diagnosis, run: RunDiagnosis, slo: SLO | None) -> tupl
     at least as fast, for less). Returns the mapping and comment lines."""
     r = run.result
     inputs, outputs = r.lengths()
-    comments = [f"Written by servopt diagnose from {printable(Path(r.path).name)}: the traffic the live deployment served."]
+    comments = [f"{SEED_MARK[2:]} from {printable(Path(r.path).name)}: the traffic the live deployment served."]
     if run.client == "open":
         arrival: dict[str, Any] = {"kind": "poisson", "rate_per_s": r.request_rate}
         if r.burstiness != 1:
@@ -135,6 +134,8 @@ def seed_run(result: Diagnosis) -> RunDiagnosis:
 
 
 SEED_JOB_FILES = ("workload.yaml", "deployment.yaml")
+# The first line of each file a seeded job holds: a file of that name without it is someone else's.
+SEED_MARK = "# Written by servopt diagnose"
 
 
 def write_seed_job(folder: str, result: Diagnosis, slo: SLO | None) -> tuple[Path, Path]:
@@ -142,11 +143,12 @@ def write_seed_job(folder: str, result: Diagnosis, slo: SLO | None) -> tuple[Pat
     workload, comments = seed_workload(result, run, slo)
     parse_workload(workload, "the seeded workload")  # what optimize will read
     out = output_folder(folder, "--seed-job", SEED_JOB_FILES)  # not the root, nor a folder of other files
+    for name in SEED_JOB_FILES:  # a hand-written workload.yaml there is kept, and the command refused
+        check_own_file(out / name, SEED_MARK, "--seed-job")
     header = "".join(f"# {printable(line, 500)}\n" for line in comments)
-    work = write_text(out / "workload.yaml", header + yaml.safe_dump(workload, sort_keys=False, default_flow_style=None,
-                                                                      width=120))
-    dep = write_text(out / "deployment.yaml", yaml.safe_dump(result.deployment.model_dump(mode="json", exclude_none=True),
-                                                             sort_keys=False))
+    work = write_text(out / "workload.yaml", header + dump_yaml(workload, default_flow_style=None, width=120))
+    dep = write_text(out / "deployment.yaml", f"{SEED_MARK}: the live deployment (servopt predict reads it)\n"
+                     + dump_yaml(result.deployment.model_dump(mode="json", exclude_none=True)))
     return work, dep
 
 

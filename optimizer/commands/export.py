@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import yaml
-
 from pydantic import ConfigDict, Field
 
 from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError, Spec, one_line, quote, validate_spec
+from ...costmodels.escaping import dump_yaml
 from ...costmodels.model_sources import check_model_id
-from ...costmodels.outfiles import output_folder, read_text, write_text
+from ...costmodels.outfiles import check_no_links, output_folder, read_text, write_text
 from ...costmodels.userfiles import parse_json, shown
 from ...results import (
     KUBERNETES_VERSION, SHM_SIZE, FrontPoint, KubernetesOptions, check_commands_with_vllm, check_manifests,
@@ -28,6 +27,7 @@ from ...results import (
     with_configs,
 )
 from . import COMMANDS
+from .common import given
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,25 +44,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "kubectl apply -f -); print the launch plan as JSON or YAML; or print "
                              "`python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, "
                              "from SGLang importable or $SERVOPT_SGLANG_PYTHON)")
-    parser.add_argument("--out", default=None, metavar="FOLDER",
+    parser.add_argument("--out", type=given, default=None, metavar="FOLDER",
                         help="where the scripts go (default: DIR/export-trial-N)")
     parser.add_argument("--check", action="store_true",
                         help="parse every vllm serve command with vLLM's own parser (needs vLLM; see --vllm-python)")
-    parser.add_argument("--vllm-python", default=None, metavar="PATH",
+    parser.add_argument("--vllm-python", type=given, default=None, metavar="PATH",
                         help="the Python of an environment with vLLM installed (default: $SERVOPT_VLLM_PYTHON, "
                         "this one, or ./.vllm-venv/bin/python)")
     k8s = parser.add_argument_group("--format kubernetes")
-    k8s.add_argument("--name", default=None, help="prefix of every object's name (default: from the study and trial)")
-    k8s.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
-    k8s.add_argument("--image", default=None, help="the vLLM image (default: vllm/vllm-openai of the exported vLLM)")
-    k8s.add_argument("--router-image", default=None, help="the vLLM Router image (default: vllm/vllm-router)")
+    k8s.add_argument("--name", type=given, default=None, help="prefix of every object's name (default: from the study and trial)")
+    k8s.add_argument("--namespace", type=given, default="default", help="namespace of every object (default: default)")
+    k8s.add_argument("--image", type=given, default=None, help="the vLLM image (default: vllm/vllm-openai of the exported vLLM)")
+    k8s.add_argument("--router-image", type=given, default=None, help="the vLLM Router image (default: vllm/vllm-router)")
     k8s.add_argument("--node-selector", action="append", default=None, metavar="KEY=VALUE",
                      help="node label the pods need, instead of GPU feature discovery's nvidia.com/gpu.product "
                           "(repeatable)")
-    k8s.add_argument("--hf-token-secret", default="hf-token",
+    k8s.add_argument("--hf-token-secret", type=given, default="hf-token",
                      help="Secret whose key 'token' holds the Hugging Face token (optional; default hf-token)")
-    k8s.add_argument("--shm-size", default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
-    k8s.add_argument("--model-cache-pvc", default=None, metavar="CLAIM",
+    k8s.add_argument("--shm-size", type=given, default=SHM_SIZE, help=f"size of each pod's /dev/shm (default {SHM_SIZE})")
+    k8s.add_argument("--model-cache-pvc", type=given, default=None, metavar="CLAIM",
                      help="PersistentVolumeClaim to keep downloaded weights in (default: an emptyDir per pod)")
     # The --format kubernetes options, to refuse them with another format (they would be ignored).
     parser.set_defaults(handler=run, kubernetes_options=[(a.option_strings[0], a.dest, a.default) for a in k8s._group_actions])
@@ -89,6 +89,39 @@ def _check_format_options(args: argparse.Namespace) -> None:
 
 # Files that say an --out folder holds an earlier export (it may be written again).
 EXPORT_MARKERS = ("plan.json", "kubernetes.yaml")
+# The first lines of the files an export writes, with the format and the trial they are of: how a
+# file of an earlier export is told from a person's (node scripts say it on their second line).
+_EXPORT_HEADS = (
+    (re.compile(r"^#!/usr/bin/env bash\n# servopt export for vLLM [^:\n]*: trial ([0-9]+)"), "vllm"),
+    (re.compile(r"^# vLLM launch scripts: trial ([0-9]+) "), "vllm"),
+    (re.compile(r'^\{\n  "vllm_version": "[^"\n]*",\n  "trial": ([0-9]+),'), "vllm"),
+    (re.compile(r"^# servopt export for Kubernetes [^:\n]*: trial ([0-9]+)"), "kubernetes"),
+    (re.compile(r"^# Kubernetes manifests: trial ([0-9]+) "), "kubernetes"),
+)
+_EXPORT_NAMES = re.compile(r"node-[0-9]+\.sh|router\.sh|README\.md|plan\.json|kubernetes\.yaml|README-kubernetes\.md")
+
+
+def export_folder(args: argparse.Namespace, trial: int, kind: str, writing: list[str]) -> Path:
+    """The folder an export writes ``writing`` into (``--out``, else ``DIR/export-trial-N``, reached
+    through no link planted in the job folder), cleared of what an earlier export left there that this
+    one does not replace: its files of the same format (a 6-node plan's node-1..5.sh beside a new
+    1-node plan), and those of the other format when they are of another trial. A file servopt did
+    not write is never removed (:data:`_EXPORT_HEADS`)."""
+    default = Path(args.dir) / f"export-trial-{trial}"
+    if args.out is None:
+        check_no_links(default, "export folder", args.dir)
+    out = output_folder(args.out or default, "--out", EXPORT_MARKERS)
+    for path in sorted(out.iterdir()):
+        if path.name in writing or not _EXPORT_NAMES.fullmatch(path.name) or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            head = path.read_bytes()[:400].decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        found = next(((int(m.group(1)), fmt) for pattern, fmt in _EXPORT_HEADS if (m := pattern.match(head))), None)
+        if found is not None and (found[1] == kind or found[0] != trial):
+            path.unlink()
+    return out
 
 
 class _FrontObjective(Spec):
@@ -211,9 +244,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(plan, indent=2))
     elif args.format == "yaml":
-        print(yaml.safe_dump(plan, sort_keys=False), end="")
+        print(dump_yaml(plan), end="")
     else:
-        out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
+        out = export_folder(args, plan["trial"], "vllm", [*scripts, "README.md", "plan.json"])
         for name, text in scripts.items():
             write_text(out / name, text, mode=0o755)
         write_text(out / "README.md", render_readme(plan, scripts))
@@ -269,7 +302,7 @@ def _export_kubernetes(args: argparse.Namespace, front: dict, point: FrontPoint,
     vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
     docs = kubernetes_manifests(plan, options, gpus_per_node=point.deployment.gpus_per_node, vendor=vendor)
     text = render_kubernetes(plan, docs)
-    out = output_folder(args.out or Path(args.dir) / f"export-trial-{plan['trial']}", "--out", EXPORT_MARKERS)
+    out = export_folder(args, plan["trial"], "kubernetes", ["kubernetes.yaml", "README-kubernetes.md"])
     write_text(out / "kubernetes.yaml", text)
     write_text(out / "README-kubernetes.md", render_kubernetes_readme(plan, docs, options))
     print(text, end="")

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import optuna
 
-from ...costmodels.errors import validate_spec
+from ...costmodels.errors import one_line, validate_spec
 from ...results import explain_empty, export_command, trials_frame, write_results
 from ..defaults import DEFAULT_NAME, default_workload
 from .._storage import STORAGE_ENV
 from ..job import Job
 from ..workload import MAX_TIME_S, MAX_TRIALS, Accuracy, Budget, load_workload
 from . import COMMANDS
-from .common import number_in, whole_number
+from .common import given, number_in, whole_number
 
 # Workers of one machine: more than a large server's cores only wait on each other.
 MAX_JOBS = 1024
@@ -34,9 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("workload", nargs="?", default=None,
                         help="workload YAML file (default: the built-in Llama-3.1-8B chat job)")
-    parser.add_argument("--out", default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
-    parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the workload file's name)")
-    parser.add_argument("--storage", default=None, metavar="URL",
+    parser.add_argument("--out", type=given, default=None, metavar="DIR", help="job folder (default: servopt-runs/STUDY)")
+    parser.add_argument("--study", type=given, default=None, metavar="NAME", help="study name (default: the workload file's name)")
+    parser.add_argument("--storage", type=given, default=None, metavar="URL",
                         help=f"where the study lives: journal:///path/file or an SQLAlchemy URL of a shared database "
                         f"(default: ${STORAGE_ENV}, else the workload's storage, else the journal file "
                         "DIR/study.journal); a password in it is never printed or saved")
@@ -45,7 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--trials", type=whole_number(1, MAX_TRIALS), default=None, help="override budget.trials")
     parser.add_argument("--time", type=number_in(0, MAX_TIME_S), default=None, metavar="SECONDS",
                         help="override budget.time_s")
-    parser.add_argument("--hardware", default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
+    parser.add_argument("--hardware", type=given, default=None, metavar="YAML", help="YAML file of GPU overrides/additions")
+    parser.add_argument("--restart", action="store_true",
+                        help="start afresh: delete the trials the job's study holds (rerunning a job resumes it, and "
+                        "is refused when its workload, a model's config, the hardware file, a price or a profile "
+                        "changed since it started)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
@@ -64,7 +68,8 @@ def make_job(args: argparse.Namespace) -> Job:
         workload = workload.model_copy(update={"budget": budget})
     study = args.study or name
     out = Path(args.out) if args.out else Path("servopt-runs") / study
-    return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name)
+    return Job(workload, out, study=study, storage=args.storage, jobs=args.jobs, hardware=args.hardware, name=name,
+               restart=args.restart)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,15 +98,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         for note in outcome.notes:
-            print(f"note: {note}")
+            print(f"note: {one_line(note)}")
         ran = ", ".join(str(w.trials_run) for w in outcome.workers)
-        print(f"study '{job.study_name}' in {job.shown_storage}: {outcome.trials} trials ({outcome.new_trials} run "
+        print(f"study '{one_line(job.study_name)}' in {one_line(job.shown_storage)}: {outcome.trials} trials "
+              f"({outcome.new_trials} run "
               f"here" + (f" by {len(outcome.workers)} workers: {ran}" if len(outcome.workers) > 1 else "")
               + f"; {outcome.simulations} simulated in all), front of {len(outcome.front)} re-checked in "
               f"{outcome.elapsed_s:.1f} s")
         if empty:
-            print("\n".join(result["empty_front"]))
-        print(f"report: {paths['report.md']} and {paths['report.html']}")
+            print("\n".join(one_line(line) for line in result["empty_front"]))
+        print(f"report: {one_line(str(paths['report.md']))} and {one_line(str(paths['report.html']))}")
         if not empty:
             print(f"export: {export_command(job.out_dir)}")
     # An empty front means the workload's targets cannot be met as written: a bad-input outcome.

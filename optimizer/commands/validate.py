@@ -13,6 +13,7 @@ from ...costmodels.errors import InputError
 from ...costmodels.hardware import GPUSpec
 from ...costmodels.outfiles import check_output_file, write_csv
 from . import COMMANDS
+from .common import given
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "or vllm bench serve results (model, gpu, vllm_version, tp, mean/median/p99 TTFT, TPOT, ITL)")
     parser.add_argument("--memory", action="append", default=[], metavar="CSV", help="vLLM start-up memory logs (KV tokens)")
     parser.add_argument("--kernels", action="append", default=[], metavar="CSV", help="kernel latency table")
-    parser.add_argument("--profile", default=None, metavar="JSON",
+    parser.add_argument("--profile", type=given, default=None, metavar="JSON",
                         help="use this profile for every GPU instead of the shipped ones")
-    parser.add_argument("--out", default=None, metavar="CSV", help="write one row per input row: measured, predicted, reason")
+    parser.add_argument("--out", type=given, default=None, metavar="CSV", help="write one row per input row: measured, predicted, reason")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--explain", action="store_true",
                         help="split every e2e row's predicted mean TTFT and TPOT into client, queueing, kernels, "
