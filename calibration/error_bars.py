@@ -45,7 +45,7 @@ def held_out_errors(frame: pd.DataFrame) -> pd.DataFrame:
         "calibrated": frame["calibrated"].astype(bool),
         "gpu_class": frame["gpu"].map(lambda g: gpu_class(get_gpu(g).architecture)),
         "family": np.where(frame["moe"].astype(bool), "moe", "dense"),
-        "engine": frame["engine"],
+        "engine": frame["engine"].replace({"v1-async": "v1"}),  # the error table keeps V0 and V1 apart
         "regime": [PredictionKind.regime_of(q, s) for q, s in zip(frame["pred_queue_share"], frame["saturated"])],
     }, index=frame.index)
     parts = []

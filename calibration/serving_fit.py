@@ -65,16 +65,15 @@ from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import SERVING_COEFFICIENTS, PerformanceProfile
-from ..costmodels.vllm_defaults import engine_generation, parse_vllm_version
+from ..costmodels.vllm_defaults import async_scheduling, engine_generation, parse_vllm_version
 from .corpus import MeasuredRun, predict_run
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
 # Coefficients that exist only for runs of one engine generation or one front end: without such
 # runs in a fit, they are not identified and the V1 engine's / vLLM API server's stand in (None).
-ENGINE_PARAMS = {"v1": ("step_overhead_s", "step_overhead_per_seq_s"),
-                 "v0": ("v0_step_overhead_s", "v0_step_overhead_per_seq_s")}
 FRONT_ENDS = {"vllm": "request_overhead_s", "dynamo": "dynamo_request_overhead_s"}
 OPTIONAL = {"v0_step_overhead_s": ("engine", "v0"), "v0_step_overhead_per_seq_s": ("engine", "v0"),
+            "async_step_overhead_s": ("engine", "v1-async"), "async_step_overhead_per_seq_s": ("engine", "v1-async"),
             "dynamo_request_overhead_s": ("frontend", "dynamo")}
 METRICS = ("mean_tpot_ms", "mean_ttft_ms")
 # Residuals beyond ~10% count linearly (soft L1): benchmark artefacts should not steer the fit.
@@ -98,7 +97,10 @@ def fitted_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
 
 
 def engine_of(run: MeasuredRun) -> str:
-    return engine_generation(parse_vllm_version(run.vllm_version), run.deployment.pp)
+    """The engine whose CPU costs a run pays: 'v0', 'v1', or 'v1-async' (V1 scheduling asynchronously)."""
+    version = parse_vllm_version(run.vllm_version)
+    engine = engine_generation(version, run.deployment.pp)
+    return "v1-async" if engine == "v1" and async_scheduling(version, run.deployment.pp) else engine
 
 
 def start_params(profile: PerformanceProfile) -> dict[str, float | None]:

@@ -122,12 +122,16 @@ SERVING_COEFFICIENTS: dict[str, ServingCoefficient] = {
         "served time of the memory-bound side of every kernel (weights, activations, KV cache) over its "
         "microbenchmark time", "x", 3.0, 1.0, 0.25, scale=True),
     "communication_scale": ServingCoefficient(
-        "served time of the collectives (TP all-reduce, MoE dispatch and combine, PP sends) over their "
-        "nccl-tests / microbenchmark time", "x", 3.0, 1.0, 0.3, scale=True),
+        "served time of the tensor-parallel all-reduces and pipeline sends over their nccl-tests / "
+        "microbenchmark time", "x", 3.0, 1.0, 0.3, scale=True),
+    "dispatch_scale": ServingCoefficient(
+        "served time of the MoE dispatch and combine across data-parallel ranks (all-gather and "
+        "reduce-scatter, or all-to-all) over their nccl-tests time: the ranks wait for the slowest",
+        "x", 3.0, 1.0, 0.3, scale=True),
     "moe_scale": ServingCoefficient(
-        "served time of the fused-MoE kernel (routed experts, both roofline sides) over its microbenchmark time, "
-        "on top of the compute and memory scales: the expert-map, padding and routing skew of real batches that "
-        "uniformly routed microbenchmarks do not carry", "x", 3.0, 1.0, 0.25, scale=True),
+        "served time of the compute side of the fused-MoE kernel (routed experts) over its microbenchmark time, on "
+        "top of the compute scale: real routing is skewed where the microbenchmarks route uniformly, so the "
+        "busiest expert's grouped GEMM sets the time", "x", 3.0, 1.0, 0.25, scale=True),
     "step_gpu_s": ServingCoefficient(
         "GPU time per step outside the kernel tables: sampler, logits gather, the step's launch and "
         "synchronisation", "s", 0.02, 0.0, 1e-3),
@@ -149,6 +153,12 @@ SERVING_COEFFICIENTS: dict[str, ServingCoefficient] = {
         "V1 engine's CPU time per step: scheduling, input preparation, output processing", "s", 0.03, 1e-3, 1.5e-3),
     "step_overhead_per_seq_s": ServingCoefficient(
         "V1 engine's CPU time per step and scheduled sequence", "s", 1e-3, 20e-6, 30e-6),
+    "async_step_overhead_s": ServingCoefficient(
+        "V1 engine's CPU time per step where it schedules asynchronously (vLLM 0.14 and later; hidden behind the "
+        "GPU step, it shows only where it outlasts it): another engine loop, with its output thread", "s", 0.03,
+        1e-3, 1.5e-3),
+    "async_step_overhead_per_seq_s": ServingCoefficient(
+        "that engine's CPU time per step and scheduled sequence", "s", 1e-3, 20e-6, 30e-6),
     "v0_step_overhead_s": ServingCoefficient(
         "V0 engine's CPU time per step (vLLM before 0.8, and pipeline parallelism in 0.8), which also "
         "detokenizes in its loop", "s", 0.03, 2e-3, 3e-3),
@@ -429,6 +439,7 @@ class PerformanceProfile(Spec):
     compute_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["compute_scale"].meaning)
     memory_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["memory_scale"].meaning)
     communication_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["communication_scale"].meaning)
+    dispatch_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["dispatch_scale"].meaning)
     moe_scale: Scale = Field(default=1.0, description=SERVING_COEFFICIENTS["moe_scale"].meaning)
     step_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["step_gpu_s"].meaning)
     layer_gpu_s: OverheadS = Field(default=0.0, description=SERVING_COEFFICIENTS["layer_gpu_s"].meaning)
@@ -440,6 +451,9 @@ class PerformanceProfile(Spec):
         default=None, description="the V0 engine's (vLLM before 0.8), which also detokenizes in its loop; "
                                   "default: the V1 engine's")
     v0_step_overhead_per_seq_s: OverheadS | None = None
+    async_step_overhead_s: OverheadS | None = Field(
+        default=None, description="the V1 engine's where it schedules asynchronously (vLLM 0.14+); default: the V1 engine's")
+    async_step_overhead_per_seq_s: OverheadS | None = None
     request_overhead_s: float = Field(
         default=0.0, ge=0, le=60,
         description="per-request front-end latency outside the engine's steps: HTTP, chat template and "
@@ -654,21 +668,11 @@ class PerformanceProfile(Spec):
             return self.dynamo_request_overhead_s
         return self.request_overhead_s
 
-    def engine_cpu_s(self, engine: str = "v1") -> tuple[float, float]:
-        """(per step, per running sequence) CPU time of the 'v0' or 'v1' engine."""
+    def engine_cpu_s(self, engine: str = "v1", async_scheduling: bool = False) -> tuple[float, float]:
+        """(per step, per running sequence) CPU time of the 'v0' or 'v1' engine (the V1 engine's own
+        where it schedules asynchronously, when the profile has one)."""
         if engine == "v0" and self.v0_step_overhead_s is not None:
             return self.v0_step_overhead_s, self.v0_step_overhead_per_seq_s or 0.0
+        if async_scheduling and self.async_step_overhead_s is not None:
+            return self.async_step_overhead_s, self.async_step_overhead_per_seq_s or 0.0
         return self.step_overhead_s, self.step_overhead_per_seq_s
-
-    def step_overhead(self, num_seqs: ArrayLike, gpu_step_s: ArrayLike = 0.0, async_scheduling: bool = False,
-                      engine: str = "v1") -> np.ndarray:
-        """Framework time a step adds to its GPU time ``gpu_step_s``.
-
-        The engine's CPU work per step (scheduling, input preparation, output processing) costs
-        ``step + per_seq x sequences`` (:meth:`engine_cpu_s`). Without async scheduling the GPU
-        waits for all of it; with it, the next step is scheduled while the GPU runs this one, so only
-        the part longer than the GPU step shows.
-        """
-        step_s, per_seq_s = self.engine_cpu_s(engine)
-        cpu = step_s + per_seq_s * np.asarray(num_seqs, dtype=float)
-        return cpu_wait_s(cpu, np.asarray(gpu_step_s, dtype=float), async_scheduling)

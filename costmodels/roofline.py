@@ -385,8 +385,9 @@ class StepCostModel:
         eff = self.profile.moe_efficiency(self._moe_kernel, self._math)
         args = (self.gpu, eff, pairs, touched, m.hidden_size, inter, wbytes, self._act_bytes, layers)
         compute_s, memory_s = self.profile.moe_parts_s(*args)
-        moe = self.profile.moe_scale
-        compute_s, memory_s = compute_s * self._compute_scale * moe, memory_s * self._memory_scale * moe
+        # Served routing is skewed where microbenchmarks route uniformly: the busiest expert sets the
+        # grouped GEMMs' time (a compute-side loss), while skew reads fewer experts' weights, not more.
+        compute_s, memory_s = compute_s * self._compute_scale * self.profile.moe_scale, memory_s * self._memory_scale
         time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * layers
         flops = 6.0 * pairs * m.hidden_size * inter * layers
         bytes_moved = layers * (touched * 3.0 * m.hidden_size * inter * wbytes
@@ -482,9 +483,9 @@ class StepCostModel:
         if self.pp > 1:
             link = self.internode_bytes_per_s if self._spans_nodes else self.gpu.interconnect_bytes_per_s
             time_s = time_s + (self.pp - 1) * self.profile.p2p_time_s(message, link)
-        if self.dp > 1 and self._layout is not None:
-            time_s = time_s + self.model.num_moe_layers * self._dispatch_combine_s(tokens)
         time_s = time_s * self.profile.communication_scale
+        if self.dp > 1 and self._layout is not None:
+            time_s = time_s + self.profile.dispatch_scale * self.model.num_moe_layers * self._dispatch_combine_s(tokens)
         zeros = np.zeros_like(message)
         return _OpCost(time_s, zeros, time_s, zeros, zeros)
 
@@ -597,7 +598,7 @@ class StepCostModel:
         self._fixed_gpu_s = p.step_gpu_s + p.layer_gpu_s * m.num_layers + p.moe_layer_gpu_s * m.num_moe_layers
         self._seq_gpu_s = p.seq_gpu_s
         # The engine's CPU time per step and per sequence (hidden behind the GPU under async scheduling).
-        self._cpu_step_s, self._cpu_seq_s = p.engine_cpu_s(self.engine)
+        self._cpu_step_s, self._cpu_seq_s = p.engine_cpu_s(self.engine, self.async_scheduling)
         # Lookup lists of the token-count tables for one step at a time (numpy's per-call cost
         # dominates a single lookup); grown with the arrays.
         self._tokens_list: list[float] = []
