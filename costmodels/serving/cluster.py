@@ -21,7 +21,8 @@ Engines plan their work (a step, or a run of identical decode steps up to the ne
 looking at arrivals: routing reads each engine's outstanding requests in the middle of a plan (a
 plan finishes requests only at its end), and only the engine that a request reaches has its plan
 cut, to the steps that start before the request can join. So the cost of a simulated request does
-not grow with the number of engines it could have gone to.
+not grow with the number of engines it could have gone to. (A lone engine plans up to the next
+request that reaches it: the same plan as cutting it then, made once.)
 
 Pipeline parallelism follows vLLM's virtual engines: ``pp`` micro-batches are in flight, each lane's
 step is a full pass through all stages, each lane owns ``1/pp`` of the KV blocks, and a new request
@@ -170,24 +171,33 @@ class Cluster:
             # Every arrival is known and there is no routing choice to make: each request's time at
             # the engine follows from the replica's tokenizer queue alone, so it is queued directly.
             events = self._front_end_queue(sorted(events), group_of)
-        heapq.heapify(events)
+        # The events known from the start enter the heap one at a time, in order (the next of them is
+        # always in it, so its first entry is still the earliest event): the heap stays small, and
+        # popping from it costs a few comparisons instead of one per level of a heap of every request.
+        known = iter(sorted(events))
+        upcoming = next(known, None)
+        events = [] if upcoming is None else [upcoming]
         inf = math.inf
         plans = 0
         budget = max_plans if max_plans is not None else inf
         # Engines whose plan must be (re)made, and the plans made, by end time; an entry whose plan is
         # no longer its engine's is stale. Idle engines are planned again only when work reaches them.
-        # A lone engine (no lanes: its horizon is always infinite) needs no heap: its plan is the next.
+        # A lone engine needs no heap: its plan is the next.
         dirty = list(engines)
         planned: list = []
         order = itertools.count()
         heappush, heappop = heapq.heappush, heapq.heappop
         alone = engines[0] if len(engines) == 1 else None
+        # Whether a finished request can cause an event: a hand-off, a client's or a conversation's next request.
+        reacting = decode is not None or closed_loop is not None or follow_ups
         while True:
             if alone is not None:
                 best = alone
                 plan = best.plan
                 if plan is None:
-                    plan = best.plan = best.plan_next(inf)
+                    # The next request to reach the lone engine stops its plan there, as cutting the
+                    # plan when the request arrives would (a request still in the front end does not).
+                    plan = best.plan = best.plan_next(events[0][0] if events and events[0][2] != ARRIVAL else inf)
             else:
                 for engine in dirty:
                     plan = engine.plan
@@ -201,7 +211,12 @@ class Cluster:
                 best, plan = (planned[0][2], planned[0][3]) if planned else (None, None)
             dirty = []
             if events and (plan is None or events[0][0] < plan.end_s):
-                time_s, rid, kind = heappop(events)
+                event = heappop(events)
+                if event is upcoming:
+                    upcoming = next(known, None)
+                    if upcoming is not None:
+                        heappush(events, upcoming)
+                time_s, rid, kind = event
                 if kind == ARRIVAL:
                     # Route, then wait for the replica's tokenizer; the engine sees the request later.
                     group = front.route_group(time_s)
@@ -229,7 +244,7 @@ class Cluster:
                 raise WorkLimitReached(plans - 1, plan.end_s)
             finished = best.commit(plan)
             dirty = [best]
-            if not finished:
+            if not finished or not reacting:
                 continue
             end = plan.end_s
             earliest = events[0][0] if events else inf

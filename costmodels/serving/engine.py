@@ -88,7 +88,7 @@ def run_steps(run: RunPlan, line, growth: float) -> tuple[int, float, float]:
         steps = min(steps, int((line.window_limit - run.context_windowed) / (run.windowed_growing * growth)) + 1)
     first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
     slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
-    return max(steps, 1), first, slope
+    return steps if steps > 1 else 1, first, slope
 
 
 def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> int:
@@ -121,12 +121,14 @@ class Engine:
         if stages is not None:
             self.lane = len(stages.engines)
             stages.engines.append(self)
+        # A P/D prefill instance (hands each request off after its first token).
+        self.prefill_only = scheduler.limits.prefill_only
         self.clock = 0.0
         self.outstanding = 0
         self.plan: Plan | None = None
         self.records: list[tuple] = []
         # Decoding requests per tenant class in each record (traffic with classes only).
-        self.class_records: list[tuple] | None = [] if scheduler.class_decodes is not None else None
+        self.class_records: list[tuple] | None = [] if scheduler.table.num_classes > 1 else None
         self._last_end_s = -math.inf
         self._last_finished = 0
 
@@ -135,10 +137,6 @@ class Engine:
         """Tokens the engine's KV blocks hold (as vLLM reports capacity)."""
         blocks = self.scheduler.blocks
         return self.scheduler.limits.num_blocks * blocks.block_size / blocks.groups
-
-    @property
-    def prefill_only(self) -> bool:
-        return self.scheduler.limits.prefill_only
 
     def outstanding_at(self, time_s: float) -> int:
         """Requests routed here and unfinished at ``time_s`` (the last commit may end after it)."""
@@ -221,8 +219,8 @@ class Engine:
         if step is not None:
             finished = sched.apply_step(step, start, end)
             # RECORD_FIELDS: the step's own fields, then its composition's in their order.
-            self.records.append((start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
-                                 *step.composition))
+            self.records.append((start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens)
+                                + step.composition)
         else:
             run, k = plan.run, plan.steps
             # The run's mid-point stands for all its steps in the per-step statistics.

@@ -146,14 +146,13 @@ class Scheduler:
     gaps_s: list = field(default_factory=list)  # (time, gap) of token gaps across a preemption or hand-off
     gap_requests: list = field(default_factory=list)  # the request of each entry of gaps_s
     cache: PrefixCache | None = None  # conversations' cached prefixes (multi-turn sessions with prefix caching)
-    class_decodes: list | None = None  # decoding requests per tenant class (traffic with classes)
+    class_decodes: list = field(default_factory=list)  # decoding requests per tenant class (one without classes)
     _decode_cache: tuple | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         t = self.table
         self.waiting = waiting_queue(self.limits.scheduling_policy, t.priority, t.arrival_s)
-        if t.num_classes > 1:
-            self.class_decodes = [0] * t.num_classes
+        self.class_decodes = [0] * t.num_classes
 
     # --- state helpers ---------------------------------------------------------------------------
     @property
@@ -449,10 +448,6 @@ class Scheduler:
         tokens = min(math.ceil(context - 1e-9) + self.query_per_seq - 1, len(self.blocks.table) - 1)
         return self.blocks.table[tokens] - self._shared_blocks(rid), int(context)
 
-    def _count_decode(self, rid: int, delta: int) -> None:
-        if self.class_decodes is not None:
-            self.class_decodes[self.table.klass[rid]] += delta
-
     # --- applying --------------------------------------------------------------------------------
     def apply_step(self, plan: StepPlan, start_s: float, end_s: float) -> list[int]:
         """Carry a planned step out; returns the requests that finished (or were handed off)."""
@@ -512,7 +507,7 @@ class Scheduler:
                 self._cache_sync()
                 self._release(rid, *self._decode_held(rid), keep=t.follow_up[rid] >= 0)
             self.num_decode -= 1
-            self._count_decode(rid, -1)
+            self.class_decodes[t.klass[rid]] -= 1
             self.decode_context -= self.context(rid)
             self.decode_shared_blocks -= self._shared_blocks(rid)
             self._decode_cache = None
@@ -558,7 +553,7 @@ class Scheduler:
         t.finish_tick[rid] = tick + steps
         heapq.heappush(self.finish_heap, (tick + steps, rid))
         self.num_decode += 1
-        self._count_decode(rid, 1)
+        self.class_decodes[t.klass[rid]] += 1
         self.decode_context += computed
         self.decode_shared_blocks += shared
         self._decode_cache = None
@@ -583,7 +578,7 @@ class Scheduler:
             t.generated[rid] += (int(emitted[steps - 1]) if steps else 0) if emitted is not None else steps
             self._release(rid, *self._decode_held(rid), keep=True)
             self.num_decode -= 1
-            self._count_decode(rid, -1)
+            self.class_decodes[t.klass[rid]] -= 1
             self.decode_context -= self.context(rid)
             self.decode_shared_blocks -= self._shared_blocks(rid)
             self._decode_cache = None
