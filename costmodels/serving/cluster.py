@@ -21,8 +21,7 @@ Engines plan their work (a step, or a run of identical decode steps up to the ne
 looking at arrivals: routing reads each engine's outstanding requests in the middle of a plan (a
 plan finishes requests only at its end), and only the engine that a request reaches has its plan
 cut, to the steps that start before the request can join. So the cost of a simulated request does
-not grow with the number of engines it could have gone to. (A lone engine plans up to the next
-request that reaches it: the same plan as cutting it then, made once.)
+not grow with the number of engines it could have gone to.
 
 Pipeline parallelism follows vLLM's virtual engines: ``pp`` micro-batches are in flight, each lane's
 step is a full pass through all stages, each lane owns ``1/pp`` of the KV blocks, and a new request
@@ -39,6 +38,8 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from .data_parallel import pick_rank
 from .engine import Engine
@@ -159,7 +160,10 @@ class Cluster:
             events = [(table.arrival_s[rid], rid, ARRIVAL) for rid in range(first)]
             next_rid = first
         else:
-            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
+            # Built by numpy: once per request, and a Python loop costs several times as much.
+            times = np.asarray(arrival_s, dtype=float)
+            known = np.flatnonzero(~np.isnan(times))
+            events = list(zip(times[known].tolist(), known.tolist(), itertools.repeat(ARRIVAL)))
             next_rid = n
         group_of: dict[int, int] = {}
         engines = self.engines
@@ -182,7 +186,7 @@ class Cluster:
         budget = max_plans if max_plans is not None else inf
         # Engines whose plan must be (re)made, and the plans made, by end time; an entry whose plan is
         # no longer its engine's is stale. Idle engines are planned again only when work reaches them.
-        # A lone engine needs no heap: its plan is the next.
+        # A lone engine (no lanes: its horizon is always infinite) needs no heap: its plan is the next.
         dirty = list(engines)
         planned: list = []
         order = itertools.count()
@@ -195,9 +199,7 @@ class Cluster:
                 best = alone
                 plan = best.plan
                 if plan is None:
-                    # The next request to reach the lone engine stops its plan there, as cutting the
-                    # plan when the request arrives would (a request still in the front end does not).
-                    plan = best.plan = best.plan_next(events[0][0] if events and events[0][2] != ARRIVAL else inf)
+                    plan = best.plan = best.plan_next(inf)
             else:
                 for engine in dirty:
                     plan = engine.plan

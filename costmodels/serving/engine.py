@@ -17,7 +17,10 @@ coordinating several engines can re-plan when an earlier event (a new arrival) c
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import InputError
 from .predictor import StepComposition, StepTimePredictor
@@ -26,6 +29,15 @@ from .scheduler import RunPlan, Scheduler, StepPlan
 
 RECORD_FIELDS = ("start_s", "steps", "first_s", "slope_s", "itl_decodes", "num_running", "kv_tokens",
                  *StepComposition._fields)
+# A record is packed as doubles, RECORD_FIELDS in order: appending its bytes costs less than keeping a
+# tuple of Python numbers, and numpy reads all records at once instead of converting value by value.
+_RECORD = struct.Struct(f"{len(RECORD_FIELDS)}d")
+_pack_record = _RECORD.pack
+
+
+def record_rows(engines: list[Engine]) -> np.ndarray:
+    """The engines' step records, one row of :data:`RECORD_FIELDS` each, engine after engine."""
+    return np.frombuffer(b"".join(e.records for e in engines), dtype=float).reshape(-1, len(RECORD_FIELDS))
 
 
 class PipelineStages:
@@ -126,7 +138,7 @@ class Engine:
         self.clock = 0.0
         self.outstanding = 0
         self.plan: Plan | None = None
-        self.records: list[tuple] = []
+        self.records = bytearray()  # the step records, packed (record_rows reads them)
         # Decoding requests per tenant class in each record (traffic with classes only).
         self.class_records: list[tuple] | None = [] if scheduler.table.num_classes > 1 else None
         self._last_end_s = -math.inf
@@ -137,6 +149,10 @@ class Engine:
         """Tokens the engine's KV blocks hold (as vLLM reports capacity)."""
         blocks = self.scheduler.blocks
         return self.scheduler.limits.num_blocks * blocks.block_size / blocks.groups
+
+    @property
+    def num_records(self) -> int:
+        return len(self.records) // _RECORD.size
 
     def outstanding_at(self, time_s: float) -> int:
         """Requests routed here and unfinished at ``time_s`` (the last commit may end after it)."""
@@ -181,11 +197,14 @@ class Engine:
             return plan
         if self.stages is not None:  # a lane's period also depends on the others': plan again
             return self.plan_next(time_s)
-        steps = min(plan.steps, steps_starting_before(time_s - plan.start_s, plan.first_s, plan.slope_s))
-        total = steps * plan.first_s + plan.slope_s * steps * (steps - 1) / 2
-        last = plan.first_s + plan.slope_s * (steps - 1)
-        return Plan(plan.start_s, plan.start_s + total, plan.start_s + total - last, None, plan.run, steps,
-                    plan.first_s, plan.slope_s, plan.pass_s - plan.slope_s * (plan.steps - steps))
+        start, first, slope = plan.start_s, plan.first_s, plan.slope_s
+        steps = steps_starting_before(time_s - start, first, slope)
+        if steps > plan.steps:
+            steps = plan.steps
+        total = steps * first + slope * steps * (steps - 1) / 2
+        last = first + slope * (steps - 1)
+        return Plan(start, start + total, start + total - last, None, plan.run, steps, first, slope,
+                    plan.pass_s - slope * (plan.steps - steps))
 
     def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
         line = self.predictor.decode_line(run.num_seqs, run.context, run.context_windowed)
@@ -219,20 +238,21 @@ class Engine:
         if step is not None:
             finished = sched.apply_step(step, start, end)
             # RECORD_FIELDS: the step's own fields, then its composition's in their order.
-            self.records.append((start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens)
-                                + step.composition)
+            self.records += _pack_record(start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
+                                         *step.composition)
         else:
             run, k = plan.run, plan.steps
+            num_seqs = run.num_seqs
             # The run's mid-point stands for all its steps in the per-step statistics.
-            mid = run.num_seqs * sched.growth * (k - 1) / 2
+            mid = num_seqs * sched.growth * (k - 1) / 2
             num_running = len(sched.running)
             finished = sched.apply_run(k, end)
             context = run.context + mid
-            self.records.append((
-                start, k, plan.first_s, plan.slope_s, run.num_seqs, num_running, context,
-                run.num_seqs, context, run.context_windowed + mid * run.windowed_growing / run.num_seqs,
+            self.records += _pack_record(
+                start, k, plan.first_s, plan.slope_s, num_seqs, num_running, context,
+                num_seqs, context, run.context_windowed + mid * run.windowed_growing / num_seqs,
                 0, 0, 0.0, 0.0, 0.0, 0.0,
-            ))
+            )
         if self.stages is not None:
             self.stages.pass_s[self.lane] = plan.pass_s
         self.clock = end
