@@ -728,29 +728,45 @@ class StepCostModel:
         shrinks as the contexts grow, so a long run is timed slightly long).
 
         The event loop asks for a line per decode run, mostly of a batch it asked about before: each
-        batch's kink and the terms of each regime are cached, and so is the last line built in a
-        regime, returned again while the CPU time that shows is the same (treat lines as read-only).
+        batch's kink and the terms of each regime are cached, and so is the line itself where the CPU
+        time that shows is the same all along it (lines are shared: treat them as read-only).
         """
         batch = (num_seqs, query_per_seq, padded_tokens, host)
         lines = self._lines.get(batch)
         if lines is None:
-            # [kink, then per regime pair (terms..., shown CPU time, line) once met]
+            # [kink, then per regime pair: (its line where it is the same for every context, its terms)]
             lines = self._lines[batch] = [self._decode_kink(num_seqs, query_per_seq), None, None, None, None]
         kink = lines[0]
         regime, regime_windowed = context >= kink, context_windowed >= kink
         slot = 1 + 2 * regime + regime_windowed
         cached = lines[slot]
         if cached is None:
-            cached = (*self._line_terms(num_seqs, query_per_seq, padded_tokens, host, kink, regime, regime_windowed),
-                      None, None)
-        intercept, slope, slope_windowed, cpu_s, cached_shown_s, line = cached
+            cached = lines[slot] = self._line_cache(num_seqs, query_per_seq, padded_tokens, host, kink, regime,
+                                                    regime_windowed)
+        line, (intercept, slope, slope_windowed, cpu_s) = cached
+        if line is not None and context >= 0 and context_windowed >= 0:
+            return line
         gpu_now = intercept + slope * context + slope_windowed * context_windowed
         shown_s = cpu_wait_s(cpu_s, gpu_now, self.async_scheduling, scalar_max)
-        if shown_s != cached_shown_s:
-            line = DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,
-                              math.inf if regime_windowed else kink)
-            lines[slot] = (intercept, slope, slope_windowed, cpu_s, shown_s, line)
-        return line
+        return DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,
+                          math.inf if regime_windowed else kink)
+
+    def _line_cache(self, num_seqs: int, query_per_seq: int, padded_tokens: int, host: bool, kink: float,
+                    regime: bool, regime_windowed: bool) -> tuple:
+        """(the line of every context >= 0, or None, (terms)) of one regime for :meth:`decode_line`.
+
+        Without async scheduling the CPU time shows whole at every context; with it, it shows only
+        where it outlasts the GPU time, which only grows along the line (slopes >= 0 from the
+        intercept at context 0): hidden at the intercept, it is hidden all along. Either way the CPU
+        time shown at every context >= 0 is the one at the intercept, and one line serves them all.
+        """
+        terms = self._line_terms(num_seqs, query_per_seq, padded_tokens, host, kink, regime, regime_windowed)
+        intercept, slope, slope_windowed, cpu_s = terms
+        shown_s = cpu_wait_s(cpu_s, intercept, self.async_scheduling, scalar_max)
+        if self.async_scheduling and not (shown_s == 0.0 and slope >= 0 and slope_windowed >= 0):
+            return None, terms
+        return DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,
+                          math.inf if regime_windowed else kink), terms
 
     def _decode_kink(self, num_seqs: int, query_per_seq: int) -> float:
         """The summed context at which decode attention turns compute-bound (inf: never): where the
