@@ -80,15 +80,20 @@ def plan_step(sched: Scheduler) -> StepPlan:
     """The scheduler's next step; InputError when the head of the queue can never be scheduled."""
     step = sched.plan_step()
     if not step.chunks and not step.decodes:
-        rid = sched.waiting[0]
-        t = sched.table
-        raise InputError(
-            f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
-            f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
-            f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
-            "traffic.max_context, or give the engine more memory"
-        )
+        raise unschedulable(sched)
     return step
+
+
+def unschedulable(sched: Scheduler) -> InputError:
+    """The error of a step that runs nothing: the head of the queue can never be scheduled."""
+    rid = sched.waiting[0]
+    t = sched.table
+    return InputError(
+        f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
+        f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
+        f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
+        "traffic.max_context, or give the engine more memory"
+    )
 
 
 def run_steps(run: RunPlan, line, growth: float) -> tuple[int, float, float]:
@@ -179,10 +184,11 @@ class Engine:
         sched = self.scheduler
         if self.clock >= horizon_s or not (sched.running or sched.waiting):
             return None
-        run = sched.plan_run()
-        if run is not None:
-            return self._plan_run(run, horizon_s)
-        step = plan_step(sched)
+        step = sched.plan()
+        if step.__class__ is RunPlan:
+            return self._plan_run(step, horizon_s)
+        if not step.chunks and not step.decodes:
+            raise unschedulable(sched)
         full_pass = self.predictor.step_s(step.composition)
         duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
         clock = self.clock

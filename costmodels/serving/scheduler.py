@@ -148,6 +148,7 @@ class Scheduler:
     cache: PrefixCache | None = None  # conversations' cached prefixes (multi-turn sessions with prefix caching)
     class_decodes: list = field(default_factory=list)  # decoding requests per tenant class (one without classes)
     _decode_cache: tuple | None = field(default=None, repr=False)
+    _room_after_run: bool = field(default=False, repr=False)  # the last plan was a run with room for arrivals
 
     def __post_init__(self) -> None:
         t = self.table
@@ -355,6 +356,29 @@ class Scheduler:
         composition = _new_tuple(StepComposition, (num_decode + handoff_decodes, decode_context + handoff_context,
                                                    windowed, tokens, count, pairs, pairs_w, kv, kv_w))
         return composition, decode_context + prefill_context
+
+    def plan(self) -> RunPlan | StepPlan:
+        """The next work: the fixed decode batch's run (:meth:`plan_run`), or else one step (:meth:`plan_step`).
+
+        A step that admits a waiting request without preempting rules a run out: a run needs the
+        queue's head to fail :meth:`_head_fits`, which passes every head such a step admits (the
+        same tokens and blocks; the step's bound on the free blocks lies below the head check's by
+        the decodes' new blocks, and both fall back on the same exact count). So after a run that
+        had room for one more request (nobody waiting, tokens and seats to spare), whose arrivals
+        are then likely admitted, the step is planned first and is the plan if it admits one;
+        otherwise, and at any other time, the run is sought first, as the rule reads.
+        """
+        step = None
+        if self._room_after_run and self.waiting and not self.prefilling and self.num_decode:
+            step = self.plan_step()
+            if step.admitted and not step.victims:
+                self._room_after_run = False
+                return step
+        run = self.plan_run()
+        self._room_after_run = run is not None and run.horizon_matters and not self.waiting
+        if run is not None:
+            return run
+        return step if step is not None else self.plan_step()
 
     def plan_run(self) -> RunPlan | None:
         """The fixed decode-only batch, if the next steps have one; None when a step must be planned."""
