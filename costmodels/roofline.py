@@ -743,9 +743,10 @@ class StepCostModel:
         if cached is None:
             cached = lines[slot] = self._line_cache(num_seqs, query_per_seq, padded_tokens, host, kink, regime,
                                                     regime_windowed)
-        line, (intercept, slope, slope_windowed, cpu_s) = cached
+        line = cached[0]
         if line is not None and context >= 0 and context_windowed >= 0:
             return line
+        intercept, slope, slope_windowed, cpu_s = cached[1]
         gpu_now = intercept + slope * context + slope_windowed * context_windowed
         shown_s = cpu_wait_s(cpu_s, gpu_now, self.async_scheduling, scalar_max)
         return DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,

@@ -281,7 +281,6 @@ def _hand_over(engine, rid: int, time_s: float, handed_off: bool):
     before then (the request can join only the next step), and the request joins its queue."""
     plan = engine.plan
     if plan is not None and plan.last_start_s >= time_s:
-        cut = getattr(engine, "cut", None)  # a lockstep group plans again
-        engine.plan = cut(plan, time_s) if cut else engine.plan_next(time_s)
+        engine.plan = engine.cut(plan, time_s)
     engine.enqueue(rid, time_s, handed_off)
     return engine
