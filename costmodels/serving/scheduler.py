@@ -148,7 +148,7 @@ class Scheduler:
     cache: PrefixCache | None = None  # conversations' cached prefixes (multi-turn sessions with prefix caching)
     class_decodes: list = field(default_factory=list)  # decoding requests per tenant class (one without classes)
     _decode_cache: tuple | None = field(default=None, repr=False)
-    _room_after_run: bool = field(default=False, repr=False)  # the last plan was a run with room for arrivals
+    _room_after_run: bool = field(default=False, repr=False)  # a run with room for arrivals was planned (plan)
 
     def __post_init__(self) -> None:
         t = self.table
@@ -363,22 +363,21 @@ class Scheduler:
         A step that admits a waiting request without preempting rules a run out: a run needs the
         queue's head to fail :meth:`_head_fits`, which passes every head such a step admits (the
         same tokens and blocks; the step's bound on the free blocks lies below the head check's by
-        the decodes' new blocks, and both fall back on the same exact count). So after a run that
-        had room for one more request (nobody waiting, tokens and seats to spare), whose arrivals
-        are then likely admitted, the step is planned first and is the plan if it admits one;
-        otherwise, and at any other time, the run is sought first, as the rule reads.
+        the decodes' new blocks, and both fall back on the same exact count). So once a run with room
+        for one more request was planned (nobody waiting, tokens and seats to spare), the requests
+        that arrive next are likely admitted: the step is planned first, and is the plan if it admits
+        one. Otherwise, and at any other time, the run is sought first, as the rule reads (either
+        order gives the same plan; the order only saves work).
         """
-        step = None
         if self._room_after_run and self.waiting and not self.prefilling and self.num_decode:
+            self._room_after_run = False
             step = self.plan_step()
             if step.admitted and not step.victims:
-                self._room_after_run = False
                 return step
+            run = self.plan_run()
+            return step if run is None else run
         run = self.plan_run()
-        self._room_after_run = run is not None and run.horizon_matters and not self.waiting
-        if run is not None:
-            return run
-        return step if step is not None else self.plan_step()
+        return self.plan_step() if run is None else run
 
     def plan_run(self) -> RunPlan | None:
         """The fixed decode-only batch, if the next steps have one; None when a step must be planned."""
@@ -412,6 +411,7 @@ class Scheduler:
         max_steps = self._steps_before_blocks_run_out(max_steps)
         if max_steps < 1:
             return None
+        self._room_after_run = horizon_matters and not self.waiting
         return RunPlan(max_steps, num_decode, decode_context, windowed, growing, horizon_matters)
 
     def _head_fits(self, budget: int) -> bool:
