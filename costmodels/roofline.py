@@ -61,6 +61,7 @@ from .vllm_defaults import (
 )
 from .weights import own_scheme
 
+
 def scalar_max(a, b):
     """``max(a, b)`` of two Python numbers, exactly as the built-in returns it (``a`` unless ``b`` is
     larger), at a third of its cost per call: the event loop's step formula takes several per step.
@@ -614,7 +615,7 @@ class StepCostModel:
         self._lines: dict[tuple, list] = {}  # decode lines by batch (decode_line)
 
     def _grow_lists(self, num_tokens: int, num_sampled: int) -> None:
-        """Extend the lookup lists to ``num_tokens`` tokens and ``num_sampled`` sampled tokens (at least doubling)."""
+        """Extend the lookup lists to cover ``num_tokens`` and ``num_sampled`` (each at least doubles)."""
         if num_tokens >= len(self._tokens_list):
             self._tokens_list = self.token_ops_time_s(np.arange(max(num_tokens + 1, 2 * len(self._tokens_list)))).tolist()
         if num_sampled >= len(self._lm_head_list):

@@ -160,7 +160,7 @@ class Cluster:
             events = [(table.arrival_s[rid], rid, ARRIVAL) for rid in range(first)]
             next_rid = first
         else:
-            # Built by numpy: once per request, and a Python loop costs several times as much.
+            # (numpy builds one event per request several times faster than a Python loop.)
             times = np.asarray(arrival_s, dtype=float)
             known = np.flatnonzero(~np.isnan(times))
             events = list(zip(times[known].tolist(), known.tolist(), itertools.repeat(ARRIVAL)))

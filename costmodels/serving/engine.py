@@ -157,6 +157,7 @@ class Engine:
 
     @property
     def num_records(self) -> int:
+        """Step records kept (a run of decode steps is one)."""
         return len(self.records) // _RECORD.size
 
     def outstanding_at(self, time_s: float) -> int:
@@ -184,9 +185,10 @@ class Engine:
         sched = self.scheduler
         if self.clock >= horizon_s or not (sched.running or sched.waiting):
             return None
-        step = sched.plan()
-        if step.__class__ is RunPlan:
-            return self._plan_run(step, horizon_s)
+        work = sched.plan()
+        if work.__class__ is RunPlan:
+            return self._plan_run(work, horizon_s)
+        step = work
         if not step.chunks and not step.decodes:
             raise unschedulable(sched)
         full_pass = self.predictor.step_s(step.composition)

@@ -224,7 +224,9 @@ class StepRecords:
         for i, engine in enumerate(engines):
             sel = self.engine == i
             if sel.any():
-                flags[sel] = engine.predictor.compute_bound({k: v[sel] for k, v in self.columns.items()})
+                # A lone engine's records are all of them: no copy.
+                part = self.columns if sel.all() else {k: v[sel] for k, v in self.columns.items()}
+                flags[sel] = engine.predictor.compute_bound(part)
         return flags
 
     @property

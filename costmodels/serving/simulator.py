@@ -224,8 +224,8 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     summary = summarize(table, engines, measured, slo=slo, open_loop=closed is None,
                         steady_state=not everything, notes=notes, classes=traffic.classes)
     rows = record_rows(engines)
-    steps, decodes = rows[:, RECORD_FIELDS.index("steps")], rows[:, RECORD_FIELDS.index("num_decode_seqs")]
-    steps, decode_steps = steps.sum(), steps[decodes != 0].sum()  # whole numbers: exact as floats
+    counts, decodes = rows[:, RECORD_FIELDS.index("steps")], rows[:, RECORD_FIELDS.index("num_decode_seqs")]
+    steps, decode_steps = counts.sum(), counts[decodes != 0].sum()  # whole numbers: exact as floats
     activity = engine_activity(engines, table, measured, summary.itl_s.p99) if with_activity else None
     return SimulationResult(summary, table, int(steps), int(decode_steps), activity)
 
