@@ -192,10 +192,15 @@ def _ci(samples: list[float], center: float) -> tuple[float, float]:
 
 
 def _batch_p99s(values: np.ndarray) -> list[float]:
+    """The P99 of each of ``BATCHES`` consecutive batches (``np.array_split``'s: the first ``len %
+    BATCHES`` one longer), the batches of each length in one call."""
     values = values[np.isfinite(values)]
     if len(values) < BATCHES * 10:
         return []
-    return [float(np.percentile(chunk, 99)) for chunk in np.array_split(values, BATCHES)]
+    size, longer = divmod(len(values), BATCHES)
+    cut = longer * (size + 1)
+    p99s = np.percentile(values[:cut].reshape(longer, size + 1), 99, axis=1).tolist() if longer else []
+    return p99s + np.percentile(values[cut:].reshape(BATCHES - longer, size), 99, axis=1).tolist()
 
 
 @dataclass
@@ -291,11 +296,13 @@ def summarize(table: RequestTable, engines: list[Engine], measured: np.ndarray, 
     itl_batches = []
     if len(times):
         edges = np.linspace(window_start, window_end, BATCHES + 1)
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            sel = (times >= lo) & (times < hi) & (weights > 0)
-            if weights[sel].sum() > 0:
-                mine = gap_order[sel[gap_order]]
-                itl_batches.append(_sorted_quantiles(gaps[mine], weights[mine], (0.99,))[0])
+        # Each weighted sample's batch (edges[i] <= time < edges[i + 1]; -1 for none), in sorted order.
+        sorted_gaps, sorted_weights = gaps[gap_order], weights[gap_order]
+        batch = np.where(sorted_weights > 0, np.searchsorted(edges, times[gap_order], side="right") - 1, -1)
+        for i in range(BATCHES):
+            mine = batch == i
+            if mine.any():
+                itl_batches.append(_sorted_quantiles(sorted_gaps[mine], sorted_weights[mine], (0.99,))[0])
     stats = {"ttft": LatencyStats.of(ttft), "tpot": LatencyStats.of(tpot), "e2e": LatencyStats.of(e2e)}
     ci = {
         "ttft": _ci(_batch_p99s(ttft), stats["ttft"].p99),
