@@ -61,6 +61,17 @@ from .vllm_defaults import (
 )
 from .weights import own_scheme
 
+
+def scalar_max(a, b):
+    """``max(a, b)`` of two Python numbers, exactly as the built-in returns it (``a`` unless ``b`` is
+    larger), at a third of its cost per call: the event loop's step formula takes several per step.
+
+    >>> scalar_max(1, 2.5), scalar_max(3, 3.0), scalar_max(-0.0, 0.0)
+    (2.5, 3, -0.0)
+    """
+    return b if b > a else a
+
+
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
 ELEMENTWISE_KERNELS_PER_LAYER = 5
@@ -603,17 +614,14 @@ class StepCostModel:
         # dominates a single lookup); grown with the arrays.
         self._tokens_list: list[float] = []
         self._lm_head_list: list[float] = []
-        self._lines: dict[tuple, tuple] = {}
+        self._lines: dict[tuple, list] = {}  # decode lines by batch (decode_line)
 
-    def _scalar_tokens_s(self, num_tokens: int) -> float:
+    def _grow_lists(self, num_tokens: int, num_sampled: int) -> None:
+        """Extend the lookup lists to cover ``num_tokens`` and ``num_sampled`` (each at least doubles)."""
         if num_tokens >= len(self._tokens_list):
             self._tokens_list = self.token_ops_time_s(np.arange(max(num_tokens + 1, 2 * len(self._tokens_list)))).tolist()
-        return self._tokens_list[num_tokens]
-
-    def _scalar_lm_head_s(self, num_sampled: int) -> float:
         if num_sampled >= len(self._lm_head_list):
             self._lm_head_list = self.lm_head_table_s(max(num_sampled + 1, 2 * len(self._lm_head_list))).tolist()
-        return self._lm_head_list[num_sampled]
 
     def _array_tokens_s(self, num_tokens: np.ndarray) -> np.ndarray:
         return self.token_ops_time_s(np.asarray(num_tokens, dtype=np.int64))
@@ -639,11 +647,15 @@ class StepCostModel:
         step lasts the GPU parts plus the CPU time async scheduling does not hide (:meth:`step_s`).
         """
         if scalar:
-            maximum, tokens_s, lm_head_s = max, self._scalar_tokens_s, self._scalar_lm_head_s
+            maximum = scalar_max
+            tokens = maximum(num_tokens, padded_tokens)
+            if tokens >= len(self._tokens_list) or num_sampled >= len(self._lm_head_list):
+                self._grow_lists(tokens, num_sampled)
+            token_ops, lm_head = self._tokens_list[tokens], self._lm_head_list[num_sampled]
         else:
-            maximum, tokens_s, lm_head_s = np.maximum, self._array_tokens_s, self._array_lm_head_s
-        token_ops = tokens_s(maximum(num_tokens, padded_tokens))
-        lm_head = lm_head_s(num_sampled)
+            maximum = np.maximum
+            token_ops = self._array_tokens_s(maximum(num_tokens, padded_tokens))
+            lm_head = self._array_lm_head_s(num_sampled)
         dc, dm, dq, dov, dov_seq = self._dec
         per_seq = decode_query_tokens / maximum(num_decode_seqs, 1)
         launches = (decode_query_tokens > 0) * (dov + dov_seq * num_decode_seqs)
@@ -685,7 +697,7 @@ class StepCostModel:
         return self._time(self._parts(True, num_tokens, num_sampled, decode_query_tokens, num_decode_seqs,
                                       decode_context, decode_context_windowed, prefill_pairs, prefill_pairs_windowed,
                                       prefill_kv_tokens, prefill_kv_tokens_windowed, prefill_chunks, padded_tokens,
-                                      host), max)[0]
+                                      host), scalar_max)[0]
 
     def _array_parts(self, agg: StepAggregates, padded_tokens: np.ndarray | int = 0) -> tuple:
         return self._parts(False, *(np.asarray(getattr(agg, name), dtype=float) for name in _FORMULA_FIELDS),
@@ -717,19 +729,48 @@ class StepCostModel:
         overtakes the KV reads, compute-bound past it; the line holds up to the kink. Under async
         scheduling the CPU time that shows is evaluated at ``context`` and held along the line (it
         shrinks as the contexts grow, so a long run is timed slightly long).
+
+        The event loop asks for a line per decode run, mostly of a batch it asked about before: each
+        batch's kink and the terms of each regime are cached, and so is the line itself where the CPU
+        time that shows is the same all along it (lines are shared: treat them as read-only).
         """
-        kink = self._decode_kink(num_seqs, query_per_seq)
+        batch = (num_seqs, query_per_seq, padded_tokens, host)
+        lines = self._lines.get(batch)
+        if lines is None:
+            # [kink, then per regime pair: (its line where it is the same for every context, its terms)]
+            lines = self._lines[batch] = [self._decode_kink(num_seqs, query_per_seq), None, None, None, None]
+        kink = lines[0]
         regime, regime_windowed = context >= kink, context_windowed >= kink
-        key = (num_seqs, query_per_seq, padded_tokens, host, regime, regime_windowed)
-        terms = self._lines.get(key)
-        if terms is None:
-            terms = self._lines[key] = self._line_terms(num_seqs, query_per_seq, padded_tokens, host, kink,
-                                                        regime, regime_windowed)
-        intercept, slope, slope_windowed, cpu_s = terms
+        slot = 1 + 2 * regime + regime_windowed
+        cached = lines[slot]
+        if cached is None:
+            cached = lines[slot] = self._line_cache(num_seqs, query_per_seq, padded_tokens, host, kink, regime,
+                                                    regime_windowed)
+        line = cached[0]
+        if line is not None and context >= 0 and context_windowed >= 0:
+            return line
+        intercept, slope, slope_windowed, cpu_s = cached[1]
         gpu_now = intercept + slope * context + slope_windowed * context_windowed
-        shown_s = cpu_wait_s(cpu_s, gpu_now, self.async_scheduling, max)
+        shown_s = cpu_wait_s(cpu_s, gpu_now, self.async_scheduling, scalar_max)
         return DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,
                           math.inf if regime_windowed else kink)
+
+    def _line_cache(self, num_seqs: int, query_per_seq: int, padded_tokens: int, host: bool, kink: float,
+                    regime: bool, regime_windowed: bool) -> tuple:
+        """(the line of every context >= 0, or None, (terms)) of one regime for :meth:`decode_line`.
+
+        Without async scheduling the CPU time shows whole at every context; with it, it shows only
+        where it outlasts the GPU time, which only grows along the line (slopes >= 0 from the
+        intercept at context 0): hidden at the intercept, it is hidden all along. Either way the CPU
+        time shown at every context >= 0 is the one at the intercept, and one line serves them all.
+        """
+        terms = self._line_terms(num_seqs, query_per_seq, padded_tokens, host, kink, regime, regime_windowed)
+        intercept, slope, slope_windowed, cpu_s = terms
+        shown_s = cpu_wait_s(cpu_s, intercept, self.async_scheduling, scalar_max)
+        if self.async_scheduling and not (shown_s == 0.0 and slope >= 0 and slope_windowed >= 0):
+            return None, terms
+        return DecodeLine(intercept + shown_s, slope, slope_windowed, math.inf if regime else kink,
+                          math.inf if regime_windowed else kink), terms
 
     def _decode_kink(self, num_seqs: int, query_per_seq: int) -> float:
         """The summed context at which decode attention turns compute-bound (inf: never): where the
@@ -920,8 +961,9 @@ class DecodeLine:
 
     ``time_s = intercept_s + slope_s * context + slope_window_s * context_windowed``, valid while
     ``context <= context_limit`` and ``context_windowed <= window_limit`` (past a limit decode
-    attention turns compute-bound and the slope changes). Not frozen: the event loop builds one per
-    decode run, and a frozen dataclass costs several times as much to build.
+    attention turns compute-bound and the slope changes). Not frozen, because a frozen dataclass costs
+    several times as much to build and the event loop builds many; but
+    :meth:`StepCostModel.decode_line` hands out the same line again, so never modify one.
     """
 
     intercept_s: float

@@ -39,6 +39,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .data_parallel import pick_rank
 from .engine import Engine
 from .requests import RequestTable
@@ -158,7 +160,10 @@ class Cluster:
             events = [(table.arrival_s[rid], rid, ARRIVAL) for rid in range(first)]
             next_rid = first
         else:
-            events = [(t, rid, ARRIVAL) for rid, t in enumerate(arrival_s) if not math.isnan(t)]
+            # (numpy builds one event per request several times faster than a Python loop.)
+            times = np.asarray(arrival_s, dtype=float)
+            known = np.flatnonzero(~np.isnan(times))
+            events = list(zip(times[known].tolist(), known.tolist(), itertools.repeat(ARRIVAL)))
             next_rid = n
         group_of: dict[int, int] = {}
         engines = self.engines
@@ -170,7 +175,12 @@ class Cluster:
             # Every arrival is known and there is no routing choice to make: each request's time at
             # the engine follows from the replica's tokenizer queue alone, so it is queued directly.
             events = self._front_end_queue(sorted(events), group_of)
-        heapq.heapify(events)
+        # The events known from the start enter the heap one at a time, in order (the next of them is
+        # always in it, so its first entry is still the earliest event): the heap stays small, and
+        # popping from it costs a few comparisons instead of one per level of a heap of every request.
+        known = iter(sorted(events))
+        upcoming = next(known, None)
+        events = [] if upcoming is None else [upcoming]
         inf = math.inf
         plans = 0
         budget = max_plans if max_plans is not None else inf
@@ -182,6 +192,8 @@ class Cluster:
         order = itertools.count()
         heappush, heappop = heapq.heappush, heapq.heappop
         alone = engines[0] if len(engines) == 1 else None
+        # Whether a finished request can cause an event: a hand-off, a client's or a conversation's next request.
+        reacting = decode is not None or closed_loop is not None or follow_ups
         while True:
             if alone is not None:
                 best = alone
@@ -201,7 +213,12 @@ class Cluster:
                 best, plan = (planned[0][2], planned[0][3]) if planned else (None, None)
             dirty = []
             if events and (plan is None or events[0][0] < plan.end_s):
-                time_s, rid, kind = heappop(events)
+                event = heappop(events)
+                if event is upcoming:
+                    upcoming = next(known, None)
+                    if upcoming is not None:
+                        heappush(events, upcoming)
+                time_s, rid, kind = event
                 if kind == ARRIVAL:
                     # Route, then wait for the replica's tokenizer; the engine sees the request later.
                     group = front.route_group(time_s)
@@ -229,7 +246,7 @@ class Cluster:
                 raise WorkLimitReached(plans - 1, plan.end_s)
             finished = best.commit(plan)
             dirty = [best]
-            if not finished:
+            if not finished or not reacting:
                 continue
             end = plan.end_s
             earliest = events[0][0] if events else inf
@@ -264,7 +281,6 @@ def _hand_over(engine, rid: int, time_s: float, handed_off: bool):
     before then (the request can join only the next step), and the request joins its queue."""
     plan = engine.plan
     if plan is not None and plan.last_start_s >= time_s:
-        cut = getattr(engine, "cut", None)  # a lockstep group plans again
-        engine.plan = cut(plan, time_s) if cut else engine.plan_next(time_s)
+        engine.plan = engine.cut(plan, time_s)
     engine.enqueue(rid, time_s, handed_off)
     return engine

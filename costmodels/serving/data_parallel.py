@@ -72,6 +72,10 @@ class LockstepGroup:
             self.plan = None
 
     # --- planning --------------------------------------------------------------------------------
+    def cut(self, plan: Plan, time_s: float) -> Plan | None:
+        """The work that starts before ``time_s``: the ranks plan again (what each can do depends on the others')."""
+        return self.plan_next(time_s)
+
     def plan_next(self, horizon_s: float) -> Plan | None:
         """The group's next step (or run of decode steps) that starts before ``horizon_s``."""
         if self.clock >= horizon_s or not self.busy:

@@ -17,7 +17,10 @@ coordinating several engines can re-plan when an earlier event (a new arrival) c
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import InputError
 from .predictor import StepComposition, StepTimePredictor
@@ -26,6 +29,15 @@ from .scheduler import RunPlan, Scheduler, StepPlan
 
 RECORD_FIELDS = ("start_s", "steps", "first_s", "slope_s", "itl_decodes", "num_running", "kv_tokens",
                  *StepComposition._fields)
+# A record is packed as doubles, RECORD_FIELDS in order: appending its bytes costs less than keeping a
+# tuple of Python numbers, and numpy reads all records at once instead of converting value by value.
+_RECORD = struct.Struct(f"{len(RECORD_FIELDS)}d")
+_pack_record = _RECORD.pack
+
+
+def record_rows(engines: list[Engine]) -> np.ndarray:
+    """The engines' step records, one row of :data:`RECORD_FIELDS` each, engine after engine."""
+    return np.frombuffer(b"".join(e.records for e in engines), dtype=float).reshape(-1, len(RECORD_FIELDS))
 
 
 class PipelineStages:
@@ -68,15 +80,20 @@ def plan_step(sched: Scheduler) -> StepPlan:
     """The scheduler's next step; InputError when the head of the queue can never be scheduled."""
     step = sched.plan_step()
     if not step.chunks and not step.decodes:
-        rid = sched.waiting[0]
-        t = sched.table
-        raise InputError(
-            f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
-            f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
-            f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
-            "traffic.max_context, or give the engine more memory"
-        )
+        raise unschedulable(sched)
     return step
+
+
+def unschedulable(sched: Scheduler) -> InputError:
+    """The error of a step that runs nothing: the head of the queue can never be scheduled."""
+    rid = sched.waiting[0]
+    t = sched.table
+    return InputError(
+        f"a request of {t.prompt[rid]} prompt + {t.output[rid]} output tokens cannot be scheduled: it needs "
+        f"more KV blocks or batched tokens than one engine has ({sched.limits.num_blocks} blocks, "
+        f"max_num_batched_tokens {sched.limits.max_num_batched_tokens}); lower max_model_len or "
+        "traffic.max_context, or give the engine more memory"
+    )
 
 
 def run_steps(run: RunPlan, line, growth: float) -> tuple[int, float, float]:
@@ -88,7 +105,7 @@ def run_steps(run: RunPlan, line, growth: float) -> tuple[int, float, float]:
         steps = min(steps, int((line.window_limit - run.context_windowed) / (run.windowed_growing * growth)) + 1)
     first = line.intercept_s + line.slope_s * run.context + line.slope_window_s * run.context_windowed
     slope = (line.slope_s * run.num_seqs + line.slope_window_s * run.windowed_growing) * growth
-    return max(steps, 1), first, slope
+    return steps if steps > 1 else 1, first, slope
 
 
 def steps_starting_before(window_s: float, first_s: float, slope_s: float) -> int:
@@ -121,12 +138,14 @@ class Engine:
         if stages is not None:
             self.lane = len(stages.engines)
             stages.engines.append(self)
+        # A P/D prefill instance (hands each request off after its first token).
+        self.prefill_only = scheduler.limits.prefill_only
         self.clock = 0.0
         self.outstanding = 0
         self.plan: Plan | None = None
-        self.records: list[tuple] = []
+        self.records = bytearray()  # the step records, packed (record_rows reads them)
         # Decoding requests per tenant class in each record (traffic with classes only).
-        self.class_records: list[tuple] | None = [] if scheduler.class_decodes is not None else None
+        self.class_records: list[tuple] | None = [] if scheduler.table.num_classes > 1 else None
         self._last_end_s = -math.inf
         self._last_finished = 0
 
@@ -137,8 +156,9 @@ class Engine:
         return self.scheduler.limits.num_blocks * blocks.block_size / blocks.groups
 
     @property
-    def prefill_only(self) -> bool:
-        return self.scheduler.limits.prefill_only
+    def num_records(self) -> int:
+        """Step records kept (a run of decode steps is one)."""
+        return len(self.records) // _RECORD.size
 
     def outstanding_at(self, time_s: float) -> int:
         """Requests routed here and unfinished at ``time_s`` (the last commit may end after it)."""
@@ -165,10 +185,12 @@ class Engine:
         sched = self.scheduler
         if self.clock >= horizon_s or not (sched.running or sched.waiting):
             return None
-        run = sched.plan_run()
-        if run is not None:
-            return self._plan_run(run, horizon_s)
-        step = plan_step(sched)
+        work = sched.plan()
+        if work.__class__ is RunPlan:
+            return self._plan_run(work, horizon_s)
+        step = work
+        if not step.chunks and not step.decodes:
+            raise unschedulable(sched)
         full_pass = self.predictor.step_s(step.composition)
         duration = self.stages.period_s(self.lane, full_pass) if self.stages else full_pass
         clock = self.clock
@@ -183,11 +205,14 @@ class Engine:
             return plan
         if self.stages is not None:  # a lane's period also depends on the others': plan again
             return self.plan_next(time_s)
-        steps = min(plan.steps, steps_starting_before(time_s - plan.start_s, plan.first_s, plan.slope_s))
-        total = steps * plan.first_s + plan.slope_s * steps * (steps - 1) / 2
-        last = plan.first_s + plan.slope_s * (steps - 1)
-        return Plan(plan.start_s, plan.start_s + total, plan.start_s + total - last, None, plan.run, steps,
-                    plan.first_s, plan.slope_s, plan.pass_s - plan.slope_s * (plan.steps - steps))
+        start, first, slope = plan.start_s, plan.first_s, plan.slope_s
+        steps = steps_starting_before(time_s - start, first, slope)
+        if steps > plan.steps:
+            steps = plan.steps
+        total = steps * first + slope * steps * (steps - 1) / 2
+        last = first + slope * (steps - 1)
+        return Plan(start, start + total, start + total - last, None, plan.run, steps, first, slope,
+                    plan.pass_s - slope * (plan.steps - steps))
 
     def _plan_run(self, run: RunPlan, horizon_s: float) -> Plan:
         line = self.predictor.decode_line(run.num_seqs, run.context, run.context_windowed)
@@ -221,20 +246,21 @@ class Engine:
         if step is not None:
             finished = sched.apply_step(step, start, end)
             # RECORD_FIELDS: the step's own fields, then its composition's in their order.
-            self.records.append((start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
-                                 *step.composition))
+            self.records += _pack_record(start, 1, plan.first_s, 0.0, step.decodes, step.num_running, step.kv_tokens,
+                                         *step.composition)
         else:
             run, k = plan.run, plan.steps
+            num_seqs = run.num_seqs
             # The run's mid-point stands for all its steps in the per-step statistics.
-            mid = run.num_seqs * sched.growth * (k - 1) / 2
+            mid = num_seqs * sched.growth * (k - 1) / 2
             num_running = len(sched.running)
             finished = sched.apply_run(k, end)
             context = run.context + mid
-            self.records.append((
-                start, k, plan.first_s, plan.slope_s, run.num_seqs, num_running, context,
-                run.num_seqs, context, run.context_windowed + mid * run.windowed_growing / run.num_seqs,
+            self.records += _pack_record(
+                start, k, plan.first_s, plan.slope_s, num_seqs, num_running, context,
+                num_seqs, context, run.context_windowed + mid * run.windowed_growing / num_seqs,
                 0, 0, 0.0, 0.0, 0.0, 0.0,
-            ))
+            )
         if self.stages is not None:
             self.stages.pass_s[self.lane] = plan.pass_s
         self.clock = end

@@ -73,7 +73,7 @@ from .activity import EngineActivity, engine_activity
 from .cluster import ClosedLoop, Cluster, Pool, WorkLimitReached
 from .compiled import CompiledDeployment, compile_deployment
 from .data_parallel import LockstepGroup
-from .engine import Engine, PipelineStages
+from .engine import RECORD_FIELDS, Engine, PipelineStages, record_rows
 from .metrics import ServingSummary, summarize
 from .prefix_cache import PrefixCache
 from .requests import DrawnRequests, RequestTable, draw_requests, session_history
@@ -223,8 +223,9 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
         notes.append(_session_note(table, d.block_size, d.enable_prefix_caching))
     summary = summarize(table, engines, measured, slo=slo, open_loop=closed is None,
                         steady_state=not everything, notes=notes, classes=traffic.classes)
-    steps = sum(r[1] for e in engines for r in e.records)
-    decode_steps = sum(r[1] for e in engines for r in e.records if r[7])
+    rows = record_rows(engines)
+    counts, decodes = rows[:, RECORD_FIELDS.index("steps")], rows[:, RECORD_FIELDS.index("num_decode_seqs")]
+    steps, decode_steps = counts.sum(), counts[decodes != 0].sum()  # whole numbers: exact as floats
     activity = engine_activity(engines, table, measured, summary.itl_s.p99) if with_activity else None
     return SimulationResult(summary, table, int(steps), int(decode_steps), activity)
 
