@@ -44,10 +44,9 @@ from servopt.calibration.corpus import REPO_E2E, SHARED_E2E, load_corpus, silico
 from servopt.calibration.error_bars import held_out_errors, nested_coverage
 from servopt.calibration.registry import load_profile
 from servopt.calibration.serving_fit import (FRONT_ENDS, Linearization, coefficient_table, cross_validate, error_table,
-                                             fitted_runs, predictions, start_params)
+                                             fitted_runs, predictions, shipped_params)
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.errors import InputError
-from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.uncertainty import LEVEL
 
 MEANS = ["mean_ttft_ms", "mean_tpot_ms"]
@@ -60,8 +59,6 @@ MOE_TPOT_TARGET, MOE_TTFT_TARGET = 10.0, 20.0
 FALSE_SATURATION_FACTOR = 2.0
 
 
-def shipped_coefficients() -> dict[str, float | None]:
-    return start_params(load_profile(get_gpu("h100")))
 
 
 def fmt(frame: pd.DataFrame) -> str:
@@ -265,7 +262,7 @@ def main() -> None:
     pd.set_option("display.width", 250)
     runs = load_corpus(args.shared, REPO_E2E)
     report_corpus(runs)
-    params = shipped_coefficients()
+    params = shipped_params()
     print("\n== 1. The shipped serving coefficients (scripts/fit_serving_coefficients.py, fitted on every run) ==")
     print(coefficient_table(params).to_string(index=False, max_colwidth=110,
                                               formatters={"value": lambda v: "not identified" if v != v or v is None

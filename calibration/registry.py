@@ -53,6 +53,12 @@ def shipped_profile(gpu_name: str) -> PerformanceProfile | None:
     return PerformanceProfile.model_validate(json.loads(entry.read_text()))
 
 
+def shipped_gpus() -> list[str]:
+    """The GPUs with a shipped profile."""
+    return sorted(entry.name.removesuffix(".json") for entry in resources.files(__package__).joinpath("profiles").iterdir()
+                  if entry.name.endswith(".json"))
+
+
 # Which fitted GPU stands in for an unmeasured one: the most common fitted part of its architecture
 # (same tensor cores, same kernels; L40S shares the L4's and RTX 4090's GDDR memory system too). Its
 # efficiencies are a better prior than textbook values; the profile stays marked uncalibrated.
@@ -67,6 +73,15 @@ def spec_default_profile(gpu: GPUSpec,
     if reference is None:
         return PerformanceProfile.spec_default(gpu)
     return PerformanceProfile.spec_default(gpu, reference, builtin_catalog().get(reference_name))
+
+
+def profile_origin(gpu: GPUSpec) -> str:
+    """The shipped fit a GPU's kernel efficiencies come from: its own, else its architecture's
+    reference GPU's (:func:`spec_default_profile`), else its own name (textbook values)."""
+    if shipped_profile(gpu.name) is not None:
+        return gpu.name
+    reference = REFERENCE_BY_ARCHITECTURE.get(gpu.architecture)
+    return reference if reference and shipped_profile(reference) is not None else gpu.name
 
 
 def load_profile(gpu: GPUSpec, path: str | Path | None = None) -> PerformanceProfile:

@@ -67,6 +67,7 @@ from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import SERVING_COEFFICIENTS, PerformanceProfile
 from ..costmodels.vllm_defaults import async_scheduling, engine_generation, parse_vllm_version
 from .corpus import MeasuredRun, predict_run
+from .registry import profile_origin, shipped_gpus, shipped_profile
 
 ProfileFor = Callable[[GPUSpec], PerformanceProfile]
 # Coefficients that exist only for runs of one engine generation or one front end: without such
@@ -75,6 +76,10 @@ FRONT_ENDS = {"vllm": "request_overhead_s", "dynamo": "dynamo_request_overhead_s
 OPTIONAL = {"v0_step_overhead_s": ("engine", "v0"), "v0_step_overhead_per_seq_s": ("engine", "v0"),
             "async_step_overhead_s": ("engine", "v1-async"), "async_step_overhead_per_seq_s": ("engine", "v1-async"),
             "dynamo_request_overhead_s": ("frontend", "dynamo")}
+# Coefficients fitted per shipped GPU fit (``name@gpu``: the kernels of each GPU's tables run served at
+# their own share of what they run alone), where the corpus has runs on that GPU or on a GPU whose
+# profile is transferred from it (registry.profile_origin); every other coefficient is one number.
+PER_GPU = ("compute_scale", "memory_scale")
 METRICS = ("mean_tpot_ms", "mean_ttft_ms")
 # Residuals beyond ~10% count linearly (soft L1): benchmark artefacts should not steer the fit.
 ROBUST_SCALE = 0.1
@@ -86,9 +91,14 @@ START = {"step_overhead_s": 1e-3, "step_overhead_per_seq_s": 2e-5, "v0_step_over
 
 
 def coefficient_table(params: dict[str, float | None]) -> pd.DataFrame:
-    """The coefficients with their unit and meaning (``None``: not identified, the default stands in)."""
-    return pd.DataFrame([{"coefficient": name, "value": params.get(name), "unit": info.unit, "meaning": info.meaning}
-                         for name, info in SERVING_COEFFICIENTS.items()])
+    """The coefficients with their unit and meaning (``None``: not identified, the default stands in;
+    a GPU fit's own as ``name@gpu``)."""
+    rows = []
+    for name, info in SERVING_COEFFICIENTS.items():
+        own = sorted(k for k in params if k.startswith(f"{name}@"))
+        for key in own or [name]:
+            rows.append({"coefficient": key, "value": params.get(key), "unit": info.unit, "meaning": info.meaning})
+    return pd.DataFrame(rows)
 
 
 def fitted_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
@@ -108,6 +118,28 @@ def start_params(profile: PerformanceProfile) -> dict[str, float | None]:
     return {name: getattr(profile, name) for name in SERVING_COEFFICIENTS}
 
 
+def shipped_params() -> dict[str, float | None]:
+    """The shipped coefficients: the shared ones (every shipped profile carries the same) and each
+    shipped GPU fit's own :data:`PER_GPU` ones (``name@gpu``)."""
+    profiles = {name: shipped_profile(name) for name in shipped_gpus()}
+    params = start_params(profiles["h100"])
+    for name, profile in profiles.items():
+        params.update({f"{coefficient}@{name}": getattr(profile, coefficient) for coefficient in PER_GPU})
+    return params
+
+
+def base_name(name: str) -> str:
+    """A coefficient's name without its GPU (``compute_scale@h200`` -> ``compute_scale``)."""
+    return name.split("@")[0]
+
+
+def params_for(params: dict[str, float | None], origin: str) -> dict[str, float | None]:
+    """The profile fields of one GPU fit: the shared coefficients, then that fit's own (``name@origin``)."""
+    shared = {k: v for k, v in params.items() if "@" not in k}
+    own = {base_name(k): v for k, v in params.items() if k.endswith(f"@{origin}") and v is not None}
+    return {**shared, **own}
+
+
 def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float | None]) -> pd.DataFrame:
     """One row per run: measured and predicted metrics (``measured_<metric>``, ``pred_<metric>``)."""
     profiles: dict[str, PerformanceProfile] = {}
@@ -115,7 +147,8 @@ def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: di
     for run in runs:
         name = run.deployment.gpu
         if name not in profiles:
-            profiles[name] = profile_for(get_gpu(name)).model_copy(update=params)
+            gpu = get_gpu(name)
+            profiles[name] = profile_for(gpu).model_copy(update=params_for(params, profile_origin(gpu)))
         failed = ""
         try:
             predicted = predict_run(run, profiles[name])
@@ -126,6 +159,7 @@ def predictions(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: di
                          **{f"{stat}_{metric}_ms": math.nan for metric in ("ttft", "tpot", "itl")
                             for stat in ("mean", "median", "p99")}}
         row = {"run_id": run.run_id, "failed": failed, "group": "/".join(run.group), "model": run.group[0], "gpu": run.gpu,
+               "origin": profile_origin(get_gpu(name)),
                "moe": resolve_model(run.model).spec.moe is not None,
                "dtype": run.dtype, "engine": engine_of(run), "frontend": run.deployment.frontend,
                "protocol": run.protocol,
@@ -162,7 +196,7 @@ def _residuals(frame: pd.DataFrame, train: np.ndarray) -> tuple[np.ndarray, np.n
 
 def _step(name: str, value: float) -> float:
     """The finite-difference step of a coefficient."""
-    info = SERVING_COEFFICIENTS[name]
+    info = SERVING_COEFFICIENTS[base_name(name)]
     return 0.05 * value if info.scale else max(0.25 * value, info.upper * 0.01)
 
 
@@ -172,7 +206,7 @@ def _prior(names: Sequence[str], x: np.ndarray, weight: float = 1.0) -> tuple[np
     ``sqrt(weight)`` (0: no prior)."""
     rows, values = [], []
     for i, name in enumerate(names):
-        info = SERVING_COEFFICIENTS[name]
+        info = SERVING_COEFFICIENTS[base_name(name)]
         if info.prior_width is None:
             continue
         row = np.zeros(len(names))
@@ -192,8 +226,8 @@ def solve_linearised(r0: np.ndarray, weights: np.ndarray, jacobian: np.ndarray, 
     """The coefficients that minimise the soft-L1 loss of ``r0 + J (x - x0)`` (weighted) plus the
     priors' squares, within ``[0, upper]`` (scales within the profile's bounds), by iteratively
     reweighted bounded least squares."""
-    upper = np.array([SERVING_COEFFICIENTS[n].upper for n in names])
-    lower = np.array([0.2 if SERVING_COEFFICIENTS[n].scale else 0.0 for n in names])
+    upper = np.array([SERVING_COEFFICIENTS[base_name(n)].upper for n in names])
+    lower = np.array([0.2 if SERVING_COEFFICIENTS[base_name(n)].scale else 0.0 for n in names])
     scale = upper  # solve for x / upper: every column of order one
     x = np.clip(x0, lower, upper)
     used = weights > 0
@@ -223,11 +257,33 @@ def objective(residuals: np.ndarray, weights: np.ndarray, names: Sequence[str], 
 
 
 def _identified(frame: pd.DataFrame, train: np.ndarray, name: str) -> bool:
-    """Whether the trained runs can say anything of an optional coefficient (:data:`OPTIONAL`)."""
+    """Whether the trained runs can say anything of an optional coefficient (:data:`OPTIONAL`) or of
+    a GPU fit's own (``name@gpu``: runs on that fit's GPUs)."""
+    if "@" in name:
+        return bool((train & (frame["origin"] == name.split("@")[1]).to_numpy()).any())
     if name not in OPTIONAL:
         return True
     column, value = OPTIONAL[name]
     return bool((train & (frame[column] == value).to_numpy()).any())
+
+
+def per_gpu_names(frame: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """``names`` with each :data:`PER_GPU` coefficient split into one per GPU fit the runs use."""
+    origins = sorted(frame["origin"].unique())
+    return [split for name in names for split in ([f"{name}@{o}" for o in origins] if name in PER_GPU else [name])]
+
+
+def _pooled(params: dict[str, float | None], identified: Sequence[str]) -> dict[str, float | None]:
+    """A GPU fit's own scales that the runs do not identify take the geometric mean of the others'
+    (a GPU no run measured is served like the GPUs that were)."""
+    out = dict(params)
+    for name in PER_GPU:
+        own = [k for k in params if k.startswith(f"{name}@")]
+        known = [params[k] for k in own if k in identified and params[k]]
+        for k in own:
+            if k not in identified:
+                out[k] = float(np.exp(np.mean(np.log(known)))) if known else None
+    return out
 
 
 def jacobian(runs: Sequence[MeasuredRun], profile_for: ProfileFor, params: dict[str, float],
@@ -247,7 +303,8 @@ def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dic
                 names: Sequence[str] | None = None, rounds: int = GAUSS_NEWTON_ROUNDS,
                 prior_weight: float = 1.0) -> dict[str, float | None]:
     """The coefficients that best explain ``runs`` (the module docstring); ``names`` limits what is
-    fitted, ``prior_weight`` scales the priors (0: the runs alone, as when they are exact)."""
+    fitted, ``prior_weight`` scales the priors (0: the runs alone, as when they are exact). The
+    :data:`PER_GPU` coefficients come back per GPU fit the runs used, as ``name@gpu``."""
     runs = fitted_runs(runs)
     if not runs:
         raise InputError("no simulated runs to fit the serving coefficients to")
@@ -257,6 +314,10 @@ def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dic
     names = list(names or SERVING_COEFFICIENTS)
     base = predictions(runs, profile_for, params)
     every = np.ones(len(base), bool)
+    names = per_gpu_names(base, names)
+    params.update({n: params.get(n, params[base_name(n)]) for n in names if "@" in n})
+    split = {base_name(n) for n in names if "@" in n}
+    params = {k: v for k, v in params.items() if k not in split}
     names = [n for n in names if _identified(base, every, n)]
     r0, weights = _residuals(base, every)
     x0 = np.array([params[n] for n in names])
@@ -264,7 +325,8 @@ def fit_serving(runs: Sequence[MeasuredRun], profile_for: ProfileFor, start: dic
     jac, fresh = jacobian(runs, profile_for, params, names, base), True
     for _ in range(rounds):
         new = solve_linearised(r0, weights, jac, names, x0, prior_weight)
-        if np.all(np.abs(new - x0) <= 0.01 * np.maximum(np.abs(x0), [SERVING_COEFFICIENTS[n].upper * 1e-3 for n in names])):
+        if np.all(np.abs(new - x0) <= 0.01 * np.maximum(np.abs(x0), [SERVING_COEFFICIENTS[base_name(n)].upper * 1e-3
+                                                                     for n in names])):
             break
         # Closed loops make a run's latencies a rough function of the costs: where the full step
         # does worse than where it started, half of it (then a quarter) may not.
@@ -306,7 +368,9 @@ class Linearization:
         self.runs = fitted_runs(runs)
         self.profile_for = profile_for
         self.params = dict(params)
-        self.names = [n for n in SERVING_COEFFICIENTS if self.params.get(n) is not None]
+        split = {base_name(n) for n in self.params if "@" in n}
+        self.names = [n for n in self.params if base_name(n) in SERVING_COEFFICIENTS and self.params[n] is not None
+                      and n not in split]
         self.base = predictions(self.runs, profile_for, self.params)
         self.jacobian = jacobian(self.runs, profile_for, self.params, self.names, self.base)
 
@@ -322,7 +386,7 @@ class Linearization:
         for name in OPTIONAL:
             if not _identified(self.base, train, name):
                 params[name] = None  # no run of that engine or front end to fit it: the default's stands in
-        return params
+        return _pooled(params, names)
 
 
 def cross_validate(linearization: Linearization, by: str) -> pd.DataFrame:

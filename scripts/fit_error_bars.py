@@ -21,9 +21,8 @@ import pandas as pd
 from servopt.calibration.corpus import load_corpus
 from servopt.calibration.error_bars import build_error_bars, held_out_errors, memory_errors
 from servopt.calibration.registry import load_profile
-from servopt.calibration.serving_fit import Linearization, cross_validate, start_params
+from servopt.calibration.serving_fit import Linearization, cross_validate, shipped_params
 from servopt.calibration.validate import MemoryValidator
-from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.outfiles import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +37,7 @@ SOURCE = ("held-out errors: the development corpus's leave-one-(model, GPU, dtyp
 
 def group_cv() -> pd.DataFrame:
     """Every corpus run predicted with coefficients fitted without its group."""
-    linearization = Linearization(load_corpus(), load_profile, start_params(load_profile(get_gpu("h100"))))
+    linearization = Linearization(load_corpus(), load_profile, shipped_params())
     return cross_validate(linearization, "group")
 
 

@@ -4,8 +4,9 @@ the shipped profiles (calibration/profiles/<gpu>.json), leaving their kernel fit
 The coefficients (costmodels/profile.py: SERVING_COEFFICIENTS) are fitted by calibration/serving_fit.py
 to the mean TPOT and mean TTFT of every simulated run of the corpus (calibration/corpus.py: the public
 measured vLLM runs of ../shared/data/measured/e2e and calibration/measured/e2e). The same values go into
-every profile: no GPU class has enough groups of its own to fit them apart (benchmarks/bench_e2e_accuracy.py
-prints their error on (model, GPU, dtype) groups, models, GPUs and dtypes left out of the fit).
+every profile, but for the kernel scales (serving_fit.PER_GPU), fitted per shipped GPU fit from the runs on that
+GPU and on the GPUs whose profiles are transferred from it (benchmarks/bench_e2e_accuracy.py prints their error on
+(model, GPU, dtype) groups, models, GPUs and dtypes left out of the fit).
 
     python scripts/fit_serving_coefficients.py [--rounds 3] [--out DIR]
 """
@@ -16,13 +17,13 @@ import argparse
 from pathlib import Path
 
 from servopt.calibration.corpus import load_corpus
-from servopt.calibration.registry import load_profile, write_profile
-from servopt.calibration.serving_fit import GAUSS_NEWTON_ROUNDS, coefficient_table, fit_serving, fitted_runs, start_params
+from servopt.calibration.registry import load_profile, shipped_gpus, write_profile
+from servopt.calibration.serving_fit import (GAUSS_NEWTON_ROUNDS, coefficient_table, fit_serving, fitted_runs,
+                                             params_for, shipped_params)
 from servopt.costmodels.hardware import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "calibration" / "profiles"
-GPUS = ["h100", "h200", "a100-80gb", "b200", "l40s"]
 SOURCE = ("serving coefficients (SERVING_COEFFICIENTS) fitted by scripts/fit_serving_coefficients.py to the "
           "development corpus of public measured serving runs (calibration/corpus.py)")
 
@@ -38,13 +39,14 @@ def describe(params: dict) -> str:
 
 
 def fit_and_write(out: Path, rounds: int = GAUSS_NEWTON_ROUNDS) -> dict:
-    """Fit on the corpus from the shipped profiles' coefficients and write every profile in ``out``."""
+    """Fit on the corpus from the shipped coefficients and write every shipped profile in ``out``
+    (the shared coefficients, and each GPU fit's own scales)."""
     runs = fitted_runs(load_corpus())
-    start = start_params(load_profile(get_gpu("h100")))
-    params = fit_serving(runs, load_profile, start=start, rounds=rounds)
-    for name in GPUS:
+    params = fit_serving(runs, load_profile, start=shipped_params(), rounds=rounds)
+    for name in shipped_gpus():
         profile = load_profile(get_gpu(name))
-        write_profile(profile.model_copy(update={**params, "serving_source": SOURCE}), out / f"{name}.json")
+        write_profile(profile.model_copy(update={**params_for(params, name), "serving_source": SOURCE}),
+                      out / f"{name}.json")
     return params
 
 
