@@ -46,8 +46,8 @@ Example (recover a known V1 overhead from two synthetic runs):
     >>> measured = predictions(runs, load_profile, truth)
     >>> runs = [r.__class__(**{**r.__dict__, "measured": {"mean_tpot_ms": m, "mean_ttft_ms": t}})
     ...         for r, m, t in zip(runs, measured["pred_mean_tpot_ms"], measured["pred_mean_ttft_ms"])]
-    >>> fitted = fit_serving(runs, load_profile, names=("step_overhead_s", "step_overhead_per_seq_s",
-    ...                                                "dynamo_request_overhead_s"), prior_weight=0.0)
+    >>> fitted = fit_serving(runs, load_profile, start=shipped_params(), prior_weight=0.0,
+    ...                      names=("step_overhead_s", "step_overhead_per_seq_s", "dynamo_request_overhead_s"))
     >>> round(fitted["step_overhead_s"] * 1e3, 2), round(fitted["step_overhead_per_seq_s"] * 1e6)
     (1.5, 20)
 """

@@ -367,11 +367,11 @@ class StepCostModel:
         compute_s, memory_s = self.profile.gemm_parts_s(
             self.gpu, dtype, tokens, op.n, op.k, wbytes, self._act_bytes, weight_only, op.count
         )
-        compute_s, memory_s = compute_s * self._compute_scale, memory_s * self._memory_scale
-        eff = self.profile.gemm_efficiency(dtype)
-        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * op.count
         flops = 2.0 * tokens * op.n * op.k * op.count
         bytes_moved = op.count * (op.n * op.k * wbytes + tokens * (op.n + op.k) * self._act_bytes)
+        compute_s, memory_s = self._served(compute_s, memory_s, flops, bytes_moved, dtype, self._compute_scale)
+        eff = self.profile.gemm_efficiency(dtype)
+        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * op.count
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
 
     def _experts(self, tokens: np.ndarray) -> _OpCost | None:
@@ -398,12 +398,21 @@ class StepCostModel:
         compute_s, memory_s = self.profile.moe_parts_s(*args)
         # Served routing is skewed where microbenchmarks route uniformly: the busiest expert sets the
         # grouped GEMMs' time (a compute-side loss), while skew reads fewer experts' weights, not more.
-        compute_s, memory_s = compute_s * self._compute_scale * self.profile.moe_scale, memory_s * self._memory_scale
-        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * layers
         flops = 6.0 * pairs * m.hidden_size * inter * layers
         bytes_moved = layers * (touched * 3.0 * m.hidden_size * inter * wbytes
                                 + pairs * (3.0 * m.hidden_size + 6.0 * inter) * self._act_bytes)
+        compute_s, memory_s = self._served(compute_s, memory_s, flops, bytes_moved, self._math,
+                                           self._compute_scale * self.profile.moe_scale)
+        time_s = smooth_max(compute_s, memory_s, eff.smoothness) + eff.overhead_s * layers
         return _OpCost(time_s, compute_s, memory_s, flops, bytes_moved)
+
+    def _served(self, compute_s: np.ndarray, memory_s: np.ndarray, flops: np.ndarray, bytes_moved: np.ndarray,
+                dtype: str, compute_scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """Microbenchmarked (compute, memory) times as served: times the fitted served-to-table
+        scales, but never faster than the GPU's dense peak FLOPs or its memory bandwidth (a scale
+        below 1 says the kernel tables were pessimistic on this GPU, never that it beats its datasheet)."""
+        return (np.maximum(compute_s * compute_scale, flops / self.gpu.peak_flops(dtype)),
+                np.maximum(memory_s * self._memory_scale, bytes_moved / self.gpu.memory_bandwidth_bytes_per_s))
 
     def _routing(self, tokens: np.ndarray) -> _OpCost | None:
         """The top-k over the router logits (vLLM's ``topk_softmax`` / grouped top-k kernel), one per
@@ -419,8 +428,8 @@ class StepCostModel:
     def _memory_bound(self, bytes_moved: np.ndarray, kernels: float) -> _OpCost:
         """``kernels`` memory-bound launches moving ``bytes_moved`` (the profile's elementwise roofline,
         its memory side scaled as served)."""
-        memory_s = self._memory_scale * bytes_moved / (
-            self.gpu.memory_bandwidth_bytes_per_s * self.profile.elementwise_memory_efficiency)
+        memory_s = bytes_moved / self.gpu.memory_bandwidth_bytes_per_s * max(
+            self._memory_scale / self.profile.elementwise_memory_efficiency, 1.0)
         time_s = memory_s + self.profile.elementwise_overhead_s * kernels
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
@@ -584,13 +593,19 @@ class StepCostModel:
         self._flops_per_pair = flops_per_pair
         self._query_bytes = q_values * self._act_bytes
         dec, pre = profile.attention_decode, profile.attention_prefill
-        peak, bw = peak / self._compute_scale, bw / self._memory_scale  # served, not microbenchmarked
+        def served(efficiency: float, scale: float) -> float:
+            # As served, not microbenchmarked: the fitted scale, never beyond the datasheet peak.
+            return min(efficiency / scale, 1.0)
+
+        cs, ms = self._compute_scale, self._memory_scale
         self.decode_attention = AttentionRoofline(
-            flops_per_pair / (peak * dec.compute_efficiency), self._kv_layer_bytes / (bw * dec.memory_efficiency),
-            self._query_bytes / (bw * dec.memory_efficiency), dec.overhead_s, dec.per_seq_overhead_s)
+            flops_per_pair / (peak * served(dec.compute_efficiency, cs)),
+            self._kv_layer_bytes / (bw * served(dec.memory_efficiency, ms)),
+            self._query_bytes / (bw * served(dec.memory_efficiency, ms)), dec.overhead_s, dec.per_seq_overhead_s)
         self.prefill_attention = AttentionRoofline(
-            flops_per_pair / (peak * pre.compute_efficiency), self._kv_layer_bytes / (bw * pre.memory_efficiency),
-            self._query_bytes / (bw * pre.memory_efficiency), pre.overhead_s, pre.per_seq_overhead_s,
+            flops_per_pair / (peak * served(pre.compute_efficiency, cs)),
+            self._kv_layer_bytes / (bw * served(pre.memory_efficiency, ms)),
+            self._query_bytes / (bw * served(pre.memory_efficiency, ms)), pre.overhead_s, pre.per_seq_overhead_s,
             pre.half_efficiency_query_tokens)
 
     # --- the step formula -------------------------------------------------------------------------

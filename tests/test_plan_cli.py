@@ -134,15 +134,16 @@ def test_plan_capacity_from_the_engine_model_matches_the_estimate(capsys):
     from servopt.costmodels.architectures import get_model
     from servopt.costmodels.deployment import Deployment
     from servopt.costmodels.hardware import get_gpu
-    from servopt.costmodels.profile import PerformanceProfile
+    from servopt.calibration.registry import load_profile
     from servopt.costmodels.serving import Traffic, compile_deployment, estimate_compiled
 
     result = run_json(capsys, "--model", "mistral-7b", "--gpu", "rtx4090", "--context", "1280", "--output-tokens", "256",
                       "--rate", "10", "--redundancy", "0.3")
     c = result["capacity"]
     gpu = get_gpu("rtx4090")
+    # The profile plan reads: the RTX 4090's, transferred from its architecture's fitted GPU.
     compiled = compile_deployment(get_model("mistral-7b"), Deployment(gpu="rtx4090", max_model_len=1280), gpu,
-                                  PerformanceProfile.spec_default(gpu))
+                                  load_profile(gpu))
     overload = Traffic.model_validate({"arrival": {"kind": "poisson", "rate_per_s": 100},
                                        "input_tokens": {"kind": "fixed", "value": 1024},
                                        "output_tokens": {"kind": "fixed", "value": 256}})

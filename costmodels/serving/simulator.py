@@ -221,8 +221,11 @@ def _run_once(compiled: CompiledDeployment, traffic: Traffic, num_requests: int 
     engines = ranks_of(cluster.engines)
     if table.sessions:
         notes.append(_session_note(table, d.block_size, d.enable_prefix_caching))
+    # Closed-loop clients that never send a second request are one burst, never a steady state: the
+    # span of their finishes leaves out the time the first ones took, so the rate is over the whole run.
+    steady = not everything and (closed is None or table.size > closed.concurrency)
     summary = summarize(table, engines, measured, slo=slo, open_loop=closed is None,
-                        steady_state=not everything, notes=notes, classes=traffic.classes)
+                        steady_state=steady, notes=notes, classes=traffic.classes)
     rows = record_rows(engines)
     counts, decodes = rows[:, RECORD_FIELDS.index("steps")], rows[:, RECORD_FIELDS.index("num_decode_seqs")]
     steps, decode_steps = counts.sum(), counts[decodes != 0].sum()  # whole numbers: exact as floats
