@@ -6,7 +6,7 @@ import time
 import pytest
 from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, poisson, run, traffic
 
-from servopt.costmodels.serving import SLO, estimate
+from servopt.costmodels.serving import SLO, compile_deployment, estimate, estimate_compiled
 
 
 @pytest.mark.parametrize("rate", [2.0, 8.0, 14.0])
@@ -34,6 +34,16 @@ def test_estimate_flags_saturation_without_a_finite_ttft():
     est = estimate(LLAMA_8B, deployment(), poisson(60.0), GPU, PROFILE).summary
     assert est.saturated and "capacity" in est.saturation_reason
     assert math.isinf(est.ttft_s.p99) and 0 < est.requests_per_s < 60
+
+
+def test_an_absurd_rate_saturates_without_costing_steps_beyond_the_engine():
+    # Issue 30: rate_per_s 1e6 grew the step tables to the batch it implied (23 GB by trial 17).
+    compiled = compile_deployment(LLAMA_8B, deployment(), GPU, PROFILE)
+    start = time.process_time()
+    assert estimate_compiled(compiled, poisson(1e6)).summary.saturated
+    assert time.process_time() - start < 5
+    role = compiled.roles[0]
+    assert len(role.cost._tokens_list) <= 4 * role.limits.max_num_batched_tokens
 
 
 def test_goodput_counts_requests_within_the_slo():

@@ -425,6 +425,11 @@ class EngineModel:
         floor = (self.decode_step(1.0) if self.decode_tokens or not self.prefill_tokens
                  else self.mixed_step(0, min(self.prefill_tokens, self.budget)))
         limit_batch = self.slots
+        if batch_at(floor) > limit_batch:
+            # The fixed point lies above the floor, so its batch does too: no steady state, and no
+            # step of more sequences than the engine holds is ever costed (at absurd rates the
+            # step tables would grow to the batch).
+            return self._limit_reason(rate, batch_at(floor), limit_batch)
         # The smallest fixed point T = F(T) lies above the one-sequence step (F(floor) >= floor).
         # Bracket it starting from the last solution: nearby rates have nearby step times.
         high = max(floor, self._last_step_s)
