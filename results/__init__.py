@@ -11,9 +11,10 @@ Example:
     {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
 """
 
+from ..costmodels.engines.vllm import speculative_config
 from ._export import (
     VLLM_VERSION, check_commands_with_vllm, check_with_vllm, find_vllm_python, launch_plan, node_scripts, render_readme,
-    render_shell, serve_commands, speculative_config, with_configs,
+    render_shell, serve_commands, with_configs,
 )
 from ._export_kubernetes import (
     KUBERNETES_VERSION, SHM_SIZE, KubernetesOptions, check_manifests, kubernetes_manifests, render_kubernetes,

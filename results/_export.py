@@ -49,19 +49,15 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..costmodels.deployment import SpeculativeConfig
+from ..costmodels.engines.vllm import CURRENT_VLLM, DTYPES, parse_vllm_version
 from ..costmodels.errors import InputError
 from ..costmodels.escaping import markdown_text
-from ..costmodels.quantization import MODEL_DTYPE_SCHEME
 from ..costmodels.serving.compiled import (
     DECODE, PREFILL, REPLICA, DeploymentRecord, Placement, RoleRecord, WeightsRecord,
 )
-from ..costmodels.vllm_defaults import CURRENT_VLLM, parse_vllm_version
 
 # The vLLM release the scripts are written for: the one servopt's defaults describe.
 VLLM_VERSION = "{}.{}".format(*parse_vllm_version(CURRENT_VLLM)[:2])
-# vLLM's --dtype for weights served in a model dtype's own scheme (bf16 -> bfloat16, ...).
-DTYPES = {scheme: dtype for dtype, scheme in MODEL_DTYPE_SCHEME.items()}
 BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
 ROUTER_PORT = 8192
@@ -85,53 +81,11 @@ def served_weights(record: DeploymentRecord, trial: int | None = None) -> Weight
     return record.weights
 
 
-def speculative_config(spec: SpeculativeConfig) -> dict[str, Any]:
-    """The JSON of ``--speculative-config`` for vLLM 0.33.
-
-    >>> speculative_config(SpeculativeConfig(method="ngram", num_speculative_tokens=3))
-    {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
-    """
-    config: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
-    if spec.method == "ngram":
-        config["prompt_lookup_max"] = max(spec.num_speculative_tokens, 4)
-    if spec.draft_model:
-        config["model"] = spec.draft_model
-    if spec.draft_tp:
-        config["draft_tensor_parallel_size"] = spec.draft_tp
-    return config
-
-
 def engine_args(record: DeploymentRecord, role: RoleRecord) -> list[str]:
-    """The engine flags of one instance of a compiled ``role`` of ``record``, in a fixed order."""
-    d, weights = record.spec, served_weights(record)
-    args = ["--tensor-parallel-size", str(role.tp)]
-    if role.pp > 1:
-        args += ["--pipeline-parallel-size", str(role.pp), "--distributed-executor-backend", "ray"]
-    if role.data_parallel_size > 1:
-        args += ["--data-parallel-size", str(role.data_parallel_size)]
-    if d.enable_expert_parallel:
-        args.append("--enable-expert-parallel")
-    if d.all2all_backend:
-        args += ["--all2all-backend", d.all2all_backend]
-    if weights.vllm_quantization:
-        args += ["--quantization", weights.vllm_quantization]
-    elif weights.scheme in DTYPES:
-        args += ["--dtype", DTYPES[weights.scheme]]
-    args += ["--kv-cache-dtype", d.kv_cache_dtype, "--max-num-seqs", str(role.max_num_seqs),
-             "--max-num-batched-tokens", str(role.max_num_batched_tokens)]
-    args.append("--enable-chunked-prefill" if d.enable_chunked_prefill else "--no-enable-chunked-prefill")
-    args += ["--max-model-len", str(record.max_model_len), "--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
-    args.append("--enable-prefix-caching" if d.enable_prefix_caching else "--no-enable-prefix-caching")
-    if d.scheduling_policy == "priority":
-        args += ["--scheduling-policy", "priority"]
-    if d.enforce_eager:
-        args.append("--enforce-eager")
-    if d.num_scheduler_steps > 1:
-        # Only releases up to 0.10.0 have the flag (Deployment refuses it for later ones).
-        args += ["--num-scheduler-steps", str(d.num_scheduler_steps)]
-    if d.speculative:
-        args += ["--speculative-config", json.dumps(speculative_config(d.speculative), separators=(",", ":"))]
-    return args
+    """The engine flags of one instance of a compiled ``role`` of ``record``, in a fixed order
+    (the record's serving engine's :meth:`~servopt.costmodels.engines.ServingEngine.launch_args`)."""
+    served_weights(record)
+    return record.spec.serving_engine.launch_args(record, role)
 
 
 def shell_command(env: dict[str, str], program: list[str], args: list[str]) -> str:
