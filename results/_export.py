@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -49,12 +50,14 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from ..costmodels.architectures import config_files
 from ..costmodels.engines.vllm import CURRENT_VLLM, DTYPES, parse_vllm_version
 from ..costmodels.errors import InputError
-from ..costmodels.escaping import markdown_text
+from ..costmodels.escaping import dump_yaml, markdown_text
 from ..costmodels.serving.compiled import (
     DECODE, PREFILL, REPLICA, DeploymentRecord, Placement, RoleRecord, WeightsRecord,
 )
+from ._format import Exported, ExportFormat, ExportRequest, ParserMissing
 
 # The vLLM release the scripts are written for: the one servopt's defaults describe.
 VLLM_VERSION = "{}.{}".format(*parse_vllm_version(CURRENT_VLLM)[:2])
@@ -408,7 +411,7 @@ def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None 
     ``config`` with ``hf_quant_config`` and ``quantization_from`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
-        raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
+        raise ParserMissing(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
@@ -422,3 +425,90 @@ def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None 
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"--check: {interpreter} could not run vLLM's parser: {last}") from None
     return result["vllm_version"], result["problems"]
+
+
+# --- the formats of vLLM's launch plan -----------------------------------------------------------
+
+def front_plan(request: ExportRequest) -> dict[str, Any]:
+    """The launch plan of the request's front point (calibration, ``--max-model-len`` basis and
+    the tenant classes as front.json records them)."""
+    front, point = request.front, request.point
+    gpu = point.deployment.spec.gpu
+    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.profile_calibrated))
+    basis = (front.get("max_model_len") or {}).get(point.model, {}).get("basis")
+    return launch_plan(point.deployment, trial=point.trial, calibrated=calibrated, max_model_len_basis=basis,
+                       classes=request.classes, metrics=point.metrics, class_metrics=point.class_metrics)
+
+
+def served_configs(plan: dict) -> dict:
+    """Model id -> the config files vLLM would read for it (``config_files``), for each model the plan serves."""
+    served = {instance["model"] for instance in plan["instances"]}
+    return {model: files for model in served if (files := config_files(model)) is not None}
+
+
+def configs_checked(plan: dict, configs: dict) -> str:
+    """What ``--check`` compared with vLLM's own reading of the served models' configs."""
+    served = {instance["model"] for instance in plan["instances"]}
+    by = {kind: [m for m, files in configs.items() if files.quantization_from == kind] for kind in ("config", "card")}
+    return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
+            f"--quantization against the method vLLM picks for {len(by['config'])} checkpoint(s) by their own "
+            f"metadata and {len(by['card'])} by the metadata their cards state")
+
+
+class VllmScripts(ExportFormat):
+    """``vllm serve`` launch scripts: node-N.sh per node, router.sh, README.md and plan.json."""
+
+    name = "vllm"
+    help = "vllm serve launch scripts, one per node, with README.md and plan.json (the default)"
+    marker = "plan.json"
+    file_names = re.compile(r"node-[0-9]+\.sh|router\.sh|README\.md|plan\.json")
+    heads = (re.compile(r"^#!/usr/bin/env bash\n# servopt export for vLLM [^:\n]*: trial ([0-9]+)"),
+             re.compile(r"^# vLLM launch scripts: trial ([0-9]+) "),
+             re.compile(r'^\{\n  "vllm_version": "[^"\n]*",\n  "trial": ([0-9]+),'))
+    takes_vllm_python = True
+
+    def export(self, request: ExportRequest) -> Exported:
+        plan = front_plan(request)
+        scripts = node_scripts(plan)
+        readme = render_readme(plan, scripts)
+        files = {name: scripts[name] for name in sorted(scripts)}
+        files.update({"README.md": readme, "plan.json": json.dumps(plan, indent=2) + "\n"})
+        shown = scripts["node-0.sh"] if list(scripts) == ["node-0.sh"] else readme
+        return Exported(plan["trial"], shown, files, frozenset(scripts), plan, scripts)
+
+    def check(self, exported: Exported, request: ExportRequest) -> str:
+        plan, scripts = exported.plan, exported.parts
+        configs = served_configs(plan)
+        version, problems = check_with_vllm(scripts, request.python, configs=configs)
+        if problems:
+            raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
+        count = sum(text.count("vllm serve") for text in scripts.values())
+        return (f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s); "
+                f"{configs_checked(plan, configs)}")
+
+
+class PlanJson(VllmScripts):
+    """The launch plan as JSON, printed (``--check`` parses its commands as the scripts' are)."""
+
+    name = "json"
+    help = "print the launch plan as JSON"
+    marker = file_names = None
+    heads = ()
+    takes_vllm_python = False
+
+    def render(self, plan: dict[str, Any]) -> str:
+        return json.dumps(plan, indent=2) + "\n"
+
+    def export(self, request: ExportRequest) -> Exported:
+        plan = front_plan(request)
+        return Exported(plan["trial"], self.render(plan), plan=plan, parts=node_scripts(plan))
+
+
+class PlanYaml(PlanJson):
+    """The launch plan as YAML, printed."""
+
+    name = "yaml"
+    help = "print the launch plan as YAML"
+
+    def render(self, plan: dict[str, Any]) -> str:
+        return dump_yaml(plan)
