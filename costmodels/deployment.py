@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
-from .engines import DEFAULT_ENGINE, ServingEngine, get_engine
+from .engines import DEFAULT_ENGINE, EngineRules, get_engine
 from .errors import MAX_MEMORY_GIB, MAX_TOKENS, Name, Spec
 from .quantization import WeightScheme
 
@@ -149,8 +149,8 @@ class Deployment(Spec):
         return data
 
     @property
-    def serving_engine(self) -> ServingEngine:
-        """The serving engine's rules (:class:`~servopt.costmodels.engines.ServingEngine`)."""
+    def serving_engine(self) -> EngineRules:
+        """The serving engine's rules (:class:`~servopt.costmodels.engines.EngineRules`)."""
         return get_engine(self.framework)
 
     @property

@@ -344,7 +344,7 @@ def plan_memory(
 
     ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one);
     the limits and ``gpu_memory_utilization`` to the ``framework`` engine's defaults for the GPU
-    (:meth:`~servopt.costmodels.engines.ServingEngine.batch_limits`), which also sizes the KV pool.
+    (:meth:`~servopt.costmodels.engines.EngineRules.batch_limits`), which also sizes the KV pool.
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
     ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory``, per GPU) sizes the KV cache directly

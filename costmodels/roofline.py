@@ -219,7 +219,7 @@ class StepCostModel:
     ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes (and
     for TP all-reduces when one TP group does, and for the MoE dispatch when the DP x TP GPUs do).
     ``framework`` names the serving engine and ``vllm_version`` its release, whose rules change step
-    times (:class:`~servopt.costmodels.engines.ServingEngine`: which all-reduce runs, async
+    times (:class:`~servopt.costmodels.engines.EngineRules`: which all-reduce runs, async
     scheduling, the MoE dispatch backend unless ``all2all_backend`` names one); None is the version
     servopt's exports target. With ``dp > 1`` a step's token count
     is that of every rank after padding (:meth:`StepCostModel.step_s` takes the largest rank's as ``padded_tokens``).
@@ -457,7 +457,7 @@ class StepCostModel:
 
     def _allreduce_s(self, message: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """One TP all-reduce of ``message`` bytes per step, by the implementation vLLM picks for that
-        size (:meth:`~servopt.costmodels.engines.ServingEngine.allreduce_implementation`)."""
+        size (:meth:`~servopt.costmodels.engines.EngineRules.allreduce_implementation`)."""
         time_s = np.zeros_like(message)
         across_nodes = self.tp > self.gpu.nvlink_gpus
         link = self.internode_bytes_per_s if across_nodes else None

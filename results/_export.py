@@ -86,7 +86,7 @@ def served_weights(record: DeploymentRecord, trial: int | None = None) -> Weight
 
 def engine_args(record: DeploymentRecord, role: RoleRecord) -> list[str]:
     """The engine flags of one instance of a compiled ``role`` of ``record``, in a fixed order
-    (the record's serving engine's :meth:`~servopt.costmodels.engines.ServingEngine.launch_args`)."""
+    (the record's serving engine's :meth:`~servopt.costmodels.engines.EngineRules.launch_args`)."""
     served_weights(record)
     return record.spec.serving_engine.launch_args(record, role)
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from servopt.costmodels import Deployment, get_gpu, get_model, plan_memory
-from servopt.costmodels.engines import DEFAULT_ENGINE, ENGINES, ServingEngine, get_engine
+from servopt.costmodels.engines import DEFAULT_ENGINE, ENGINES, EngineRules, get_engine
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.profile import PerformanceProfile
 from servopt.costmodels.roofline import Batch
@@ -33,7 +33,7 @@ def compiled_on(name: str):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_engine_is_registered_under_its_name_with_its_defaults(name):
     engine = get_engine(name)
-    assert isinstance(engine, ServingEngine) and engine.name == name
+    assert isinstance(engine, EngineRules) and engine.name == name
     version = engine.version(None)
     assert version == engine.version(engine.current_version)
     assert 0 < engine.memory_fraction(version) <= 1 and engine.block_size >= 1

@@ -1,7 +1,7 @@
 """The serving engines servopt models, by name: each engine's rules behind one small base class.
 
 What differs between engines (release defaults, the step formula's engine parameters, how the KV
-pool is sized, host and front-end costs, launch flags) is a :class:`ServingEngine`; the cost
+pool is sized, host and front-end costs, launch flags) is a :class:`EngineRules`; the cost
 models ask :func:`get_engine` for a deployment's engine instead of importing one engine's rules.
 A new engine is a module with its subclass, plus one line in :data:`ENGINES`.
 
@@ -19,15 +19,15 @@ Example:
 from __future__ import annotations
 
 from ..errors import InputError, quote
-from ._base import EngineDefaults, ServingEngine, StepRule, Version
+from ._base import EngineDefaults, EngineRules, StepRule, Version
 from .vllm import VllmEngine
 
-ENGINES: dict[str, ServingEngine] = {engine.name: engine for engine in (VllmEngine(),)}
+ENGINES: dict[str, EngineRules] = {engine.name: engine for engine in (VllmEngine(),)}
 # The engine a deployment that names none runs on (the one servopt's exports target by default).
 DEFAULT_ENGINE = VllmEngine.name
 
 
-def get_engine(name: str | None = None) -> ServingEngine:
+def get_engine(name: str | None = None) -> EngineRules:
     """The registered engine called ``name`` (None: :data:`DEFAULT_ENGINE`); one InputError line otherwise."""
     engine = ENGINES.get(DEFAULT_ENGINE if name is None else name)
     if engine is None:
@@ -35,5 +35,5 @@ def get_engine(name: str | None = None) -> ServingEngine:
     return engine
 
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "EngineDefaults", "ServingEngine", "StepRule", "Version", "VllmEngine",
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "EngineDefaults", "EngineRules", "StepRule", "Version", "VllmEngine",
            "get_engine"]

@@ -1,4 +1,4 @@
-"""What a serving engine must say for servopt to model it: :class:`ServingEngine`.
+"""What a serving engine must say for servopt to model it: :class:`EngineRules`.
 
 The cost models are the engine-independent physics (weights, KV bytes, kernels, the event loop);
 an engine contributes the rules they are parameterised by. Each method below is one such rule, and
@@ -43,7 +43,7 @@ class StepRule:
     all2all_backend: str
 
 
-class ServingEngine(ABC):
+class EngineRules(ABC):
     """One serving engine's rules (one subclass per engine, registered by :attr:`name`).
 
     ``export_format`` names the export format (``results``' registry) that writes the engine's

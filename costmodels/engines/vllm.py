@@ -77,7 +77,7 @@ import numpy as np
 from ..errors import InputError
 from ..hardware import GPUSpec
 from ..quantization import MODEL_DTYPE_SCHEME
-from ._base import EngineDefaults, ServingEngine, StepRule, Version
+from ._base import EngineDefaults, EngineRules, StepRule, Version
 
 VllmVersion = Version
 
@@ -505,7 +505,7 @@ def speculative_config(spec: Any) -> dict[str, Any]:
     return config
 
 
-class VllmEngine(ServingEngine):
+class VllmEngine(EngineRules):
     """vLLM behind the engine seam: each rule is this module's (see the module docstring).
 
     Example:

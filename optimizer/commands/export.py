@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 
 from ...costmodels.errors import InputError, Spec, one_line, quote, validate_spec
 from ...costmodels.model_sources import check_model_id
+from ...costmodels.objectives import columns
 from ...costmodels.outfiles import check_no_links, output_folder, read_text, write_text
 from ...costmodels.userfiles import parse_json, shown
 from ...results import (
@@ -157,7 +158,7 @@ def pick_point(front: dict, pick: str) -> FrontPoint:
     if not points:
         raise InputError("the front is empty: nothing to export (see report.md for why)")
     objective = front["workload"]["objective"]
-    keys = (f"cost_{objective['cost']}", f"p99_{objective['latency']}_s")
+    keys = columns(objective)
     for point in points:
         missing = [k for k in keys if not isinstance(point.metrics.get(k), float | int)]
         if missing:
