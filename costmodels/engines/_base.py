@@ -50,10 +50,13 @@ class EngineRules(ABC):
     launch commands and checks them with the engine's own parser.
     """
 
+    # The name a deployment's ``framework`` gives, and the release servopt describes by default.
     name: ClassVar[str]
     current_version: ClassVar[str]
     export_format: ClassVar[str]
+    # Tokens per KV-cache block by default.
     block_size: ClassVar[int]
+    # The scheduling policies it offers, its default first.
     scheduling_policies: ClassVar[tuple[str, ...]]
     # All-reduce implementations the step model times (the profile prices each one).
     allreduce_implementations: ClassVar[tuple[str, ...]]

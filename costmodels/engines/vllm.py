@@ -85,10 +85,9 @@ VllmVersion = Version
 CURRENT_VLLM = "0.33.0"
 # CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py@v0.33.0 line 185).
 BLOCK_SIZE = 16
-# --scheduling-policy: first come, first served unless "priority" is asked for
+# --scheduling-policy, the default first: first come, first served unless "priority" is asked for
 # (SchedulerConfig.policy, vllm/config/scheduler.py@v0.33.0 line 159).
 SCHEDULING_POLICIES = ("fcfs", "priority")
-SCHEDULING_POLICY = "fcfs"
 # Largest step (tokens) that replays a captured CUDA graph by default: max_cudagraph_capture_size
 # "is capped at 512 by default" (CompilationConfig, vllm/config/compilation.py@v0.33.0 line 706).
 MAX_CUDAGRAPH_TOKENS = 512
@@ -357,14 +356,11 @@ def tokenize_s_per_token(version: VllmVersion, frontend: str = "vllm") -> float:
 def gpu_memory_utilization(version: VllmVersion) -> float:
     """vLLM's default ``--gpu-memory-utilization``.
 
-    >>> gpu_memory_utilization((0, 19, 0)), gpu_memory_utilization((0, 33, 0)) == GPU_MEMORY_UTILIZATION
-    (0.9, True)
+    >>> gpu_memory_utilization((0, 19, 0)), gpu_memory_utilization((0, 33, 0))
+    (0.9, 0.92)
     """
     return GPU_MEMORY_UTILIZATION_FROM_0_20 if version >= (0, 20, 0) else GPU_MEMORY_UTILIZATION_BEFORE_0_20
 
-
-# What vLLM starts with when the deployment names neither the release nor the fraction.
-GPU_MEMORY_UTILIZATION = gpu_memory_utilization(parse_vllm_version(CURRENT_VLLM))
 
 
 def engine_generation(version: VllmVersion, pp: int) -> str:
@@ -558,9 +554,10 @@ class VllmEngine(EngineRules):
 
     def kv_pool_bytes(self, gpu_bytes: float, fraction: float, weights_bytes: float, draft_weights_bytes: float,
                       activation_bytes: float, non_torch_bytes: float) -> float:
-        # The V1 pool: what --gpu-memory-utilization of the GPU leaves after the weights, the peak
-        # activations of a profiled step and the memory outside torch (checked against vLLM 0.19's
-        # start-up logs: memory.py's module docstring).
+        # The V1 pool (Worker.determine_available_memory, vllm/v1/worker/gpu_worker.py): what
+        # --gpu-memory-utilization of the GPU leaves after the weights, the peak activations of a
+        # profiled step and the memory outside torch, as memory.py's module docstring gives it
+        # (checked against vLLM 0.19's start-up logs).
         return fraction * gpu_bytes - weights_bytes - draft_weights_bytes - activation_bytes - non_torch_bytes
 
     def step_rule(self, version: Version, pp: int) -> StepRule:
