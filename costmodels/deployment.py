@@ -160,11 +160,14 @@ class Deployment(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _version_defaults(cls, data: object) -> object:
-        if isinstance(data, dict) and data.get("gpu_memory_utilization") is None and (
-                data.get("vllm_version") or data.get("framework")):
+    def _engine_defaults(cls, data: object) -> object:
+        # The fields state the default engine's defaults; a deployment that names its engine or
+        # release takes that one's where it leaves them out.
+        if isinstance(data, dict) and (data.get("vllm_version") or data.get("framework")):
             engine = get_engine(data.get("framework"))
-            data = {**data, "gpu_memory_utilization": engine.memory_fraction(engine.version(data.get("vllm_version")))}
+            defaults = {"gpu_memory_utilization": engine.memory_fraction(engine.version(data.get("vllm_version"))),
+                        "block_size": engine.block_size}
+            data = {**data, **{key: value for key, value in defaults.items() if data.get(key) is None}}
         return data
 
     @model_validator(mode="after")
