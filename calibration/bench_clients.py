@@ -90,7 +90,7 @@ import numpy as np
 
 from ..costmodels.errors import InputError
 from ..costmodels.serving.traffic import Traffic
-from ..costmodels.vllm_defaults import parse_vllm_version
+from ..costmodels.engines.vllm import parse_vllm_version
 
 # The release whose benchmark precomputes and rescales the request gaps (vLLM PR #21108).
 RESCALED_GAPS_FROM = (0, 10, 0)

@@ -47,7 +47,7 @@ from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving.compiled import compile_deployment
 from ..costmodels.serving.traffic import Traffic
 from ..costmodels.userfiles import read_json
-from ..costmodels.vllm_defaults import default_batch_limits, parse_vllm_version, resolve_engine
+from ..costmodels.engines.vllm import default_batch_limits, parse_vllm_version, resolve_engine
 from .bench_clients import SessionCache, VllmBenchServe, routed_hits
 from .silicon import REQUESTS_PER_CLIENT, served_by_vllm_api_server, silicon_run, weight_scheme
 from .tables import gpu_name_for

@@ -46,7 +46,7 @@ from ..costmodels.hardware import GIB, GPUSpec
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.serving import SLO, SimulationResult, Traffic, compile_deployment, simulate_compiled
 from ..costmodels.serving.metrics import LatencyStats
-from ..costmodels.vllm_defaults import CURRENT_VLLM
+from ..costmodels.engines.vllm import CURRENT_VLLM
 from .bench_clients import SessionCache
 from .bottleneck import Evidence, Finding, decide
 from .prometheus import VllmMetrics

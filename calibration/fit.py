@@ -35,7 +35,7 @@ from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import AttentionEfficiency, CollectiveCurve, GemmEfficiency, MoeEfficiency, PerformanceProfile
 from ..costmodels.roofline import activation_quant_bytes
-from ..costmodels.vllm_defaults import symm_mem_variant
+from ..costmodels.engines.vllm import symm_mem_variant
 from .tables import DTYPE_BYTES, KERNEL_COLUMNS
 
 # GEMM dtypes whose kernel benchmarks include quantizing the bf16 input (W8A8 linear layers).
@@ -345,7 +345,7 @@ class AttentionFit(FamilyFit):
 
 
 # Collective tables' kernel sources -> the all-reduce implementations vLLM dispatches between
-# (servopt.costmodels.vllm_defaults.allreduce_implementation). torch.distributed runs NCCL.
+# (servopt.costmodels.engines.vllm.allreduce_implementation). torch.distributed runs NCCL.
 ALLREDUCE_SOURCES = {
     "vllm_custom_graph": "custom_graph", "vllm_custom_eager": "custom_eager", "ca_1stage": "custom_graph",
     "symm_mem": "symm_mem", "symm_mem_multimem": "symm_mem", "symm_mem_two_shot": "symm_mem",

@@ -35,7 +35,7 @@ from ..costmodels.quantization import builtin_accuracy_table, support_problem
 from ..costmodels.serving import SimulationResult, Traffic
 from ..costmodels.serving.activity import EngineActivity
 from ..costmodels.serving.compiled import CompiledDeployment
-from ..costmodels.vllm_defaults import CURRENT_VLLM, async_scheduling, parse_vllm_version
+from ..costmodels.engines.vllm import CURRENT_VLLM, async_scheduling, parse_vllm_version
 
 MIN_GAIN = 0.10
 # The metric each bottleneck hurts (what a change must improve).

@@ -65,7 +65,7 @@ from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.hardware import GPUSpec, get_gpu
 from ..costmodels.profile import SERVING_COEFFICIENTS, PerformanceProfile
-from ..costmodels.vllm_defaults import async_scheduling, engine_generation, parse_vllm_version
+from ..costmodels.engines.vllm import async_scheduling, engine_generation, parse_vllm_version
 from .corpus import MeasuredRun, predict_run
 from .registry import profile_origin, shipped_gpus, shipped_profile
 

@@ -21,7 +21,7 @@ record does show:
   (``rule_plugin/vllm.rule@b2fe277b6:10-11``; ``cli_args.j2@b2fe277b6:8-10`` passes them, since #238,
   2026-01-08) and prefix caching off unless the model names a shared prefix
   (``vllm.rule@b2fe277b6:13-14``, ``backend_config_mapping.yaml@b2fe277b6:62-67``). Everything else
-  is vLLM 0.12.0's default (:mod:`servopt.costmodels.vllm_defaults`).
+  is vLLM 0.12.0's default (:mod:`servopt.costmodels.engines.vllm`).
 - **Client.** The rows do not record aiperf's request count or warm-up. Every public NVIDIA aiperf
   recipe that existed when the dated rows were measured sends the same protocol:
   aiconfigurator's ``aiconfigurator eval`` (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py

@@ -38,7 +38,7 @@ from ..costmodels.errors import one_line
 from ..costmodels.memory import kv_capacity
 from ..costmodels.serving.compiled import compile_deployment
 from ..costmodels.serving.traffic import MAX_RATE_PER_S
-from ..costmodels.vllm_defaults import BLOCK_SIZE, parse_vllm_version
+from ..costmodels.engines.vllm import BLOCK_SIZE, parse_vllm_version
 from ..costmodels.profile import PerformanceProfile
 from ..costmodels.userfiles import Number, numeric_column, read_csv_table, shown
 from .fit import AllReduceFit, AttentionFit, ElementwiseFit, FamilyFit, GemmFit, abs_pct_error

@@ -9,6 +9,8 @@ The public face; each concept lives in its own module:
 - :mod:`.profile`: the efficiencies a calibration profile supplies
 - :mod:`.roofline`: step time of a batch
 - :mod:`.deployment`: the deployment spec
+- :mod:`.engines`: each serving engine's rules (vLLM's release defaults, step rule, KV pool, flags), by name
+- :mod:`.objectives`: the costs and P99 latencies a search trades off, by name
 - :mod:`.speculation`: speculative decoding (acceptance, drafter cost and memory)
 - :mod:`.serving`: traffic and the serving simulator
 

@@ -53,7 +53,7 @@ from .checkpoints import CheckpointFormat, catalog_entry, checkpoint_catalog, ch
 from .errors import MAX_INT, InputError, did_you_mean, one_line, quote, validate_spec
 from .quantization import QuantScheme, get_scheme
 from .userfiles import parse_shipped_yaml
-from .vllm_defaults import VLLM_DEFAULT_MAX_LEN
+from .engines.vllm import VLLM_DEFAULT_MAX_LEN
 
 AttentionKind = Literal["mha", "gqa", "mqa", "mla"]
 ModelDType = Literal["bfloat16", "float16", "float32"]

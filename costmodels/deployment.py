@@ -10,21 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
+from .engines import DEFAULT_ENGINE, EngineRules, get_engine
 from .errors import MAX_MEMORY_GIB, MAX_TOKENS, Name, Spec
 from .quantization import WeightScheme
-from .vllm_defaults import (
-    ALL2ALL_COLLECTIVES,
-    BLOCK_SIZE,
-    GPU_MEMORY_UTILIZATION,
-    SCHEDULING_POLICIES,
-    SCHEDULING_POLICY,
-    batch_limits_problem,
-    gpu_memory_utilization,
-    parse_vllm_version,
-    release,
-)
+
+# The default engine's defaults, which the fields below state when a file leaves them out.
+_ENGINE = get_engine(DEFAULT_ENGINE)
 
 # Bounds of what servopt models: beyond them a file is mistyped, and the simulator's work (one
 # engine per instance, data-parallel rank and pipeline lane) would run for hours.
@@ -102,7 +95,7 @@ class Deployment(Spec):
     data_parallel_size: Degree = Field(default=1, description="vLLM --data-parallel-size: ranks of tp GPUs per replica")
     enable_expert_parallel: bool = Field(
         default=False, description="vLLM --enable-expert-parallel: whole experts per GPU over the dp x tp GPUs")
-    all2all_backend: Literal[tuple(ALL2ALL_COLLECTIVES)] | None = Field(  # type: ignore[valid-type]
+    all2all_backend: Literal[tuple(_ENGINE.all2all_collectives)] | None = Field(  # type: ignore[valid-type]
         default=None, description="vLLM --all2all-backend for the MoE dispatch across DP ranks; default: vLLM's")
     replicas: Instances = 1
     quantization: WeightScheme | None = Field(
@@ -118,16 +111,16 @@ class Deployment(Spec):
     num_scheduler_steps: int = Field(
         default=1, ge=1, le=MAX_SCHEDULER_STEPS,
         description="vLLM --num-scheduler-steps (V0 multi-step scheduling, releases up to 0.10.0)")
-    scheduling_policy: Literal[SCHEDULING_POLICIES] = Field(  # type: ignore[valid-type]
-        default=SCHEDULING_POLICY,
+    scheduling_policy: Literal[_ENGINE.scheduling_policies] = Field(  # type: ignore[valid-type]
+        default=_ENGINE.scheduling_policies[0],
         description="vLLM --scheduling-policy: fcfs, or priority (requests' priority field, lower first)")
-    gpu_memory_utilization: float = Field(default=GPU_MEMORY_UTILIZATION, gt=0, le=1,
+    gpu_memory_utilization: float = Field(default=_ENGINE.memory_fraction(), gt=0, le=1,
                                           description="default: vLLM's for vllm_version (0.9 up to 0.19, then 0.92)")
     max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS)
     kv_cache_memory_gib: float | None = Field(
         default=None, gt=0, le=MAX_MEMORY_GIB,
         description="KV cache per GPU (vLLM's --kv-cache-memory); default: what gpu_memory_utilization leaves")
-    block_size: int = Field(default=BLOCK_SIZE, ge=1, le=1024)
+    block_size: int = Field(default=_ENGINE.block_size, ge=1, le=1024)
     speculative: SpeculativeConfig | None = None
     disaggregation: DisaggregationConfig | None = None
     router: RouterPolicy = Field(
@@ -138,23 +131,50 @@ class Deployment(Spec):
         default=None, description="the vLLM release serving it (its defaults and scheduling); default: servopt's target")
     frontend: Literal["vllm", "dynamo"] = Field(
         default="vllm", description="the HTTP front end: vLLM's API server (one tokenizer thread) or Dynamo's (parallel)")
+    framework: Name = Field(default=DEFAULT_ENGINE, description="the serving engine (servopt models vllm)")
+
+    @field_validator("framework")
+    @classmethod
+    def _modelled(cls, name: str) -> str:
+        get_engine(name)
+        return name
+
+    @model_serializer(mode="wrap")
+    def _default_framework_unsaid(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # A deployment on the default engine is written as servopt wrote it before engines had a
+        # name, so that stored trials, caches keyed by the spec and front files stay as they were.
+        data = handler(self)
+        if data.get("framework") == DEFAULT_ENGINE:
+            del data["framework"]
+        return data
+
+    @property
+    def serving_engine(self) -> EngineRules:
+        """The serving engine's rules (:class:`~servopt.costmodels.engines.EngineRules`)."""
+        return get_engine(self.framework)
+
+    @property
+    def engine_version(self) -> tuple[int, int, int]:
+        """The engine release serving it."""
+        return self.serving_engine.version(self.vllm_version)
 
     @model_validator(mode="before")
     @classmethod
-    def _version_defaults(cls, data: object) -> object:
-        if isinstance(data, dict) and data.get("gpu_memory_utilization") is None and data.get("vllm_version"):
-            version = parse_vllm_version(data.get("vllm_version"))
-            data = {**data, "gpu_memory_utilization": gpu_memory_utilization(version)}
+    def _engine_defaults(cls, data: object) -> object:
+        # The fields state the default engine's defaults; a deployment that names its engine or
+        # release takes that one's where it leaves them out.
+        if isinstance(data, dict) and (data.get("vllm_version") or data.get("framework")):
+            engine = get_engine(data.get("framework"))
+            defaults = {"gpu_memory_utilization": engine.memory_fraction(engine.version(data.get("vllm_version"))),
+                        "block_size": engine.block_size}
+            data = {**data, **{key: value for key, value in defaults.items() if data.get(key) is None}}
         return data
 
     @model_validator(mode="after")
     def _check_release(self) -> Deployment:
-        version = parse_vllm_version(self.vllm_version)
-        row = release(version)
-        if self.num_scheduler_steps > 1 and not row.multi_step:
-            raise ValueError(f"num_scheduler_steps: vLLM {'.'.join(map(str, version))} has no --num-scheduler-steps "
-                             f"(removed in 0.10.1: {row.cite('multi_step')}); leave it at 1 or give vllm_version "
-                             "0.10.0 or older")
+        problem = self.serving_engine.release_problem(self.engine_version, num_scheduler_steps=self.num_scheduler_steps)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -169,7 +189,7 @@ class Deployment(Spec):
     def _check_limits(self) -> Deployment:
         # The rest of vLLM's rule (drafts, max_model_len) needs the model: CompiledDeployment.batch_problem.
         problem = (self.max_num_seqs and self.max_num_batched_tokens
-                   and batch_limits_problem(self.max_num_seqs, self.max_num_batched_tokens))
+                   and self.serving_engine.batch_problem(self.max_num_seqs, self.max_num_batched_tokens))
         if problem:
             raise ValueError(problem[1])
         if self.engines > MAX_ENGINES:

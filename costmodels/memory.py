@@ -32,10 +32,10 @@ from .architectures import ModelSpec
 from .errors import InputError
 from .hardware import GIB, GPUSpec
 from .quantization import MODEL_DTYPE_BYTES, check_supported, kv_bytes_per_value
-from .vllm_defaults import BLOCK_SIZE, GPU_MEMORY_UTILIZATION, default_batch_limits
+from .engines import DEFAULT_ENGINE, get_engine
 from .weights import own_scheme
 
-DEFAULT_BLOCK_SIZE = BLOCK_SIZE
+DEFAULT_BLOCK_SIZE = get_engine(DEFAULT_ENGINE).block_size
 
 # vLLM's sampler profiling run materialises fp32 logits for max_num_seqs sequences over the whole
 # vocabulary, plus the softmax/top-k/top-p working copies: 3.7 logits-sized buffers, fitted to the
@@ -330,7 +330,7 @@ def plan_memory(
     tp: int = 1,
     pp: int = 1,
     dp: int = 1,
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization: float | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
@@ -338,19 +338,24 @@ def plan_memory(
     extra_weights_bytes_per_gpu: float = 0.0,
     extra_kv_bytes_per_token_per_gpu: float = 0.0,
     kv_cache_memory_bytes: float | None = None,
+    framework: str = DEFAULT_ENGINE,
 ) -> MemoryPlan:
     """Memory of one replica (tp x pp x dp GPUs) as vLLM lays it out (:func:`weight_bytes` for ``dp``).
 
     ``quantization`` defaults to the checkpoint's own format (16-bit weights for an unquantized one);
-    the limits to vLLM's defaults for the GPU (:func:`~servopt.costmodels.vllm_defaults.default_batch_limits`).
+    the limits and ``gpu_memory_utilization`` to the ``framework`` engine's defaults for the GPU
+    (:meth:`~servopt.costmodels.engines.EngineRules.batch_limits`), which also sizes the KV pool.
     ``extra_*`` carry a speculative draft model's weights and KV, which share the pool.
     ``max_model_len`` (default: the model's context) must fit in the KV cache, as vLLM checks.
     ``kv_cache_memory_bytes`` (vLLM's ``--kv-cache-memory``, per GPU) sizes the KV cache directly
     instead of what ``gpu_memory_utilization`` leaves.
     """
+    engine = get_engine(framework)
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = engine.memory_fraction()
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    default_tokens, default_seqs = default_batch_limits(gpu)
+    default_tokens, default_seqs = engine.batch_limits(gpu)
     max_num_batched_tokens = max_num_batched_tokens or default_tokens
     max_num_seqs = max_num_seqs or default_seqs
     if block_size < 1 or max_num_batched_tokens < 1 or max_num_seqs < 1:
@@ -364,7 +369,8 @@ def plan_memory(
     activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp)
     non_torch = NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tp * pp * dp > 1 else 0.0)
     budget = gpu_memory_utilization * gpu.memory_bytes
-    kv_cache = budget - weights.per_gpu_bytes - extra_weights_bytes_per_gpu - activations - non_torch
+    kv_cache = engine.kv_pool_bytes(gpu.memory_bytes, gpu_memory_utilization, weights.per_gpu_bytes,
+                                    extra_weights_bytes_per_gpu, activations, non_torch)
     if kv_cache_memory_bytes is not None:
         kv_cache = kv_cache_memory_bytes
     blocks, capacity, layout = kv_capacity(model, kv_cache, kv_cache_dtype, tp, pp, block_size,

@@ -48,17 +48,7 @@ from .memory import kv_bytes_per_token_per_layer_per_gpu, kv_heads_per_rank, wei
 from .moe import ExpertLayout, moe_kernel
 from .profile import PerformanceProfile, cpu_wait_s, smooth_max
 from .quantization import MODEL_DTYPE_BYTES, check_supported, math_dtype, runs_weight_only
-from .vllm_defaults import (
-    ALL2ALL_COLLECTIVES,
-    ALLREDUCE_IMPLEMENTATIONS,
-    MAX_CUDAGRAPH_TOKENS,
-    allreduce_implementation,
-    async_scheduling,
-    default_all2all_backend,
-    default_batch_limits,
-    engine_generation,
-    parse_vllm_version,
-)
+from .engines import DEFAULT_ENGINE, get_engine
 from .weights import own_scheme
 
 
@@ -228,9 +218,10 @@ class StepCostModel:
     Build one per (model, GPU, profile, quantization, KV dtype, TP, PP, DP, EP) and reuse it.
     ``internode_bytes_per_s`` is the link used for pipeline sends when the replica spans nodes (and
     for TP all-reduces when one TP group does, and for the MoE dispatch when the DP x TP GPUs do).
-    ``vllm_version`` selects the vLLM behaviour that changes step times (:mod:`.vllm_defaults`:
-    which all-reduce runs, async scheduling, the MoE dispatch backend unless ``all2all_backend``
-    names one); None is the version servopt's exports target. With ``dp > 1`` a step's token count
+    ``framework`` names the serving engine and ``vllm_version`` its release, whose rules change step
+    times (:class:`~servopt.costmodels.engines.EngineRules`: which all-reduce runs, async
+    scheduling, the MoE dispatch backend unless ``all2all_backend`` names one); None is the version
+    servopt's exports target. With ``dp > 1`` a step's token count
     is that of every rank after padding (:meth:`StepCostModel.step_s` takes the largest rank's as ``padded_tokens``).
     """
 
@@ -246,9 +237,10 @@ class StepCostModel:
     dp: int = 1
     expert_parallel: bool = False
     all2all_backend: str | None = None
-    graph_max_tokens: int = MAX_CUDAGRAPH_TOKENS
+    graph_max_tokens: int = get_engine(DEFAULT_ENGINE).graph_max_tokens
     engine: str | None = None
     num_scheduler_steps: int = 1
+    framework: str = DEFAULT_ENGINE
     _table_s: np.ndarray = field(init=False, repr=False)
     _table_compute_s: np.ndarray = field(init=False, repr=False)
     _shared: _TokenTables = field(init=False, repr=False)
@@ -272,21 +264,23 @@ class StepCostModel:
         self.sliding_layers = m.num_sliding_layers if m.sliding_window else 0
         self.full_layers = m.num_layers - self.sliding_layers
         self._spans_nodes = tp * self.pp * self.dp > self.gpu.nvlink_gpus
-        self._version = parse_vllm_version(self.vllm_version)
+        self._engine = get_engine(self.framework)
+        self._version = self._engine.version(self.vllm_version)
+        rule = self._engine.step_rule(self._version, self.pp)
         self._layout = None if m.moe is None else ExpertLayout(
             m.moe.num_experts, m.moe.experts_per_token, self.dp, tp, self.expert_parallel)
         # vLLM's expert-parallel size: the whole DP x TP group with --enable-expert-parallel, else 1.
         ep_size = self._layout.group if self._layout is not None and self.expert_parallel else 1
         self._moe_kernel = moe_kernel(self._scheme, self.quantization, m.checkpoint, self.gpu, ep_size, self._version)
-        self.all2all_backend = self.all2all_backend or default_all2all_backend(self._version)
-        if self.all2all_backend not in ALL2ALL_COLLECTIVES:
-            raise InputError(f"all2all_backend '{self.all2all_backend}' is not one of "
-                             f"{', '.join(ALL2ALL_COLLECTIVES)}")
-        if ALL2ALL_COLLECTIVES[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
+        self.all2all_backend = self.all2all_backend or rule.all2all_backend
+        collectives = self._engine.all2all_collectives
+        if self.all2all_backend not in collectives:
+            raise InputError(f"all2all_backend '{self.all2all_backend}' is not one of {', '.join(collectives)}")
+        if collectives[self.all2all_backend][0] == "all_to_all" and self.dp > 1 and tp > 1:
             raise InputError(f"all2all_backend {self.all2all_backend} runs with tp 1 (one GPU per data-parallel "
                              "rank); use allgather_reducescatter with tp > 1")
-        self.engine = self.engine or engine_generation(self._version, self.pp)
-        self.async_scheduling = self.engine == "v1" and async_scheduling(self._version, self.pp)
+        self.engine = self.engine or rule.generation
+        self.async_scheduling = self.engine == rule.generation and rule.async_scheduling
         # Weight-and-activation 8-bit GEMMs quantize their input first (weight-only kernels do not).
         self._quantizes_activations = self._scheme.activation_dtype in ("fp8", "int8") and not self._weight_only
         self._compute_scale, self._memory_scale = self.profile.compute_scale, self.profile.memory_scale
@@ -296,7 +290,7 @@ class StepCostModel:
         self._table_s = np.zeros(0)
         self._table_compute_s = np.zeros(0)
         # Tabulated up to the largest step vLLM runs by default on this GPU (grown on demand).
-        self._grow_table(default_batch_limits(self.gpu, self._version)[0])
+        self._grow_table(self._engine.batch_limits(self.gpu, self._version)[0])
 
     def with_graph_max_tokens(self, graph_max_tokens: int) -> StepCostModel:
         """This model with another CUDA-graph size (the largest step vLLM captures), sharing its
@@ -472,13 +466,13 @@ class StepCostModel:
 
     def _allreduce_s(self, message: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """One TP all-reduce of ``message`` bytes per step, by the implementation vLLM picks for that
-        size (:func:`~servopt.costmodels.vllm_defaults.allreduce_implementation`)."""
+        size (:meth:`~servopt.costmodels.engines.EngineRules.allreduce_implementation`)."""
         time_s = np.zeros_like(message)
         across_nodes = self.tp > self.gpu.nvlink_gpus
         link = self.internode_bytes_per_s if across_nodes else None
-        kinds = allreduce_implementation(message, self.tp, self.gpu, self._version,
-                                         captured=tokens <= self.graph_max_tokens, nvlink=not across_nodes)
-        for kind in ALLREDUCE_IMPLEMENTATIONS:
+        kinds = self._engine.allreduce_implementation(message, self.tp, self.gpu, self._version,
+                                                      captured=tokens <= self.graph_max_tokens, nvlink=not across_nodes)
+        for kind in self._engine.allreduce_implementations:
             mask = kinds == kind
             if mask.any():
                 time_s[mask] = self.profile.allreduce_time_s(self.gpu, message[mask], self.tp, kind, link)
@@ -517,7 +511,7 @@ class StepCostModel:
         each token to the GPUs its experts are on (``dp x tp`` GPUs). Across nodes the collective runs
         on the inter-node link.
         """
-        dispatch, combine = ALL2ALL_COLLECTIVES[self.all2all_backend]
+        dispatch, combine = self._engine.all2all_collectives[self.all2all_backend]
         link = self.internode_bytes_per_s if self.tp * self.dp > self.gpu.nvlink_gpus else None
         row_bytes = self.model.hidden_size * self._act_bytes
         if dispatch == "all_to_all":

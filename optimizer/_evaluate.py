@@ -35,6 +35,7 @@ from typing import Any
 from ..costmodels.capacity import ReplicaCapacity, fleet_size, replica_capacity
 from ..costmodels.deployment import Deployment
 from ..costmodels.errors import InputError
+from ..costmodels.objectives import COSTS, LATENCIES
 from ..costmodels.serving.compiled import CompiledDeployment, num_nodes
 from ..costmodels.serving.slo import above
 from ..costmodels.uncertainty import error_kind
@@ -311,12 +312,8 @@ class Evaluator:
         if summary is not None and summary.get("output_tokens_per_s"):
             input_per_s, output_per_s = float(summary["input_tokens_per_s"]), float(summary["output_tokens_per_s"])
 
-        def per_mtoken(tokens_per_s: float) -> float | None:
-            return per_hour / (tokens_per_s * 3600 / 1e6) if tokens_per_s > 0 else None
-
-        return {"gpus_rented": rented, "cost_usd_per_hour": per_hour,
-                "cost_usd_per_output_mtoken": per_mtoken(output_per_s),
-                "cost_usd_per_total_mtoken": per_mtoken(input_per_s + output_per_s)}
+        return {"gpus_rented": rented,
+                **{c.column: c.value(per_hour, input_per_s, output_per_s) for c in COSTS.values()}}
 
     def _prediction_violations(self, summary: Summary) -> dict[str, float]:
         """Relative misses (> 0: broken). A saturated fleet misses by its overload, offered over
@@ -407,10 +404,10 @@ class Evaluator:
     def _objectives(self, costs: dict[str, Any], summary: Summary | None) -> tuple[float, float] | None:
         """The predicted cost and P99, or None when either is unknown or unbounded."""
         objective = self.problem.workload.objective
-        cost = costs[f"cost_{objective.cost}"]
+        cost = costs[COSTS[objective.cost].column]
         if summary is None or cost is None:
             return None
-        values = (float(cost), p99(summary, objective.latency))
+        values = (float(cost), LATENCIES[objective.latency].value(summary))
         return values if all(math.isfinite(v) for v in values) else None
 
     def preview(self, candidate: Candidate) -> Preview:

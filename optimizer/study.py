@@ -41,6 +41,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ..costmodels.objectives import metric_names
 from ..results import TrialRecord, latency_tied
 from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
@@ -60,11 +61,6 @@ CONSTRAINT_NAMES_ATTR = "constraint_names"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # Trials that hold a slot of the trial budget: finished ones and those still running.
 _BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-
-
-def metric_names(objective: dict[str, str]) -> list[str]:
-    """The two objectives' names, in the units of their values."""
-    return [objective["cost"], f"p99_{objective['latency']}_s"]
 
 
 def make_sampler(kind: str, seed: int, trials: int | None,

@@ -52,13 +52,14 @@ from ..costmodels.hardware import GPUPrice
 from ..costmodels.model_sources import check_model_id
 from ..costmodels.serving.slo import SLO
 from ..costmodels.serving.traffic import Traffic
+from ..costmodels.objectives import COSTS, LATENCIES
 from ..costmodels.userfiles import read_yaml_mapping, shown
 
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
-LatencyMetric = Literal["e2e", "ttft", "tpot"]
-CostMetric = Literal["usd_per_hour", "usd_per_output_mtoken", "usd_per_total_mtoken"]
+LatencyMetric = Literal[tuple(LATENCIES)]  # type: ignore[valid-type]
+CostMetric = Literal[tuple(COSTS)]  # type: ignore[valid-type]
 
 
 class Objective(Spec):

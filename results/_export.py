@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -49,19 +50,17 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..costmodels.deployment import SpeculativeConfig
+from ..costmodels.architectures import config_files
+from ..costmodels.engines.vllm import CURRENT_VLLM, DTYPES, parse_vllm_version
 from ..costmodels.errors import InputError
-from ..costmodels.escaping import markdown_text
-from ..costmodels.quantization import MODEL_DTYPE_SCHEME
+from ..costmodels.escaping import dump_yaml, markdown_text
 from ..costmodels.serving.compiled import (
     DECODE, PREFILL, REPLICA, DeploymentRecord, Placement, RoleRecord, WeightsRecord,
 )
-from ..costmodels.vllm_defaults import CURRENT_VLLM, parse_vllm_version
+from ._format import Exported, ExportFormat, ExportRequest, ParserMissing
 
 # The vLLM release the scripts are written for: the one servopt's defaults describe.
 VLLM_VERSION = "{}.{}".format(*parse_vllm_version(CURRENT_VLLM)[:2])
-# vLLM's --dtype for weights served in a model dtype's own scheme (bf16 -> bfloat16, ...).
-DTYPES = {scheme: dtype for dtype, scheme in MODEL_DTYPE_SCHEME.items()}
 BASE_PORT = 8000
 NIXL_SIDE_CHANNEL_BASE_PORT = 5600
 ROUTER_PORT = 8192
@@ -85,53 +84,11 @@ def served_weights(record: DeploymentRecord, trial: int | None = None) -> Weight
     return record.weights
 
 
-def speculative_config(spec: SpeculativeConfig) -> dict[str, Any]:
-    """The JSON of ``--speculative-config`` for vLLM 0.33.
-
-    >>> speculative_config(SpeculativeConfig(method="ngram", num_speculative_tokens=3))
-    {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
-    """
-    config: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
-    if spec.method == "ngram":
-        config["prompt_lookup_max"] = max(spec.num_speculative_tokens, 4)
-    if spec.draft_model:
-        config["model"] = spec.draft_model
-    if spec.draft_tp:
-        config["draft_tensor_parallel_size"] = spec.draft_tp
-    return config
-
-
 def engine_args(record: DeploymentRecord, role: RoleRecord) -> list[str]:
-    """The engine flags of one instance of a compiled ``role`` of ``record``, in a fixed order."""
-    d, weights = record.spec, served_weights(record)
-    args = ["--tensor-parallel-size", str(role.tp)]
-    if role.pp > 1:
-        args += ["--pipeline-parallel-size", str(role.pp), "--distributed-executor-backend", "ray"]
-    if role.data_parallel_size > 1:
-        args += ["--data-parallel-size", str(role.data_parallel_size)]
-    if d.enable_expert_parallel:
-        args.append("--enable-expert-parallel")
-    if d.all2all_backend:
-        args += ["--all2all-backend", d.all2all_backend]
-    if weights.vllm_quantization:
-        args += ["--quantization", weights.vllm_quantization]
-    elif weights.scheme in DTYPES:
-        args += ["--dtype", DTYPES[weights.scheme]]
-    args += ["--kv-cache-dtype", d.kv_cache_dtype, "--max-num-seqs", str(role.max_num_seqs),
-             "--max-num-batched-tokens", str(role.max_num_batched_tokens)]
-    args.append("--enable-chunked-prefill" if d.enable_chunked_prefill else "--no-enable-chunked-prefill")
-    args += ["--max-model-len", str(record.max_model_len), "--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
-    args.append("--enable-prefix-caching" if d.enable_prefix_caching else "--no-enable-prefix-caching")
-    if d.scheduling_policy == "priority":
-        args += ["--scheduling-policy", "priority"]
-    if d.enforce_eager:
-        args.append("--enforce-eager")
-    if d.num_scheduler_steps > 1:
-        # Only releases up to 0.10.0 have the flag (Deployment refuses it for later ones).
-        args += ["--num-scheduler-steps", str(d.num_scheduler_steps)]
-    if d.speculative:
-        args += ["--speculative-config", json.dumps(speculative_config(d.speculative), separators=(",", ":"))]
-    return args
+    """The engine flags of one instance of a compiled ``role`` of ``record``, in a fixed order
+    (the record's serving engine's :meth:`~servopt.costmodels.engines.EngineRules.launch_args`)."""
+    served_weights(record)
+    return record.spec.serving_engine.launch_args(record, role)
 
 
 def shell_command(env: dict[str, str], program: list[str], args: list[str]) -> str:
@@ -454,7 +411,7 @@ def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None 
     ``config`` with ``hf_quant_config`` and ``quantization_from`` where known)."""
     interpreter = find_vllm_python(python)
     if interpreter is None:
-        raise InputError(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
+        raise ParserMissing(f"--check needs vLLM: install it in a separate environment (python3 -m venv .vllm-venv && "
                          f"VLLM_TARGET_DEVICE=cpu .vllm-venv/bin/pip install vllm=={VLLM_VERSION}.0) or name its "
                          f"Python with --vllm-python or {VLLM_PYTHON_ENV}")
     try:
@@ -468,3 +425,90 @@ def check_commands_with_vllm(commands: list[dict[str, Any]], python: str | None 
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"--check: {interpreter} could not run vLLM's parser: {last}") from None
     return result["vllm_version"], result["problems"]
+
+
+# --- the formats of vLLM's launch plan -----------------------------------------------------------
+
+def front_plan(request: ExportRequest) -> dict[str, Any]:
+    """The launch plan of the request's front point (calibration, ``--max-model-len`` basis and
+    the tenant classes as front.json records them)."""
+    front, point = request.front, request.point
+    gpu = point.deployment.spec.gpu
+    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.profile_calibrated))
+    basis = (front.get("max_model_len") or {}).get(point.model, {}).get("basis")
+    return launch_plan(point.deployment, trial=point.trial, calibrated=calibrated, max_model_len_basis=basis,
+                       classes=request.classes, metrics=point.metrics, class_metrics=point.class_metrics)
+
+
+def served_configs(plan: dict) -> dict:
+    """Model id -> the config files vLLM would read for it (``config_files``), for each model the plan serves."""
+    served = {instance["model"] for instance in plan["instances"]}
+    return {model: files for model in served if (files := config_files(model)) is not None}
+
+
+def configs_checked(plan: dict, configs: dict) -> str:
+    """What ``--check`` compared with vLLM's own reading of the served models' configs."""
+    served = {instance["model"] for instance in plan["instances"]}
+    by = {kind: [m for m, files in configs.items() if files.quantization_from == kind] for kind in ("config", "card")}
+    return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
+            f"--quantization against the method vLLM picks for {len(by['config'])} checkpoint(s) by their own "
+            f"metadata and {len(by['card'])} by the metadata their cards state")
+
+
+class VllmScripts(ExportFormat):
+    """``vllm serve`` launch scripts: node-N.sh per node, router.sh, README.md and plan.json."""
+
+    name = "vllm"
+    help = "vllm serve launch scripts, one per node, with README.md and plan.json (the default)"
+    marker = "plan.json"
+    file_names = re.compile(r"node-[0-9]+\.sh|router\.sh|README\.md|plan\.json")
+    heads = (re.compile(r"^#!/usr/bin/env bash\n# servopt export for vLLM [^:\n]*: trial ([0-9]+)"),
+             re.compile(r"^# vLLM launch scripts: trial ([0-9]+) "),
+             re.compile(r'^\{\n  "vllm_version": "[^"\n]*",\n  "trial": ([0-9]+),'))
+    takes_vllm_python = True
+
+    def export(self, request: ExportRequest) -> Exported:
+        plan = front_plan(request)
+        scripts = node_scripts(plan)
+        readme = render_readme(plan, scripts)
+        files = {name: scripts[name] for name in sorted(scripts)}
+        files.update({"README.md": readme, "plan.json": json.dumps(plan, indent=2) + "\n"})
+        shown = scripts["node-0.sh"] if list(scripts) == ["node-0.sh"] else readme
+        return Exported(plan["trial"], shown, files, frozenset(scripts), plan, scripts)
+
+    def check(self, exported: Exported, request: ExportRequest) -> str:
+        plan, scripts = exported.plan, exported.parts
+        configs = served_configs(plan)
+        version, problems = check_with_vllm(scripts, request.python, configs=configs)
+        if problems:
+            raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
+        count = sum(text.count("vllm serve") for text in scripts.values())
+        return (f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s); "
+                f"{configs_checked(plan, configs)}")
+
+
+class PlanJson(VllmScripts):
+    """The launch plan as JSON, printed (``--check`` parses its commands as the scripts' are)."""
+
+    name = "json"
+    help = "print the launch plan as JSON"
+    marker = file_names = None
+    heads = ()
+    takes_vllm_python = False
+
+    def render(self, plan: dict[str, Any]) -> str:
+        return json.dumps(plan, indent=2) + "\n"
+
+    def export(self, request: ExportRequest) -> Exported:
+        plan = front_plan(request)
+        return Exported(plan["trial"], self.render(plan), plan=plan, parts=node_scripts(plan))
+
+
+class PlanYaml(PlanJson):
+    """The launch plan as YAML, printed."""
+
+    name = "yaml"
+    help = "print the launch plan as YAML"
+
+    def render(self, plan: dict[str, Any]) -> str:
+        return dump_yaml(plan)

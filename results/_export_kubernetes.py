@@ -63,7 +63,10 @@ from typing import Any
 from ..costmodels.errors import InputError
 from ..costmodels.escaping import dump_yaml_all, markdown_text
 from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, role_name
-from ._export import RAY_PORT, VLLM_VERSION, comment
+from ._export import (
+    RAY_PORT, VLLM_VERSION, check_commands_with_vllm, comment, configs_checked, front_plan, served_configs, with_configs,
+)
+from ._format import Exported, ExportFormat, ExportRequest
 
 # vLLM's published image (docker/Dockerfile's vllm-openai target); its entrypoint is not relied on:
 # every container names its command.
@@ -597,3 +600,53 @@ def render_kubernetes_readme(plan: dict[str, Any], docs: list[dict[str, Any]], o
 def _gpu_keys(doc: dict[str, Any]) -> list[str]:
     return [key for _, template in _templates(doc) for c in template["spec"]["containers"]
             for key in c.get("resources", {}).get("limits", {})]
+
+
+def options_from(values: dict[str, Any], default_name: str) -> KubernetesOptions:
+    """The options ``servopt export --format kubernetes`` was given (by option name; None or absent:
+    the default; ``node_selector`` as ``KEY=VALUE`` items), checked."""
+    given = {key: value for key, value in values.items() if value is not None}
+    selector = None
+    if given.get("node_selector"):
+        pairs = [item.partition("=") for item in given["node_selector"]]
+        if any(not sep for _, sep, _ in pairs):
+            raise InputError("--node-selector: expected KEY=VALUE, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")
+        selector = {key: value for key, _, value in pairs}
+    fields = ("namespace", "image", "router_image", "hf_token_secret", "shm_size", "model_cache_pvc")
+    return KubernetesOptions(name=given.get("name") or default_name, node_selector=selector,
+                             **{key: given[key] for key in fields if key in given}).check()
+
+
+class KubernetesManifests(ExportFormat):
+    """Kubernetes manifests of the vLLM launch plan: kubernetes.yaml and README-kubernetes.md."""
+
+    name = "kubernetes"
+    help = "Kubernetes manifests (kubernetes.yaml, also printed: pipe it to kubectl apply -f -)"
+    marker = "kubernetes.yaml"
+    file_names = re.compile(r"kubernetes\.yaml|README-kubernetes\.md")
+    heads = (re.compile(r"^# servopt export for Kubernetes [^:\n]*: trial ([0-9]+)"),
+             re.compile(r"^# Kubernetes manifests: trial ([0-9]+) "))
+    takes_vllm_python = True
+
+    def export(self, request: ExportRequest) -> Exported:
+        plan = front_plan(request)
+        options = options_from(request.options, safe_name(f"{request.front.get('study', 'servopt')}-t{plan['trial']}"))
+        vendor = (request.front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
+        docs = kubernetes_manifests(plan, options, gpus_per_node=request.point.deployment.gpus_per_node, vendor=vendor)
+        text = render_kubernetes(plan, docs)
+        files = {"kubernetes.yaml": text, "README-kubernetes.md": render_kubernetes_readme(plan, docs, options)}
+        return Exported(plan["trial"], text, files, plan=plan, parts=docs)
+
+    def check(self, exported: Exported, request: ExportRequest) -> str:
+        plan, docs = exported.plan, exported.parts
+        problems = check_manifests(docs)
+        if problems:
+            raise InputError("the manifests break the Kubernetes schemas: " + "; ".join(problems))
+        configs = served_configs(plan)
+        commands = with_configs(serve_argvs(docs), configs)
+        version, problems = check_commands_with_vllm(commands, request.python)
+        if problems:
+            raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
+        return (f"# --check: {len(docs)} objects valid against the Kubernetes {KUBERNETES_VERSION} schemas; vLLM "
+                f"{version}'s `vllm serve` parser accepts all {len(commands)} container command(s); "
+                f"{configs_checked(plan, configs)}")

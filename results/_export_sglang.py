@@ -44,12 +44,15 @@ Example (vLLM's defaults for an H200 fill the limits the deployment leaves out):
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from ..costmodels.architectures import resolve_model
 from ..costmodels.errors import InputError
 from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, DeploymentRecord, RoleRecord
 from ._export import BASE_PORT, DTYPES, ROUTER_PORT, comment, compiled_instances, priority_note, served_weights, shell_command
+from ._format import Exported, ExportFormat, ExportRequest, ParserMissing
 
 KV_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3"}
 SPECULATIVE_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "ngram": "NGRAM",
@@ -216,3 +219,31 @@ def check_with_sglang(plan: dict[str, Any], python: str) -> list[str]:
     if done.returncode != 0:
         raise ImportError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "SGLang check failed")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# The Python whose SGLang parses the commands under --check (default: this one).
+SGLANG_PYTHON_ENV = "SERVOPT_SGLANG_PYTHON"
+
+
+class SglangCommands(ExportFormat):
+    """``python -m sglang.launch_server`` commands of the point, printed as one script."""
+
+    name = "sglang"
+    help = ("print `python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, from SGLang "
+            f"importable or ${SGLANG_PYTHON_ENV})")
+
+    def export(self, request: ExportRequest) -> Exported:
+        point = request.point
+        plan = sglang_plan(point.deployment, trial=point.trial, classes=request.classes, metrics=point.metrics)
+        return Exported(point.trial, render_sglang(plan), plan=plan)
+
+    def check(self, exported: Exported, request: ExportRequest) -> str:
+        python = request.python or os.environ.get(SGLANG_PYTHON_ENV) or sys.executable
+        try:
+            problems = check_with_sglang(exported.plan, python)
+        except (ImportError, OSError) as err:
+            raise ParserMissing(f"--check --format sglang needs SGLang importable by {python} (pip install sglang, or "
+                                f"set {SGLANG_PYTHON_ENV} to a Python that has it): {err}") from None
+        if problems:
+            raise InputError("SGLang rejects the exported flags: " + "; ".join(problems))
+        return "# --check: SGLang's parser accepts every server's flags"

@@ -22,11 +22,9 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-COST_LABELS = {
-    "usd_per_hour": "fleet cost ($/hour)",
-    "usd_per_output_mtoken": "$ per million output tokens",
-    "usd_per_total_mtoken": "$ per million tokens (input + output)",
-}
+from ..costmodels.objectives import COSTS, columns
+
+COST_LABELS = {name: cost.label for name, cost in COSTS.items()}
 SLO_KEYS = {"ttft": "p99_ttft_s", "tpot": "p99_tpot_s", "e2e": "p99_e2e_s"}
 # Qualitative colours that stay apart for the colour-blind (Okabe and Ito's palette).
 GPU_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -139,7 +137,7 @@ def front_marks(front: pd.DataFrame, objective: dict) -> dict[int, str]:
     """The cheapest and the fastest front point (by the objective's cost and latency)."""
     if not len(front):
         return {}
-    cost, latency = f"cost_{objective['cost']}", f"p99_{objective['latency']}_s"
+    cost, latency = columns(objective)
     cheapest = front.sort_values([cost, latency]).iloc[0]["trial"]
     fastest = front.sort_values([latency, cost]).iloc[0]["trial"]
     if cheapest == fastest:
@@ -259,7 +257,7 @@ def pareto_figures(trials: pd.DataFrame, front: pd.DataFrame, objective: dict, s
                    classes: list[dict] | None = None) -> dict[str, go.Figure]:
     """One figure per panel metric (see :func:`panels`), keyed by the metric; ``classes``: the
     traffic's tenant classes, whose own SLOs are drawn too."""
-    cost_col = f"cost_{objective['cost']}"
+    cost_col = columns(objective)[0]
     evaluated = trials[trials["objective_latency_s"].notna()] if len(trials) else trials
     colours = gpu_colours(sorted(set(evaluated["gpu"] if len(evaluated) else []) | set(front["gpu"] if len(front) else [])))
     status = _status(evaluated) if len(evaluated) else pd.Series(dtype=str)

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..costmodels.errors import MAX_INT
+from ..costmodels.objectives import COSTS
 from ..costmodels.quantization import MODEL_DTYPE_SCHEME, ONLINE_SCHEMES
 from ..costmodels.serving.compiled import DeploymentRecord
 
@@ -140,8 +141,7 @@ class TrialRecord(BaseModel):
         return summary_p99(self.summary, metric)
 
     def costs(self) -> dict[str, float | None]:
-        return {"cost_usd_per_hour": self.cost_usd_per_hour, "cost_usd_per_output_mtoken": self.cost_usd_per_output_mtoken,
-                "cost_usd_per_total_mtoken": self.cost_usd_per_total_mtoken}
+        return {cost.column: getattr(self, cost.column) for cost in COSTS.values()}
 
 
 class Recheck(BaseModel):
@@ -161,8 +161,7 @@ class Recheck(BaseModel):
     cost_usd_per_total_mtoken: float | None = None
 
     def costs(self) -> dict[str, float | None]:
-        return {"cost_usd_per_hour": self.cost_usd_per_hour, "cost_usd_per_output_mtoken": self.cost_usd_per_output_mtoken,
-                "cost_usd_per_total_mtoken": self.cost_usd_per_total_mtoken}
+        return {cost.column: getattr(self, cost.column) for cost in COSTS.values()}
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ..costmodels.deployment import Deployment
+from ..costmodels.objectives import COSTS
 from ..costmodels.uncertainty import kind_under, shipped_error_bars, straddles
 from ._record import TrialRecord, summary_classes, summary_p99
 
@@ -21,7 +22,7 @@ KNOB_COLUMNS = [
 METRICS = ("ttft", "tpot", "itl", "e2e")
 # Per tenant class (traffic with classes): its own P99s, in columns named p99_<metric>_s[<class>].
 CLASS_METRICS = ("ttft", "tpot", "e2e")
-COST_COLUMNS = ("cost_usd_per_hour", "cost_usd_per_output_mtoken", "cost_usd_per_total_mtoken")
+COST_COLUMNS = tuple(cost.column for cost in COSTS.values())
 # KV utilization from which the cache, not max_num_seqs, caps the batch (vLLM preempts near 100%).
 KV_LIMITED_UTILIZATION = 0.9
 INT_COLUMNS = ("tp", "data_parallel_size", "pp", "prefill_instances", "decode_instances", "prefill_tp", "decode_tp", "max_num_seqs",

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, get_args
 
 from ..costmodels.deployment import ROUTER, RouterPolicy
 from ..costmodels.quantization import SCHEMES
-from ..costmodels.vllm_defaults import SCHEDULING_POLICIES, SCHEDULING_POLICY
+from ..costmodels.engines import DEFAULT_ENGINE, get_engine
 from ._context import SpaceContext
 from ._domains import Choices, Domain, FloatRange, IntRange, Value
 
@@ -244,12 +244,15 @@ class SchedulingPolicyKnob(_NameKnob):
     help = "vLLM --scheduling-policy: fcfs, or priority (searched when the traffic's classes have different priorities)"
 
     def default_domain(self, ctx: SpaceContext) -> Domain:
-        return Choices(SCHEDULING_POLICIES if ctx.priority_classes else (SCHEDULING_POLICY,))
+        # The search deploys the default engine; its first policy is what it runs unless told.
+        policies = get_engine(DEFAULT_ENGINE).scheduling_policies
+        return Choices(policies if ctx.priority_classes else policies[:1])
 
     def coerce(self, value: Any) -> Value:
         value = super().coerce(value)
-        if value not in SCHEDULING_POLICIES:
-            raise ValueError(f"expected one of {', '.join(SCHEDULING_POLICIES)}, got {value!r}")
+        policies = get_engine(DEFAULT_ENGINE).scheduling_policies
+        if value not in policies:
+            raise ValueError(f"expected one of {', '.join(policies)}, got {value!r}")
         return value
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from ..costmodels.quantization import support_problem
-from ..costmodels.vllm_defaults import min_batched_tokens
+from ..costmodels.engines import DEFAULT_ENGINE, get_engine
 from ..costmodels.serving.compiled import DECODE, PREFILL, REPLICA, CompiledDeployment
 from ._candidate import Candidate
 from ._context import SpaceContext
@@ -67,7 +67,8 @@ class TokenBudget(Repair):
     def apply(self, values: dict[str, Value], space: SearchSpace) -> dict[str, Value]:
         drafts = int(values.get("num_speculative_tokens", 0)) if values.get("speculation", SPECULATION_OFF) != SPECULATION_OFF else 0
         context = space.ctx.max_model_len[str(values.get("model", next(iter(space.ctx.models))))]
-        need = min_batched_tokens(int(values["max_num_seqs"]), drafts, bool(values["enable_chunked_prefill"]), context)
+        need = get_engine(DEFAULT_ENGINE).min_batched_tokens(int(values["max_num_seqs"]), drafts,
+                                                             bool(values["enable_chunked_prefill"]), context)
         if int(values["max_num_batched_tokens"]) >= need:
             return values
         raised = space.domain("max_num_batched_tokens").at_least(need)

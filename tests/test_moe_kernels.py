@@ -129,7 +129,7 @@ def test_hopper_block_fp8_experts_run_the_kernel_vllm_picks_for_the_layout(gpu, 
     from servopt.costmodels.checkpoints import checkpoint_format
     from servopt.costmodels.moe import moe_kernel
     from servopt.costmodels.quantization import get_scheme
-    from servopt.costmodels.vllm_defaults import parse_vllm_version
+    from servopt.costmodels.engines.vllm import parse_vllm_version
 
     block = checkpoint_format({"quant_method": "fp8", "weight_block_size": [128, 128]})
     assert moe_kernel(get_scheme("fp8"), "fp8", block, get_gpu(gpu), ep, parse_vllm_version(version)) == kernel

@@ -5,7 +5,7 @@ from servopt.costmodels.architectures import get_model
 from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.profile import PerformanceProfile
 from servopt.costmodels.roofline import Batch, StepCostModel, aggregates_from_arrays, causal_pairs
-from servopt.costmodels.vllm_defaults import MAX_CUDAGRAPH_TOKENS
+from servopt.costmodels.engines.vllm import MAX_CUDAGRAPH_TOKENS
 
 
 def cost_model(model="llama-3.1-8b", gpu="h100", **kwargs) -> StepCostModel:

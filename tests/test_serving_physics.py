@@ -6,7 +6,7 @@ from serving_helpers import GPU, LLAMA_8B, PROFILE, deployment, poisson, run, tr
 
 from servopt.costmodels.memory import plan_memory
 from servopt.costmodels.roofline import StepCostModel
-from servopt.costmodels.vllm_defaults import TOKENIZE_S_PER_TOKEN
+from servopt.costmodels.engines.vllm import TOKENIZE_S_PER_TOKEN
 
 
 def _time_average_in_system(frame, start, end):

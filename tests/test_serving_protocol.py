@@ -10,7 +10,7 @@ from servopt.calibration.silicon import REQUESTS_PER_CLIENT, inferencex_script, 
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.roofline import StepCostModel
 from servopt.costmodels.serving import estimate, simulate
-from servopt.costmodels.vllm_defaults import TOKENIZE_S_PER_TOKEN
+from servopt.costmodels.engines.vllm import TOKENIZE_S_PER_TOKEN
 
 FRONT_END_S = 0.004
 
@@ -200,6 +200,6 @@ def test_fewer_requests_per_client_weigh_the_opening_burst_more():
 ])
 def test_vllm_batch_defaults_follow_the_version_and_the_device(gpu, version, limits):
     from servopt.costmodels.hardware import get_gpu
-    from servopt.costmodels.vllm_defaults import default_batch_limits, parse_vllm_version
+    from servopt.costmodels.engines.vllm import default_batch_limits, parse_vllm_version
 
     assert default_batch_limits(get_gpu(gpu), parse_vllm_version(version)) == limits

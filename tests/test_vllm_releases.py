@@ -1,4 +1,4 @@
-"""What each vLLM release does by default (costmodels/vllm_defaults.py's release table), and how a
+"""What each vLLM release does by default (costmodels/engines/vllm.py's release table), and how a
 deployment's vllm_version, enforce_eager and num_scheduler_steps reach the compiled engine."""
 
 import pytest
@@ -9,7 +9,7 @@ from servopt.costmodels.errors import InputError
 from servopt.costmodels.hardware import get_gpu
 from servopt.costmodels.profile import PerformanceProfile
 from servopt.costmodels.serving.compiled import compile_deployment
-from servopt.costmodels.vllm_defaults import RELEASES, parse_vllm_version, release, resolve_engine
+from servopt.costmodels.engines.vllm import RELEASES, parse_vllm_version, release, resolve_engine
 
 V = parse_vllm_version
 GPU = get_gpu("h100")

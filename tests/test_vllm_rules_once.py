@@ -1,4 +1,4 @@
-"""Each vLLM rule is written once (costmodels/vllm_defaults.py), and the roles' names once (compiled.py).
+"""Each vLLM rule is written once (costmodels/engines/vllm.py), and the roles' names once (compiled.py).
 
 The literals of vLLM's defaults (0.92 of --gpu-memory-utilization, the 8192 / 2048 token budgets)
 and the role names (replica, prefill, decode) appear in no other module of the packages; a module
@@ -13,13 +13,13 @@ import pytest
 
 from servopt.costmodels import Deployment, PerformanceProfile, get_gpu, get_model
 from servopt.costmodels.roofline import StepCostModel
-from servopt.costmodels.vllm_defaults import (
+from servopt.costmodels.engines.vllm import (
     allreduce_implementation, allreduce_limits, batch_limits_problem, min_batched_tokens, parse_vllm_version,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("costmodels", "calibration", "search_spaces", "optimizer", "results")
-HOMES = {"costmodels/vllm_defaults.py", "costmodels/serving/compiled.py"}
+HOMES = {"costmodels/engines/vllm.py", "costmodels/serving/compiled.py"}
 NUMBERS = {0.92, 8192, 2048}
 ROLE_NAMES = {"replica", "prefill", "decode"}
 # Where the same literal is something else.
@@ -65,7 +65,7 @@ def test_vllm_defaults_and_role_names_are_written_once():
                     isinstance(value, int | float) and value in NUMBERS)
                 if wanted and (name, value) not in OTHER_MEANINGS:
                     found.append(f"{name}:{line}: {value!r}")
-    assert not found, "vLLM defaults or role names written outside vllm_defaults.py / compiled.py: " + "; ".join(found)
+    assert not found, "vLLM defaults or role names written outside engines/vllm.py / compiled.py: " + "; ".join(found)
 
 
 def test_the_literal_finder_sees_values_not_keys():

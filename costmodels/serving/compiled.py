@@ -4,7 +4,7 @@
 weights it serves (:class:`~servopt.costmodels.weights.WeightsOption`: the checkpoint, hence the
 scheme and what ``--kv-cache-dtype auto`` means) into its engine roles, in one vocabulary from the
 YAML to the export: the aggregated ``replica``, or ``prefill`` and ``decode`` instances. Each
-:class:`Role` has its limits (vLLM's defaults from :mod:`~servopt.costmodels.vllm_defaults` where
+:class:`Role` has its limits (the engine's defaults from :mod:`~servopt.costmodels.engines` where
 the deployment leaves them out), its memory plan, its step-time model and its placements (which
 node and GPUs each instance runs on, :func:`place`). The search's constraints, the capacity
 formula, the analytic estimate, the simulation, ``servopt plan`` and the calibration read this one
@@ -55,9 +55,7 @@ from ..memory import MemoryPlan, kv_bytes_per_token, plan_memory
 from ..profile import PerformanceProfile
 from ..roofline import StepCostModel
 from ..speculation import Speculation, build_speculation
-from ..vllm_defaults import (
-    EngineDefaults, batch_limits_problem, default_batch_limits, parse_vllm_version, resolve_engine, tokenize_s_per_token,
-)
+from ..engines import EngineDefaults
 from ..weights import WeightsOption
 from .predictor import StepTimePredictor
 from .scheduler import EngineLimits
@@ -295,8 +293,8 @@ class CompiledDeployment:
         whole prompt when prefill is not chunked. (amount, reason) of the first broken one."""
         for role in self.roles:
             limits = role.limits
-            problem = batch_limits_problem(limits.max_num_seqs, limits.max_num_batched_tokens, self.drafts,
-                                           limits.chunked_prefill, self.max_model_len)
+            problem = self.deployment.serving_engine.batch_problem(
+                limits.max_num_seqs, limits.max_num_batched_tokens, self.drafts, limits.chunked_prefill, self.max_model_len)
             if problem is not None:
                 where = "" if role.name == REPLICA else f"{role.name}: "
                 return problem[0], where + problem[1]
@@ -517,15 +515,15 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
     if d.quantization != quantization:  # the spec states the scheme served from here on
         d = d.model_copy(update={"quantization": quantization})
     gpus_per_node = gpus_per_node or gpu.gpus_per_node
-    version = parse_vllm_version(d.vllm_version)
-    default_tokens, default_seqs = default_batch_limits(gpu, version)
+    serving, version = d.serving_engine, d.engine_version
+    default_tokens, default_seqs = serving.batch_limits(gpu, version)
     max_seqs = d.max_num_seqs or default_seqs
     max_model_len = d.max_model_len or model.max_context
     if max_model_len > model.max_context:
         raise InputError(f"max_model_len {max_model_len} exceeds {model.name}'s context of {model.max_context} tokens")
     # What the release runs: its engine, the chunked-prefill and prefix-caching flags it resolves to
     # (the compiled deployment carries them), its V0 budget and its CUDA-graph sizes.
-    engine = resolve_engine(
+    engine = serving.resolve(
         version, pp=d.pp, max_model_len=max_model_len, mla=model.mla is not None,
         sliding_window=bool(model.sliding_window and model.num_sliding_layers), chunked_prefill=d.enable_chunked_prefill,
         prefix_caching=d.enable_prefix_caching, num_scheduler_steps=d.num_scheduler_steps,
@@ -555,7 +553,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
     common = dict(model=model, deployment=d, gpu=gpu, max_model_len=max_model_len, weights=weights, engine=engine,
                   gpus_per_node=gpus_per_node, transfer_bytes_per_s=transfer,
                   request_overhead_s=profile.front_end_latency_s(d.frontend),
-                  tokenize_s_per_token=tokenize_s_per_token(version, d.frontend))
+                  tokenize_s_per_token=serving.tokenize_s_per_token(version, d.frontend))
     roles, speculation = [], None
     try:
         for name, per_replica, tp, seqs, tokens in specs:
@@ -568,7 +566,7 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
             plan = cache._get(
                 cache.plans, (id(model), gpu.name, quantization, d.kv_cache_dtype, tp, d.pp, d.data_parallel_size,
                               d.gpu_memory_utilization, tokens, seqs, d.block_size, max_model_len, id(spec),
-                              d.kv_cache_memory_gib), (model, spec),
+                              d.kv_cache_memory_gib, d.framework), (model, spec),
                 lambda: plan_memory(
                     model, gpu, quantization=quantization, kv_cache_dtype=d.kv_cache_dtype, tp=tp, pp=d.pp,
                     dp=d.data_parallel_size,
@@ -576,19 +574,21 @@ def compile_deployment(model: ModelSpec, deployment: Deployment, gpu: GPUSpec, p
                     max_num_seqs=seqs, block_size=d.block_size, max_model_len=max_model_len,
                     extra_weights_bytes_per_gpu=spec.head.weights_bytes_per_gpu if spec else 0.0,
                     extra_kv_bytes_per_token_per_gpu=spec.head.kv_bytes_per_token_per_gpu if spec else 0.0,
-                    kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None))
+                    kv_cache_memory_bytes=d.kv_cache_memory_gib * GIB if d.kv_cache_memory_gib else None,
+                    framework=d.framework))
             # One step model per configuration, and one copy per CUDA-graph size sharing its
             # token-count tables (the size decides only which all-reduce runs).
             config = (id(model), gpu.name, id(profile), quantization, d.kv_cache_dtype, tp, d.pp, d.internode_gbps,
                       d.vllm_version, d.data_parallel_size, d.enable_expert_parallel, d.all2all_backend, engine.engine,
-                      d.num_scheduler_steps)
+                      d.num_scheduler_steps, d.framework)
             base = cache._get(
                 cache.costs, config, (model, profile),
                 lambda: StepCostModel(model, gpu, profile, quantization, d.kv_cache_dtype, tp, d.pp,
                                       internode_bytes_per_s=d.internode_gbps * 1e9, vllm_version=d.vllm_version,
                                       dp=d.data_parallel_size, expert_parallel=d.enable_expert_parallel,
                                       all2all_backend=d.all2all_backend, graph_max_tokens=engine.graph_max_tokens,
-                                      engine=engine.engine, num_scheduler_steps=d.num_scheduler_steps))
+                                      engine=engine.engine, num_scheduler_steps=d.num_scheduler_steps,
+                                      framework=d.framework))
             cost = cache._get(cache.costs, (*config, engine.graph_max_tokens), (base,),
                               lambda: base.with_graph_max_tokens(engine.graph_max_tokens))
             limits = EngineLimits(seqs, tokens, d.enable_chunked_prefill, plan.kv_cache_blocks // d.pp,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ..vllm_defaults import DP_LB_WAITING_WEIGHT
+from ..engines import get_engine
 from .engine import Engine, Plan, plan_step, run_steps, steps_starting_before
 from .predictor import StepComposition
 from .scheduler import RunPlan, StepPlan
@@ -30,9 +30,10 @@ _EMPTY = StepComposition(0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
 
 
 def dp_score(engine: Engine) -> int:
-    """vLLM's load score of a data-parallel rank: waiting requests count four times."""
+    """The serving engine's load score of a data-parallel rank (vLLM's: waiting requests count four times)."""
     sched = engine.scheduler
-    return DP_LB_WAITING_WEIGHT * len(sched.waiting) + len(sched.running)
+    weight = get_engine(engine.predictor.cost.framework).dp_waiting_weight
+    return weight * len(sched.waiting) + len(sched.running)
 
 
 def pick_rank(ranks: list[Engine]) -> Engine:

@@ -1,12 +1,10 @@
-"""``servopt export DIR``: launch scripts for a point of a job's front (vLLM 0.33), or SGLang commands."""
+"""``servopt export DIR``: a point of a job's front in one of the export formats (``results``' registry:
+vLLM 0.33 launch scripts, Kubernetes manifests, the plan as JSON or YAML, SGLang commands)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import sys
 from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,17 +12,13 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from ...costmodels.architectures import config_files
 from ...costmodels.errors import InputError, Spec, one_line, quote, validate_spec
-from ...costmodels.escaping import dump_yaml
 from ...costmodels.model_sources import check_model_id
+from ...costmodels.objectives import columns
 from ...costmodels.outfiles import check_no_links, output_folder, read_text, write_text
 from ...costmodels.userfiles import parse_json, shown
 from ...results import (
-    KUBERNETES_VERSION, SHM_SIZE, FrontPoint, KubernetesOptions, check_commands_with_vllm, check_manifests,
-    check_with_sglang, check_with_vllm, kubernetes_manifests, launch_plan, node_scripts, render_kubernetes,
-    render_kubernetes_readme, render_readme, render_sglang, safe_name, serve_argvs, servopt_command, sglang_plan,
-    with_configs,
+    EXPORT_FORMATS, SHM_SIZE, Exported, ExportFormat, ExportRequest, FrontPoint, get_format, servopt_command,
 )
 from . import COMMANDS
 from .common import given
@@ -33,17 +27,14 @@ from .common import given
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export", help=COMMANDS["export"][1],
-        description="Write vLLM launch scripts for a point of the front into a folder: node-N.sh per node, "
-        "router.sh when several instances sit behind the vLLM Router, README.md with the order to start them, "
-        "and plan.json. A single-node, single-instance deployment's script is also printed.")
+        description="Export a point of the front in a --format. By default, write vLLM launch scripts into a "
+        "folder: node-N.sh per node, router.sh when several instances sit behind the vLLM Router, README.md with "
+        "the order to start them, and plan.json. A single-node, single-instance deployment's script is also printed.")
     parser.add_argument("dir", metavar="DIR", help="the job folder servopt optimize wrote")
     parser.add_argument("--pick", default="cheapest",
                         help="cheapest, fastest, or a trial number from the report's # column (default cheapest)")
-    parser.add_argument("--format", choices=["vllm", "kubernetes", "json", "yaml", "sglang"], default="vllm",
-                        help="scripts (default); Kubernetes manifests (kubernetes.yaml, also printed: pipe it to "
-                             "kubectl apply -f -); print the launch plan as JSON or YAML; or print "
-                             "`python -m sglang.launch_server` commands (with --check: parsed by SGLang's parser, "
-                             "from SGLang importable or $SERVOPT_SGLANG_PYTHON)")
+    parser.add_argument("--format", choices=list(EXPORT_FORMATS), default=next(iter(EXPORT_FORMATS)),
+                        help="; ".join(f"{name}: {f.help}" for name, f in EXPORT_FORMATS.items()))
     parser.add_argument("--out", type=given, default=None, metavar="FOLDER",
                         help="where the scripts go (default: DIR/export-trial-N)")
     parser.add_argument("--check", action="store_true",
@@ -68,18 +59,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run, kubernetes_options=[(a.option_strings[0], a.dest, a.default) for a in k8s._group_actions])
 
 
-# Formats that print what they export (on stdout): they write no --out folder.
-PRINTED_FORMATS = ("json", "yaml", "sglang")
-
-
-def _check_format_options(args: argparse.Namespace) -> None:
+def _check_format_options(args: argparse.Namespace, fmt: ExportFormat) -> None:
     """Refuse options the chosen --format does not use, rather than ignore them."""
-    if args.out is not None and args.format in PRINTED_FORMATS:
+    if args.out is not None and fmt.printed:
         raise InputError(f"--out: --format {args.format} prints what it exports and writes no folder; redirect it "
                          f"(servopt export ... --format {args.format} > FILE), or drop --out")
-    if args.vllm_python is not None and not (args.check and args.format in ("vllm", "kubernetes")):
+    if args.vllm_python is not None and not (args.check and fmt.takes_vllm_python):
+        takers = " or ".join(name for name, f in EXPORT_FORMATS.items() if f.takes_vllm_python)
         raise InputError("--vllm-python names the vLLM that --check runs on vllm serve commands; add --check "
-                         "(with --format vllm or kubernetes), or drop --vllm-python")
+                         f"(with --format {takers}), or drop --vllm-python")
     if args.format != "kubernetes":
         given = [flag for flag, dest, default in args.kubernetes_options if getattr(args, dest) != default]
         if given:
@@ -87,38 +75,37 @@ def _check_format_options(args: argparse.Namespace) -> None:
                              f"--format kubernetes, or drop {given[0]}")
 
 
-# Files that say an --out folder holds an earlier export (it may be written again).
-EXPORT_MARKERS = ("plan.json", "kubernetes.yaml")
-# The first lines of the files an export writes, with the format and the trial they are of: how a
-# file of an earlier export is told from a person's (node scripts say it on their second line).
-_EXPORT_HEADS = (
-    (re.compile(r"^#!/usr/bin/env bash\n# servopt export for vLLM [^:\n]*: trial ([0-9]+)"), "vllm"),
-    (re.compile(r"^# vLLM launch scripts: trial ([0-9]+) "), "vllm"),
-    (re.compile(r'^\{\n  "vllm_version": "[^"\n]*",\n  "trial": ([0-9]+),'), "vllm"),
-    (re.compile(r"^# servopt export for Kubernetes [^:\n]*: trial ([0-9]+)"), "kubernetes"),
-    (re.compile(r"^# Kubernetes manifests: trial ([0-9]+) "), "kubernetes"),
-)
-_EXPORT_NAMES = re.compile(r"node-[0-9]+\.sh|router\.sh|README\.md|plan\.json|kubernetes\.yaml|README-kubernetes\.md")
+# The formats that write a folder: each one's marker file says an --out folder holds an earlier
+# export (it may be written again), and its files' first lines (with the trial they are of) tell a
+# file of an earlier export from a person's (node scripts say it on their second line).
+_FOLDER_FORMATS = [f for f in EXPORT_FORMATS.values() if not f.printed]
+EXPORT_MARKERS = tuple(f.marker for f in _FOLDER_FORMATS)
+
+
+def _earlier_export(path: Path) -> tuple[int, str] | None:
+    """(trial, format) of a file an earlier export wrote, or None for any other file."""
+    if not any(f.file_names.fullmatch(path.name) for f in _FOLDER_FORMATS) or not path.is_file() or path.is_symlink():
+        return None
+    try:
+        head = path.read_bytes()[:400].decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return next(((int(m.group(1)), f.name) for f in _FOLDER_FORMATS for pattern in f.heads
+                 if (m := pattern.match(head))), None)
 
 
 def export_folder(args: argparse.Namespace, trial: int, kind: str, writing: list[str]) -> Path:
     """The folder an export writes ``writing`` into (``--out``, else ``DIR/export-trial-N``, reached
     through no link planted in the job folder), cleared of what an earlier export left there that this
     one does not replace: its files of the same format (a 6-node plan's node-1..5.sh beside a new
-    1-node plan), and those of the other format when they are of another trial. A file servopt did
-    not write is never removed (:data:`_EXPORT_HEADS`)."""
+    1-node plan), and those of another format when they are of another trial. A file servopt did
+    not write is never removed (:func:`_earlier_export`)."""
     default = Path(args.dir) / f"export-trial-{trial}"
     if args.out is None:
         check_no_links(default, "export folder", args.dir)
     out = output_folder(args.out or default, "--out", EXPORT_MARKERS)
     for path in sorted(out.iterdir()):
-        if path.name in writing or not _EXPORT_NAMES.fullmatch(path.name) or not path.is_file() or path.is_symlink():
-            continue
-        try:
-            head = path.read_bytes()[:400].decode("utf-8", errors="replace")
-        except OSError:
-            continue
-        found = next(((int(m.group(1)), fmt) for pattern, fmt in _EXPORT_HEADS if (m := pattern.match(head))), None)
+        found = None if path.name in writing else _earlier_export(path)
         if found is not None and (found[1] == kind or found[0] != trial):
             path.unlink()
     return out
@@ -171,7 +158,7 @@ def pick_point(front: dict, pick: str) -> FrontPoint:
     if not points:
         raise InputError("the front is empty: nothing to export (see report.md for why)")
     objective = front["workload"]["objective"]
-    keys = (f"cost_{objective['cost']}", f"p99_{objective['latency']}_s")
+    keys = columns(objective)
     for point in points:
         missing = [k for k in keys if not isinstance(point.metrics.get(k), float | int)]
         if missing:
@@ -201,21 +188,6 @@ def checked_point(point: FrontPoint) -> FrontPoint:
                                     "deployment": record})
 
 
-def plan_for(front: dict, point: FrontPoint) -> dict:
-    """The launch plan of a front point."""
-    point = checked_point(point)
-    gpu = point.deployment.spec.gpu
-    calibrated = bool(front.get("gpus", {}).get(gpu, {}).get("calibrated", point.profile_calibrated))
-    basis = (front.get("max_model_len") or {}).get(point.model, {}).get("basis")
-    return launch_plan(point.deployment, trial=point.trial, calibrated=calibrated, max_model_len_basis=basis,
-                       classes=_classes(front), metrics=point.metrics, class_metrics=point.class_metrics)
-
-
-def _classes(front: dict) -> list[dict] | None:
-    """The workload's tenant classes, as front.json keeps the workload."""
-    return (front.get("workload") or {}).get("traffic", {}).get("classes")
-
-
 @contextmanager
 def _front_file_problems(folder: str | Path, point: FrontPoint) -> Iterator[None]:
     """A front.json edited into a shape servopt does not write fails where the export reads it: one
@@ -231,110 +203,24 @@ def _front_file_problems(folder: str | Path, point: FrontPoint) -> Iterator[None
 
 
 def run(args: argparse.Namespace) -> int:
-    _check_format_options(args)
+    fmt = get_format(args.format)
+    _check_format_options(args, fmt)
     front = read_front(args.dir)
     point = pick_point(front, args.pick)
-    if args.format == "sglang":
-        return _export_sglang(args, front, point)
+    own = {dest: getattr(args, dest) for _, dest, _ in args.kubernetes_options}
     with _front_file_problems(args.dir, point):
-        plan = plan_for(front, point)
-        if args.format == "kubernetes":
-            return _export_kubernetes(args, front, point, plan)
-        scripts = node_scripts(plan)
-    if args.format == "json":
-        print(json.dumps(plan, indent=2))
-    elif args.format == "yaml":
-        print(dump_yaml(plan), end="")
-    else:
-        out = export_folder(args, plan["trial"], "vllm", [*scripts, "README.md", "plan.json"])
-        for name, text in scripts.items():
-            write_text(out / name, text, mode=0o755)
-        write_text(out / "README.md", render_readme(plan, scripts))
-        write_text(out / "plan.json", json.dumps(plan, indent=2) + "\n")
-        if list(scripts) == ["node-0.sh"]:
-            print(scripts["node-0.sh"], end="")
-        else:
-            print(read_text(out / "README.md", "export README"), end="")
-        print(f"# written to {out}: {', '.join(sorted(scripts))}, README.md, plan.json")
+        request = ExportRequest(front, checked_point(point), own, args.vllm_python)
+        exported = fmt.export(request)
+    written = "" if fmt.printed else _write(args, fmt, exported)
+    print(exported.shown + written, end="")
     if args.check:
-        configs = served_configs(plan)
-        version, problems = check_with_vllm(scripts, args.vllm_python, configs=configs)
-        if problems:
-            raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
-        count = sum(text.count("vllm serve") for text in scripts.values())
-        print(f"# --check: vLLM {version}'s `vllm serve` parser accepts all {count} command(s); "
-              f"{configs_checked(plan, configs)}")
+        print(fmt.check(exported, request))
     return 0
 
 
-def kubernetes_options(args: argparse.Namespace, front: dict, trial: int) -> KubernetesOptions:
-    selector = None
-    if args.node_selector:
-        pairs = [item.partition("=") for item in args.node_selector]
-        if any(not sep for _, sep, _ in pairs):
-            raise InputError("--node-selector: expected KEY=VALUE, e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")
-        selector = {key: value for key, _, value in pairs}
-    defaults = KubernetesOptions()
-    return KubernetesOptions(
-        name=args.name or safe_name(f"{front.get('study', 'servopt')}-t{trial}"), namespace=args.namespace,
-        image=args.image or defaults.image, router_image=args.router_image or defaults.router_image,
-        node_selector=selector, hf_token_secret=args.hf_token_secret, shm_size=args.shm_size,
-        model_cache_pvc=args.model_cache_pvc).check()
-
-
-def served_configs(plan: dict) -> dict:
-    """Model id -> the config files vLLM would read for it (``config_files``), for each model the plan serves."""
-    served = {instance["model"] for instance in plan["instances"]}
-    return {model: files for model in served if (files := config_files(model)) is not None}
-
-
-def configs_checked(plan: dict, configs: dict) -> str:
-    """What ``--check`` compared with vLLM's own reading of the served models' configs."""
-    served = {instance["model"] for instance in plan["instances"]}
-    by = {kind: [m for m, files in configs.items() if files.quantization_from == kind] for kind in ("config", "card")}
-    return (f"--max-model-len checked against vLLM's reading of the config of {len(configs)}/{len(served)} model(s), "
-            f"--quantization against the method vLLM picks for {len(by['config'])} checkpoint(s) by their own "
-            f"metadata and {len(by['card'])} by the metadata their cards state")
-
-
-def _export_kubernetes(args: argparse.Namespace, front: dict, point: FrontPoint, plan: dict) -> int:
-    options = kubernetes_options(args, front, plan["trial"])
-    vendor = (front.get("gpus", {}).get(plan["gpu"]) or {}).get("vendor")
-    docs = kubernetes_manifests(plan, options, gpus_per_node=point.deployment.gpus_per_node, vendor=vendor)
-    text = render_kubernetes(plan, docs)
-    out = export_folder(args, plan["trial"], "kubernetes", ["kubernetes.yaml", "README-kubernetes.md"])
-    write_text(out / "kubernetes.yaml", text)
-    write_text(out / "README-kubernetes.md", render_kubernetes_readme(plan, docs, options))
-    print(text, end="")
-    print(f"# written to {out}: kubernetes.yaml, README-kubernetes.md")
-    if args.check:
-        problems = check_manifests(docs)
-        if problems:
-            raise InputError("the manifests break the Kubernetes schemas: " + "; ".join(problems))
-        configs = served_configs(plan)
-        commands = with_configs(serve_argvs(docs), configs)
-        version, problems = check_commands_with_vllm(commands, args.vllm_python)
-        if problems:
-            raise InputError("vLLM rejects the exported flags: " + "; ".join(problems))
-        print(f"# --check: {len(docs)} objects valid against the Kubernetes {KUBERNETES_VERSION} schemas; vLLM {version}'s "
-              f"`vllm serve` parser accepts all {len(commands)} container command(s); {configs_checked(plan, configs)}")
-    return 0
-
-
-def _export_sglang(args: argparse.Namespace, front: dict, point: FrontPoint) -> int:
-    with _front_file_problems(args.dir, point):
-        point = checked_point(point)
-        plan = sglang_plan(point.deployment, trial=point.trial, classes=_classes(front), metrics=point.metrics)
-        text = render_sglang(plan)
-    print(text, end="")
-    if args.check:
-        python = os.environ.get("SERVOPT_SGLANG_PYTHON") or sys.executable
-        try:
-            problems = check_with_sglang(plan, python)
-        except (ImportError, OSError) as err:
-            raise InputError(f"--check --format sglang needs SGLang importable by {python} (pip install sglang, or "
-                             f"set SERVOPT_SGLANG_PYTHON to a Python that has it): {err}") from None
-        if problems:
-            raise InputError("SGLang rejects the exported flags: " + "; ".join(problems))
-        print("# --check: SGLang's parser accepts every server's flags")
-    return 0
+def _write(args: argparse.Namespace, fmt: ExportFormat, exported: Exported) -> str:
+    """Write a folder format's files; the line saying where they went."""
+    out = export_folder(args, exported.trial, fmt.name, list(exported.files))
+    for name, text in exported.files.items():
+        write_text(out / name, text, **({"mode": 0o755} if name in exported.executable else {}))
+    return f"# written to {out}: {', '.join(exported.files)}\n"

@@ -25,7 +25,7 @@ from ...costmodels.roofline import Batch
 from ...costmodels.serving.compiled import compile_deployment
 from ...costmodels.serving.traffic import MAX_RATE_PER_S, Traffic
 from ...costmodels.uncertainty import prediction_kind, shipped_error_bars
-from ...costmodels.vllm_defaults import CURRENT_VLLM, GPU_MEMORY_UTILIZATION
+from ...costmodels.engines import DEFAULT_ENGINE, get_engine
 from . import COMMANDS
 from .common import add_hardware_args, number_in, whole_number
 
@@ -50,8 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--context", type=whole_number(1, MAX_TOKENS), default=4096, help="tokens per request (prompt + output)")
     parser.add_argument("--concurrency", type=whole_number(1, MAX_SEQS), default=1,
                         help="requests resident at once")
-    parser.add_argument("--gpu-memory-utilization", type=number_in(0, 1), default=GPU_MEMORY_UTILIZATION,
-                        help=f"vLLM's memory budget fraction (default {GPU_MEMORY_UTILIZATION:g}, vLLM {CURRENT_VLLM}'s default)")
+    engine = get_engine(DEFAULT_ENGINE)
+    parser.add_argument("--gpu-memory-utilization", type=number_in(0, 1), default=engine.memory_fraction(),
+                        help=f"vLLM's memory budget fraction (default {engine.memory_fraction():g}, vLLM "
+                             f"{engine.current_version}'s default)")
     parser.add_argument("--max-num-seqs", type=whole_number(1, MAX_SEQS), default=None, help="default: vLLM's for the GPU")
     parser.add_argument("--max-num-batched-tokens", type=whole_number(1, MAX_BATCHED_TOKENS), default=None, help="default: vLLM's for the GPU")
     capacity = parser.add_argument_group(

@@ -1,4 +1,4 @@
-"""What vLLM does when a flag is not given, by vLLM version: the one module of vLLM's defaults.
+"""vLLM as servopt models it: what it does when a flag is not given, by version, and :class:`VllmEngine`.
 
 servopt always exports these flags explicitly, but uses the same defaults when a user's file or
 the command line leaves them out, so that a prediction describes what ``vllm serve`` would run, and
@@ -48,6 +48,10 @@ need more than the version: the V0 engine's long-context chunked prefill, the ML
 0.8, the V1 engine's fallbacks to V0 (pipeline parallelism, ``--num-scheduler-steps``, priority
 scheduling in 0.8).
 
+**Behind the engine seam.** :class:`VllmEngine` is these rules as the cost models ask for an
+engine's (:func:`~servopt.costmodels.engines.get_engine` ``("vllm")``), with ``vllm serve``'s flags
+(:meth:`VllmEngine.launch_args`).
+
 Example:
     >>> from servopt.costmodels.hardware import get_gpu
     >>> v = parse_vllm_version("0.12.0")
@@ -63,24 +67,27 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .errors import InputError
-from .hardware import GPUSpec
+from ..errors import InputError
+from ..hardware import GPUSpec
+from ..quantization import MODEL_DTYPE_SCHEME
+from ._base import EngineDefaults, EngineRules, StepRule, Version
 
-VllmVersion = tuple[int, int, int]
+VllmVersion = Version
 
 # The vLLM a deployment describes when it names none (the version servopt's exports target).
 CURRENT_VLLM = "0.33.0"
 # CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py@v0.33.0 line 185).
 BLOCK_SIZE = 16
-# --scheduling-policy: first come, first served unless "priority" is asked for
+# --scheduling-policy, the default first: first come, first served unless "priority" is asked for
 # (SchedulerConfig.policy, vllm/config/scheduler.py@v0.33.0 line 159).
 SCHEDULING_POLICIES = ("fcfs", "priority")
-SCHEDULING_POLICY = "fcfs"
 # Largest step (tokens) that replays a captured CUDA graph by default: max_cudagraph_capture_size
 # "is capped at 512 by default" (CompilationConfig, vllm/config/compilation.py@v0.33.0 line 706).
 MAX_CUDAGRAPH_TOKENS = 512
@@ -256,20 +263,6 @@ def release(version: VllmVersion) -> VllmRelease:
     return [r for r in RELEASES if r.since <= version][-1]
 
 
-@dataclass(frozen=True)
-class EngineDefaults:
-    """A deployment's engine as its release runs it: the generation, the resolved flags and the budget."""
-
-    engine: str
-    chunked_prefill: bool
-    prefix_caching: bool
-    async_scheduling: bool
-    max_num_batched_tokens: int | None  # the release's default budget where it depends on the model (V0)
-    graph_max_tokens: int  # largest step that replays a CUDA graph (0: none)
-    graph_decode_only: bool  # V0 captures decode-only batches (its prefill steps run eagerly)
-    reasons: tuple[str, ...] = ()
-
-
 def resolve_engine(version: VllmVersion, *, pp: int = 1, max_model_len: int, mla: bool = False,
                    sliding_window: bool = False, chunked_prefill: bool | None = None,
                    prefix_caching: bool | None = None, num_scheduler_steps: int = 1,
@@ -363,14 +356,11 @@ def tokenize_s_per_token(version: VllmVersion, frontend: str = "vllm") -> float:
 def gpu_memory_utilization(version: VllmVersion) -> float:
     """vLLM's default ``--gpu-memory-utilization``.
 
-    >>> gpu_memory_utilization((0, 19, 0)), gpu_memory_utilization((0, 33, 0)) == GPU_MEMORY_UTILIZATION
-    (0.9, True)
+    >>> gpu_memory_utilization((0, 19, 0)), gpu_memory_utilization((0, 33, 0))
+    (0.9, 0.92)
     """
     return GPU_MEMORY_UTILIZATION_FROM_0_20 if version >= (0, 20, 0) else GPU_MEMORY_UTILIZATION_BEFORE_0_20
 
-
-# What vLLM starts with when the deployment names neither the release nor the fraction.
-GPU_MEMORY_UTILIZATION = gpu_memory_utilization(parse_vllm_version(CURRENT_VLLM))
 
 
 def engine_generation(version: VllmVersion, pp: int) -> str:
@@ -486,3 +476,133 @@ def allreduce_implementation(message_bytes: float | np.ndarray, num_gpus: int, g
     kinds = np.select([custom & np.asarray(captured), custom, message <= symm_max], list(ALLREDUCE_IMPLEMENTATIONS[:3]),
                       ALLREDUCE_IMPLEMENTATIONS[3])
     return str(kinds) if kinds.ndim == 0 else kinds
+
+
+# --- launch flags --------------------------------------------------------------------------------
+# vLLM's --dtype for weights served in a model dtype's own scheme (bf16 -> bfloat16, ...).
+DTYPES = {scheme: dtype for dtype, scheme in MODEL_DTYPE_SCHEME.items()}
+
+
+def speculative_config(spec: Any) -> dict[str, Any]:
+    """The JSON of ``--speculative-config`` for vLLM 0.33 (``spec``: a deployment's
+    :class:`~servopt.costmodels.deployment.SpeculativeConfig`, which is built on the engines' rules).
+
+    >>> from servopt.costmodels.deployment import SpeculativeConfig
+    >>> speculative_config(SpeculativeConfig(method="ngram", num_speculative_tokens=3))
+    {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 4}
+    """
+    config: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.method == "ngram":
+        config["prompt_lookup_max"] = max(spec.num_speculative_tokens, 4)
+    if spec.draft_model:
+        config["model"] = spec.draft_model
+    if spec.draft_tp:
+        config["draft_tensor_parallel_size"] = spec.draft_tp
+    return config
+
+
+class VllmEngine(EngineRules):
+    """vLLM behind the engine seam: each rule is this module's (see the module docstring).
+
+    Example:
+        >>> from servopt.costmodels.hardware import get_gpu
+        >>> vllm = VllmEngine()
+        >>> vllm.batch_limits(get_gpu("h100")), vllm.memory_fraction(vllm.version("0.19.1"))
+        ((8192, 1024), 0.9)
+        >>> vllm.step_rule(vllm.version("0.12.0"), pp=1)
+        StepRule(generation='v1', async_scheduling=False, all2all_backend='allgather_reducescatter')
+    """
+
+    name = "vllm"
+    current_version = CURRENT_VLLM
+    export_format = "vllm"
+    block_size = BLOCK_SIZE
+    scheduling_policies = SCHEDULING_POLICIES
+    allreduce_implementations = ALLREDUCE_IMPLEMENTATIONS
+    all2all_collectives = ALL2ALL_COLLECTIVES
+    dp_waiting_weight = DP_LB_WAITING_WEIGHT
+    default_max_model_len = VLLM_DEFAULT_MAX_LEN
+    graph_max_tokens = MAX_CUDAGRAPH_TOKENS
+
+    def version(self, text: str | None) -> Version:
+        return parse_vllm_version(text)
+
+    def release_problem(self, version: Version, *, num_scheduler_steps: int = 1) -> str | None:
+        row = release(version)
+        if num_scheduler_steps > 1 and not row.multi_step:
+            return (f"num_scheduler_steps: vLLM {'.'.join(map(str, version))} has no --num-scheduler-steps "
+                    f"(removed in 0.10.1: {row.cite('multi_step')}); leave it at 1 or give vllm_version "
+                    "0.10.0 or older")
+        return None
+
+    def resolve(self, version: Version, **flags) -> EngineDefaults:
+        return resolve_engine(version, **flags)
+
+    def batch_limits(self, gpu: GPUSpec, version: Version | None = None) -> tuple[int, int]:
+        return default_batch_limits(gpu, version)
+
+    def batch_problem(self, max_num_seqs: int, max_num_batched_tokens: int, drafts: int = 0,
+                      chunked_prefill: bool = True, max_model_len: int = 0) -> tuple[float, str] | None:
+        return batch_limits_problem(max_num_seqs, max_num_batched_tokens, drafts, chunked_prefill, max_model_len)
+
+    def min_batched_tokens(self, max_num_seqs: int, drafts: int = 0, chunked_prefill: bool = True,
+                           max_model_len: int = 0) -> int:
+        return min_batched_tokens(max_num_seqs, drafts, chunked_prefill, max_model_len)
+
+    def memory_fraction(self, version: Version | None = None) -> float:
+        return gpu_memory_utilization(version or parse_vllm_version(None))
+
+    def kv_pool_bytes(self, gpu_bytes: float, fraction: float, weights_bytes: float, draft_weights_bytes: float,
+                      activation_bytes: float, non_torch_bytes: float) -> float:
+        # The V1 pool (Worker.determine_available_memory, vllm/v1/worker/gpu_worker.py): what
+        # --gpu-memory-utilization of the GPU leaves after the weights, the peak activations of a
+        # profiled step and the memory outside torch, as memory.py's module docstring gives it
+        # (checked against vLLM 0.19's start-up logs).
+        return fraction * gpu_bytes - weights_bytes - draft_weights_bytes - activation_bytes - non_torch_bytes
+
+    def step_rule(self, version: Version, pp: int) -> StepRule:
+        generation = engine_generation(version, pp)
+        return StepRule(generation, generation == "v1" and async_scheduling(version, pp),
+                        default_all2all_backend(version))
+
+    def allreduce_implementation(self, message_bytes: float | np.ndarray, num_gpus: int, gpu: GPUSpec,
+                                 version: Version, captured: bool | np.ndarray,
+                                 nvlink: bool = True) -> str | np.ndarray:
+        return allreduce_implementation(message_bytes, num_gpus, gpu, version, captured, nvlink)
+
+    def tokenize_s_per_token(self, version: Version, frontend: str) -> float:
+        return tokenize_s_per_token(version, frontend)
+
+    def launch_args(self, record: Any, role: Any) -> list[str]:
+        """``vllm serve``'s flags after the model and port (the record names its weights: the
+        export refuses one that does not before asking)."""
+        d, weights = record.spec, record.weights
+        args = ["--tensor-parallel-size", str(role.tp)]
+        if role.pp > 1:
+            args += ["--pipeline-parallel-size", str(role.pp), "--distributed-executor-backend", "ray"]
+        if role.data_parallel_size > 1:
+            args += ["--data-parallel-size", str(role.data_parallel_size)]
+        if d.enable_expert_parallel:
+            args.append("--enable-expert-parallel")
+        if d.all2all_backend:
+            args += ["--all2all-backend", d.all2all_backend]
+        if weights.vllm_quantization:
+            args += ["--quantization", weights.vllm_quantization]
+        elif weights.scheme in DTYPES:
+            args += ["--dtype", DTYPES[weights.scheme]]
+        args += ["--kv-cache-dtype", d.kv_cache_dtype, "--max-num-seqs", str(role.max_num_seqs),
+                 "--max-num-batched-tokens", str(role.max_num_batched_tokens)]
+        args.append("--enable-chunked-prefill" if d.enable_chunked_prefill else "--no-enable-chunked-prefill")
+        args += ["--max-model-len", str(record.max_model_len),
+                 "--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
+        args.append("--enable-prefix-caching" if d.enable_prefix_caching else "--no-enable-prefix-caching")
+        if d.scheduling_policy == "priority":
+            args += ["--scheduling-policy", "priority"]
+        if d.enforce_eager:
+            args.append("--enforce-eager")
+        if d.num_scheduler_steps > 1:
+            # Only releases up to 0.10.0 have the flag (Deployment refuses it for later ones).
+            args += ["--num-scheduler-steps", str(d.num_scheduler_steps)]
+        if d.speculative:
+            args += ["--speculative-config", json.dumps(speculative_config(d.speculative), separators=(",", ":"))]
+        return args
