@@ -43,8 +43,8 @@ import pandas as pd
 from servopt.calibration.corpus import REPO_E2E, SHARED_E2E, load_corpus, silicon_runs
 from servopt.calibration.error_bars import held_out_errors, nested_coverage
 from servopt.calibration.registry import load_profile
-from servopt.calibration.serving_fit import (FRONT_ENDS, Linearization, coefficient_table, cross_validate, error_table,
-                                             fitted_runs, predictions, shipped_params)
+from servopt.calibration.serving_fit import (FRONT_ENDS, Linearization, base_name, coefficient_table, cross_validate,
+                                             error_table, fitted_runs, predictions, shipped_params)
 from servopt.costmodels.architectures import resolve_model
 from servopt.costmodels.errors import InputError
 from servopt.costmodels.uncertainty import LEVEL
@@ -87,11 +87,13 @@ def _is_moe(run) -> bool:
         return False
 
 
-def report_cv(linearization: Linearization, runs) -> pd.DataFrame:
+def report_cv(linearization: Linearization, runs, save: Path | None = None) -> pd.DataFrame:
     print("\n== 2. Grouped cross-validation: the serving coefficients refitted without the held-out group ==")
     by_group = None
     for by in ("group", "model", "gpu", "dtype"):
         frame = cross_validate(linearization, by)
+        if by == "group" and save:
+            frame.to_pickle(save)  # at once: the reports below take minutes more
         table = error_table(frame, ["held_out"], MEANS + TAILS)
         columns = ["held_out"] + [c for c in table if c.endswith(("_rows", "_abs", "_signed")) and
                                   c.split("_ms")[0] + "_ms" in MEANS + TAILS]
@@ -103,7 +105,7 @@ def report_cv(linearization: Linearization, runs) -> pd.DataFrame:
     print("\neach coefficient across the leave-one-group-out refits (min .. max):")
     for name in linearization.names:
         values = folds[f"fit_{name}"].astype(float)
-        unit = coefficient_table({}).set_index("coefficient").loc[name, "unit"]
+        unit = coefficient_table({}).set_index("coefficient").loc[base_name(name), "unit"]
         scale, shown = (1.0, "") if unit == "x" else (1e6, " us")
         print(f"  {name:28} {values.min() * scale:10.4g} .. {values.max() * scale:10.4g}{shown}")
     table = error_table(by_group, ["held_out", "moe"], MEANS)
@@ -270,12 +272,11 @@ def main() -> None:
     frame = None
     if args.only in (None, "cv", "tails"):
         linearization = Linearization(runs, load_profile, params)
-        frame = report_cv(linearization, runs) if args.only != "tails" else cross_validate(linearization, "group")
+        frame = (report_cv(linearization, runs, args.save_cv) if args.only != "tails"
+                 else cross_validate(linearization, "group"))
         if args.only != "tails":
             report_false_saturation(frame, runs)
             report_coverage(frame)
-        if args.save_cv:
-            frame.to_pickle(args.save_cv)
     if args.only in (None, "tails"):
         report_tails(frame, runs)
     if args.only in (None, "protocol"):
