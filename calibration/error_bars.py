@@ -109,7 +109,8 @@ def build_error_bars(errors: pd.DataFrame, source: str = "") -> ErrorBars:
                 kind = dict(zip(dimensions, values))
                 name = ",".join(f"{d}={str(kind[d]).lower()}" for d in dimensions) or "*"
                 low, high = group_quantiles(rows)
-                table[name] = ErrorCell(low=float(low), high=float(high), runs=len(rows))
+                table[name] = ErrorCell(low=float(low), high=float(high), runs=len(rows),
+                                        groups=int(rows["group"].nunique()))
     return ErrorBars(source=source, cells=cells)
 
 

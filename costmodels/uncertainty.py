@@ -14,7 +14,7 @@ from another. So the interval of a figure comes from the held-out errors of its 
 ``benchmarks/bench_e2e_accuracy.py``'s leave-one-group-out cross-validation: each run predicted with
 coefficients fitted without its (model, GPU, dtype) group. A cell holds the 10th and 90th percentiles
 of ``log(measured / predicted)`` over its runs, so ``predicted x exp(percentile)`` bounds an 80%
-interval; a cell with fewer than :data:`MIN_RUNS` runs gives way to a coarser one (the regime, then
+interval; a cell with fewer than :data:`MIN_RUNS` runs or :data:`MIN_GROUPS` groups gives way to a coarser one (the regime, then
 the engine, the GPU class, the family, are dropped in that order). The benchmark checks the coverage
 on groups left out of the table too (nested: a group's intervals come from the other groups' errors).
 
@@ -51,6 +51,9 @@ QUANTILES = (0.1, 0.9)
 # a metric with fewer still has no interval.
 MIN_RUNS = 20
 MIN_RUNS_ALL = 10
+# An interval speaks for a (model, GPU, dtype) group the table has not seen: fewer groups than this
+# show one or two biases, not how far a new group's may lie, so the cell gives way to a coarser one.
+MIN_GROUPS = 3
 METRICS = ("mean_ttft", "mean_tpot", "mean_itl", "p99_ttft", "p99_tpot", "p99_itl", "kv_capacity")
 # Below this share of its P99 TTFT spent queueing, a prediction is 'light'.
 LOADED_QUEUE_SHARE = 0.5
@@ -92,6 +95,7 @@ class ErrorCell(Spec):
     low: float = Field(ge=-20, le=20, description="10th percentile of log(measured / predicted)")
     high: float = Field(ge=-20, le=20, description="90th percentile of log(measured / predicted)")
     runs: int = Field(ge=1)
+    groups: int = Field(default=1, ge=1, description="(model, GPU, dtype) groups the runs come from")
 
 
 class ErrorBars(Spec):
@@ -106,7 +110,8 @@ class ErrorBars(Spec):
         table = self.cells.get(metric, {})
         for dimensions in FALLBACK:
             cell = table.get(kind.key(dimensions))
-            if cell is not None and cell.runs >= (MIN_RUNS if dimensions else MIN_RUNS_ALL):
+            if cell is not None and cell.runs >= (MIN_RUNS if dimensions else MIN_RUNS_ALL) and (
+                    cell.groups >= MIN_GROUPS or not dimensions):
                 return kind.key(dimensions), cell
         return None
 
