@@ -45,6 +45,7 @@ from ..results import TrialRecord, latency_tied
 from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
 from ._sampler import DistinctSampler
+from ._screen import open_candidates, plan_screen
 from ._storage import JournalWriteError, journal_errors
 
 DIRECTIONS = ("minimize", "minimize")
@@ -57,6 +58,9 @@ RECHECK_PREFIX = "recheck:"
 # Optuna's own key for a trial's constraint values (a list, <= 0 when met).
 CONSTRAINTS_ATTR = "constraints"
 CONSTRAINT_NAMES_ATTR = "constraint_names"
+# The study's record of the whole-space screen (:func:`screen_space`), and the mark of a trial it enqueued.
+SCREEN_ATTR = "screen"
+SCREENED_ATTR = "screened"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # Trials that hold a slot of the trial budget: finished ones and those still running.
 _BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
@@ -69,7 +73,8 @@ def metric_names(objective: dict[str, str]) -> list[str]:
 
 def make_sampler(kind: str, seed: int, trials: int | None,
                  evaluator: Evaluator | None = None) -> optuna.samplers.BaseSampler:
-    """NSGA-II (default) or multivariate TPE, sized for the trial budget; with ``evaluator``, wrapped
+    """NSGA-II (``nsga2``, and ``screen`` where the space is too large to screen) or multivariate TPE,
+    sized for the trial budget; with ``evaluator``, wrapped
     so that it proposes deployments the study has not scored yet, the most promising of several by
     the analytic estimate (:class:`DistinctSampler`, :class:`EstimateChooser`)."""
     if kind == "tpe":
@@ -203,9 +208,13 @@ class TrialBudget:
             trial.set_user_attr("reason", reason)
             raise BudgetSpent(reason)  # the trial fails; stop_when_spent then ends this worker
 
+    def spent(self, study: optuna.Study) -> bool:
+        """Whether finished and running trials fill the budget (no slot is left for another trial)."""
+        return self.total is not None and self._held(study) >= self.total
+
     def stop_when_spent(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         """An Optuna callback: stop this worker once no slot is left for another trial."""
-        if self.total is not None and self._held(study) >= self.total:
+        if self.spent(study):
             study.stop()
 
 
@@ -309,7 +318,9 @@ class Objective:
             return self._same_as(trial, owner)
         outcome = self._outcomes.get(candidate.key)
         if outcome is None:
-            outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen)
+            # A deployment the whole-space screen chose is simulated whatever its estimate's margin.
+            outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(
+                candidate, self.screen, simulate=bool(trial.user_attrs.get(SCREENED_ATTR)))
         trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR,
                                             list(outcome.grouped_constraints().values()))
         for key, value in outcome.attrs().items():
@@ -353,6 +364,79 @@ def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFro
             screen.add(*record["estimate_objectives"])
             if record.get("simulated_requests") == search_requests and trial.values:
                 screen.add_simulated(*trial.values)
+
+
+# --- the whole-space screen (:mod:`._screen`) --------------------------------------------------
+def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, budget: TrialBudget,
+                 timeout_s: float | None = None, callbacks: Sequence[Callable] = ()) -> dict[str, Any]:
+    """Screen every deployment of the space and simulate, as trials of ``study``, those that may
+    reach the front, cheapest first (:func:`~._screen.plan_screen`, :func:`~._screen.open_candidates`),
+    until none is left, the budget is spent or ``timeout_s`` passes. Each is enqueued
+    (:meth:`optuna.Study.enqueue_trial`) and run as any trial is, so storages, resumes and other
+    workers see it; one at a time, in cost order, so the same seed gives the same trials whatever
+    runs the rest of the job. Returns what it covered, also stored as the study's :data:`SCREEN_ATTR`
+    (``fallback``: a space too large to screen, or none of whose deployments can reach the front; the
+    sampler searches it)."""
+    start = time.monotonic()
+    plan = plan_screen(evaluator)
+    covered: dict[str, Any] = {"points": plan.points, "gridded": plan.gridded, "deployments": plan.deployments}
+    if plan.fallback is not None:
+        covered["fallback"] = plan.fallback
+        study.set_user_attr(SCREEN_ATTR, covered)
+        return covered
+    screen = ScreenFront()
+    fail_dead_workers_trials(study)
+    seed_from_study(study, evaluator, screen)
+    objective = Objective(problem, evaluator, screen, budget)
+    sampler, study.sampler = study.sampler, optuna.samplers.RandomSampler(seed=problem.workload.seed)
+    try:  # every parameter of a screened trial is given: no sampler proposes anything
+        while True:
+            done, points, drops = _screen_state(study)
+            left = open_candidates(plan, points, drops, done)
+            stopped = None
+            if not left:
+                break
+            if budget.spent(study):
+                stopped = f"the budget of {budget.total} trials was spent"
+            elif timeout_s is not None and time.monotonic() - start > timeout_s:
+                stopped = f"the time limit of {timeout_s:g} s passed"
+            if stopped:
+                break
+            # A trial enqueued by a run that was killed before it ran goes first (it is one of the screen's).
+            if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                study.enqueue_trial(left[0].params, user_attrs={SCREENED_ATTR: True})
+            with journal_errors():
+                study.optimize(objective, n_trials=1, callbacks=list(callbacks), catch=(BudgetSpent, AlreadyScored),
+                               gc_after_trial=False)
+            last = study.get_trials(deepcopy=False)[-1]
+            if last.state == TrialState.FAIL:  # not run (another worker's trials took the budget, ...)
+                stopped = last.user_attrs.get("reason") or "a trial failed"
+                break
+    finally:
+        study.sampler = sampler
+    simulated = sum(1 for c in plan.candidates if c.key in done)
+    covered.update(ruled_out=plan.ruled_out, out_of_reach=plan.out_of_reach,
+                   candidates=len(plan.candidates), simulated=simulated, left=len(left),
+                   dropped=len(plan.candidates) - simulated - len(left))
+    if stopped:
+        covered["stopped"] = stopped
+    study.set_user_attr(SCREEN_ATTR, covered)
+    return covered
+
+
+def _screen_state(study: optuna.Study) -> tuple[set[str], np.ndarray, np.ndarray]:
+    """The deployments the study's trials scored (:data:`DEPLOYMENT_ATTR`), and the simulated feasible
+    ones' (cost, latency) rows with their accuracy drops."""
+    done, points, drops = set(), [], []
+    for trial in study.get_trials(deepcopy=False, states=_BUDGETED):
+        key = trial.system_attrs.get(DEPLOYMENT_ATTR)
+        if key is not None:
+            done.add(key)
+        record = trial.user_attrs.get(RECORD_ATTR) or {}
+        if trial.state == TrialState.COMPLETE and record.get("fidelity") == "simulate" and record.get("feasible"):
+            points.append(trial.values)
+            drops.append(float(record.get("accuracy_drop_pct") or 0.0))
+    return done, np.asarray(points, dtype=float).reshape(-1, 2), np.asarray(drops, dtype=float)
 
 
 @dataclass
