@@ -4,9 +4,9 @@ A sampler spends its budget where it draws; a discrete space of a few thousand d
 estimated whole in less CPU than a hundred simulations. The screen (workload ``sampler: screen``,
 the default) lists every point of the space's grid, scores each distinct deployment (after the
 repair and the derived replica count, as a trial would) with the analytic estimate, and bounds its
-P99s from below by the estimate's largest measured overestimate (:data:`ESTIMATE_OVERSHOOT`): a
-deployment whose optimistic P99s still miss an SLO, or whose estimated fleet saturates, cannot be
-feasible and is dropped. The others are simulated in order of cost, cheapest first; a deployment
+P99s from below by the estimate's largest measured overestimate of deployments that meet the SLOs
+in simulation (:data:`ESTIMATE_OVERSHOOT`): a deployment whose optimistic P99s still miss an SLO,
+or whose estimated fleet saturates, cannot be feasible and is dropped. The others are simulated in order of cost, cheapest first; a deployment
 is dropped once a simulated feasible one costs no more, is no slower than its optimistic latency
 and loses no accuracy against it, since it cannot change the front then. When no deployment is
 left, every one that could beat the front was simulated.
@@ -219,6 +219,8 @@ def _screened(evaluator: Evaluator, point: dict[str, Value], preview, order: int
         estimated = evaluator.estimated(preview)
     except InputError:  # a deployment the simulator cannot model: the trial would say why
         return None
+    # A fleet the estimate still finds saturated after growing it is pruned, as a sampler's trial is: the
+    # replica count is derived from that same estimate's saturation rate.
     if estimated.values is None or estimated.violations["saturated"] > 0:
         return None
     for name, (_, metric) in SLO_CONSTRAINTS.items():
@@ -252,12 +254,9 @@ def open_candidates(plan: ScreenPlan, simulated: np.ndarray, simulated_drop: np.
         >>> [s.key for s in open_candidates(plan, np.array([[1.0, 1.2]]), np.array([0.0]), {"a"})]
         []
     """
-    out = []
-    for s in plan.candidates:
-        if s.key in done:
-            continue
-        beaten = (simulated[:, 0] <= s.optimistic[0]) & (simulated[:, 1] <= s.optimistic[1]) & \
-            (simulated_drop <= s.accuracy_drop_pct)
-        if not beaten.any():
-            out.append(s)
-    return out
+    bound = np.array([s.optimistic for s in plan.candidates], dtype=float).reshape(-1, 2)
+    drop = np.array([s.accuracy_drop_pct for s in plan.candidates], dtype=float)
+    beaten = np.zeros(len(bound), dtype=bool)
+    for (cost, latency), their_drop in zip(simulated, simulated_drop, strict=True):
+        beaten |= (cost <= bound[:, 0]) & (latency <= bound[:, 1]) & (their_drop <= drop)
+    return [s for s, out in zip(plan.candidates, beaten, strict=True) if not out and s.key not in done]
