@@ -6,7 +6,8 @@ the default) lists every point of the space's grid, scores each distinct deploym
 repair and the derived replica count, as a trial would) with the analytic estimate, and bounds its
 P99s from below by the estimate's largest measured overestimate of deployments that meet the SLOs
 in simulation (:data:`ESTIMATE_OVERSHOOT`): a deployment whose optimistic P99s still miss an SLO,
-or whose estimated fleet saturates, cannot be feasible and is dropped. The others are simulated in order of cost, cheapest first; a deployment
+or whose estimated fleet saturates, cannot be feasible and is dropped. The others are simulated in rounds, each round the deployments that no
+other one left dominates by its estimate, cheapest first (:func:`screen_round`); a deployment
 is dropped once a simulated feasible one costs no more, is no slower than its optimistic latency
 and loses no accuracy against it, since it cannot change the front then. When no deployment is
 left, every one that could beat the front was simulated.
@@ -86,10 +87,10 @@ def screen_grid(space: SearchSpace) -> dict[str, list[Value]]:
 
 def gridded(space: SearchSpace, grid: dict[str, list[Value]]) -> dict[str, list[Value]]:
     """The knobs screened on a grid rather than at every value, with the grid's values."""
-    return {name: values for name, values in grid.items() if len(values) < len(_all_count(space.domain(name)))}
+    return {name: values for name, values in grid.items() if len(values) < len(_every_value(space.domain(name)))}
 
 
-def _all_count(domain: Domain) -> range | list[Value]:
+def _every_value(domain: Domain) -> range | list[Value]:
     if isinstance(domain, IntRange):
         return range(domain.low, domain.high + 1, domain.step)
     return domain.values()
@@ -260,3 +261,21 @@ def open_candidates(plan: ScreenPlan, simulated: np.ndarray, simulated_drop: np.
     for (cost, latency), their_drop in zip(simulated, simulated_drop, strict=True):
         beaten |= (cost <= bound[:, 0]) & (latency <= bound[:, 1]) & (their_drop <= drop)
     return [s for s, out in zip(plan.candidates, beaten, strict=True) if not out and s.key not in done]
+
+
+def screen_round(candidates: list[Screened]) -> list[Screened]:
+    """The candidates no other one's estimate dominates (costs no more and is faster), cheapest first:
+    one round of the screen's simulations, which reaches every cost level before any level is
+    simulated through (the front's shape, not only its cheapest end, within a small budget).
+
+    Example:
+        >>> a, b = Screened({}, "a", (1.0, 3.0), (1.0, 2.0), 0.0, 0), Screened({}, "b", (1.0, 4.0), (1.0, 2.5), 0.0, 1)
+        >>> c = Screened({}, "c", (2.0, 2.0), (2.0, 1.0), 0.0, 2)
+        >>> [s.key for s in screen_round([c, b, a])]
+        ['a', 'c']
+    """
+    out: list[Screened] = []
+    for s in sorted(candidates, key=lambda s: (*s.estimate, s.order)):
+        if not out or s.estimate[1] < out[-1].estimate[1]:
+            out.append(s)
+    return out

@@ -45,7 +45,7 @@ from ..results import TrialRecord, latency_tied
 from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
 from ._sampler import DistinctSampler
-from ._screen import open_candidates, plan_screen
+from ._screen import Screened, open_candidates, plan_screen, screen_round
 from ._storage import JournalWriteError, journal_errors
 
 DIRECTIONS = ("minimize", "minimize")
@@ -370,11 +370,11 @@ def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFro
 def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, budget: TrialBudget,
                  timeout_s: float | None = None, callbacks: Sequence[Callable] = ()) -> dict[str, Any]:
     """Screen every deployment of the space and simulate, as trials of ``study``, those that may
-    reach the front, cheapest first (:func:`~._screen.plan_screen`, :func:`~._screen.open_candidates`),
-    until none is left, the budget is spent or ``timeout_s`` passes. Each is enqueued
-    (:meth:`optuna.Study.enqueue_trial`) and run as any trial is, so storages, resumes and other
-    workers see it; one at a time, in cost order, so the same seed gives the same trials whatever
-    runs the rest of the job. Returns what it covered, also stored as the study's :data:`SCREEN_ATTR`
+    reach the front (:func:`~._screen.plan_screen`, :func:`~._screen.open_candidates`), round by round
+    (:func:`~._screen.screen_round`, cheapest first), until none is left, the budget is spent or
+    ``timeout_s`` passes. Each is enqueued (:meth:`optuna.Study.enqueue_trial`) and run as any trial
+    is, so storages, resumes and other workers see it; one at a time, in an order that depends on
+    the results only, so the same seed gives the same trials whatever runs the rest of the job. Returns what it covered, also stored as the study's :data:`SCREEN_ATTR`
     (``fallback``: a space too large to screen, or none of whose deployments can reach the front; the
     sampler searches it)."""
     start = time.monotonic()
@@ -389,6 +389,7 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
     seed_from_study(study, evaluator, screen)
     objective = Objective(problem, evaluator, screen, budget)
     sampler, study.sampler = study.sampler, optuna.samplers.RandomSampler(seed=problem.workload.seed)
+    round_: list[Screened] = []
     try:  # every parameter of a screened trial is given: no sampler proposes anything
         while True:
             done, points, drops = _screen_state(study)
@@ -396,6 +397,8 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
             stopped = None
             if not left:
                 break
+            still = {s.key for s in left}
+            round_ = [s for s in round_ if s.key in still] or screen_round(left)
             if budget.spent(study):
                 stopped = f"the budget of {budget.total} trials was spent"
             elif timeout_s is not None and time.monotonic() - start > timeout_s:
@@ -404,7 +407,7 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
                 break
             # A trial enqueued by a run that was killed before it ran goes first (it is one of the screen's).
             if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                study.enqueue_trial(left[0].params, user_attrs={SCREENED_ATTR: True})
+                study.enqueue_trial(round_.pop(0).params, user_attrs={SCREENED_ATTR: True})
             with journal_errors():
                 study.optimize(objective, n_trials=1, callbacks=list(callbacks), catch=(BudgetSpent, AlreadyScored),
                                gc_after_trial=False)
