@@ -75,7 +75,6 @@ from .study import (
     save_recheck,
     screen_space,
     stored_rechecks,
-    worker_id,
 )
 from .workload import Workload, parse_workload
 
@@ -397,11 +396,10 @@ class Job:
         bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
         screened = None
         if self.workload.sampler == "screen":
-            screened = screen_space(problem, study, self.evaluator, TrialBudget(budget.trials), budget.time_s,
-                                    callbacks=[bar.callback])
+            screened, share = screen_space(problem, study, self.evaluator, TrialBudget(budget.trials), budget.time_s,
+                                           callbacks=[bar.callback])
         if screened is not None and "fallback" not in screened:
-            # The screen left no deployment that could change the front, or spent the budget.
-            workers = [WorkerResult(worker_id(), len(evaluated_trials(study)) - before, 0)]
+            workers = [share]  # the screen left no deployment that could change the front, or spent the budget
         elif self.jobs <= 1:
             workers = [run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s,
                                   callbacks=[bar.callback], evaluator=self.evaluator)]

@@ -368,24 +368,27 @@ def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFro
 
 # --- the whole-space screen (:mod:`._screen`) --------------------------------------------------
 def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, budget: TrialBudget,
-                 timeout_s: float | None = None, callbacks: Sequence[Callable] = ()) -> dict[str, Any]:
+                 timeout_s: float | None = None,
+                 callbacks: Sequence[Callable] = ()) -> tuple[dict[str, Any], WorkerResult]:
     """Screen every deployment of the space and simulate, as trials of ``study``, those that may
     reach the front (:func:`~._screen.plan_screen`, :func:`~._screen.open_candidates`), round by round
     (:func:`~._screen.screen_round`, cheapest first), until none is left, the budget is spent or
     ``timeout_s`` passes. Each is enqueued (:meth:`optuna.Study.enqueue_trial`) and run as any trial
     is, so storages, resumes and other workers see it; one at a time, in an order that depends on
-    the results only, so the same seed gives the same trials whatever runs the rest of the job. Returns what it covered, also stored as the study's :data:`SCREEN_ATTR`
-    (``fallback``: a space too large to screen, or none of whose deployments can reach the front; the
-    sampler searches it)."""
+    the results only, so the same seed gives the same trials whatever runs the rest of the job.
+    Returns what it covered, also stored as the study's :data:`SCREEN_ATTR` (``fallback``: a space
+    too large to screen, or none of whose deployments can reach the front; the sampler searches it),
+    and this process's share of the trials."""
     start = time.monotonic()
     plan = plan_screen(evaluator)
     covered: dict[str, Any] = {"points": plan.points, "gridded": plan.gridded, "deployments": plan.deployments}
     if plan.fallback is not None:
         covered["fallback"] = plan.fallback
         study.set_user_attr(SCREEN_ATTR, covered)
-        return covered
+        return covered, WorkerResult(worker_id(), 0, 0)
     screen = ScreenFront()
-    fail_dead_workers_trials(study)
+    stale = fail_dead_workers_trials(study)
+    ran = FinishedHere()
     seed_from_study(study, evaluator, screen)
     objective = Objective(problem, evaluator, screen, budget)
     sampler, study.sampler = study.sampler, optuna.samplers.RandomSampler(seed=problem.workload.seed)
@@ -409,11 +412,10 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
             if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 study.enqueue_trial(round_.pop(0).params, user_attrs={SCREENED_ATTR: True})
             with journal_errors():
-                study.optimize(objective, n_trials=1, callbacks=list(callbacks), catch=(BudgetSpent, AlreadyScored),
+                study.optimize(objective, n_trials=1, callbacks=[ran, *callbacks], catch=(BudgetSpent, AlreadyScored),
                                gc_after_trial=False)
-            last = study.get_trials(deepcopy=False)[-1]
-            if last.state == TrialState.FAIL:  # not run (another worker's trials took the budget, ...)
-                stopped = last.user_attrs.get("reason") or "a trial failed"
+            if ran.last is not None and ran.last.state == TrialState.FAIL:  # not run (other workers took the budget, ...)
+                stopped = ran.last.user_attrs.get("reason") or "a trial failed"
                 break
     finally:
         study.sampler = sampler
@@ -424,7 +426,7 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
     if stopped:
         covered["stopped"] = stopped
     study.set_user_attr(SCREEN_ATTR, covered)
-    return covered
+    return covered, WorkerResult(worker_id(), ran.count, stale)
 
 
 def _screen_state(study: optuna.Study) -> tuple[set[str], np.ndarray, np.ndarray]:
@@ -463,17 +465,25 @@ def run_worker(problem: Problem, study: optuna.Study, *, trials: int | None, tim
     remaining = budget.remaining(study)
     if remaining == 0:
         return WorkerResult(worker_id(), 0, stale)
-    ran = []
-
-    def count(_study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state in FINISHED:
-            ran.append(trial.number)
-
+    ran = FinishedHere()
     with journal_errors():
         study.optimize(Objective(problem, evaluator, screen, budget), n_trials=remaining, timeout=timeout_s,
-                       callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
+                       callbacks=[ran, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
                        gc_after_trial=False)
-    return WorkerResult(worker_id(), len(ran), stale)
+    return WorkerResult(worker_id(), ran.count, stale)
+
+
+class FinishedHere:
+    """An Optuna callback that counts the trials this process finished (other workers' not counted)
+    and keeps the last one it ran, whatever its state."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: FrozenTrial | None = None
+
+    def __call__(self, _study: optuna.Study, trial: FrozenTrial) -> None:
+        self.count += trial.state in FINISHED
+        self.last = trial
 
 
 # --- the front --------------------------------------------------------------------------------
