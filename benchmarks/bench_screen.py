@@ -59,7 +59,7 @@ def cheapest(front: pd.DataFrame, data: dict) -> str:
         return "no front"
     cost, latency = objective_columns(data)
     row = front.sort_values([cost, latency]).iloc[0]
-    shape = row["pd_split"] if pd.isna(row["tp"]) else f"TP{row['tp']}"
+    shape = row["pd_split"] if pd.isna(row["tp"]) else f"TP{int(row['tp'])}"
     return (f"{row['num_gpus']} x {row['gpu']} ({row['replicas']} x {shape}, {row['quantization']}, KV "
             f"{row['kv_cache_dtype']}) at {row[cost]:.4g} {cost}, P99 {row[latency]:.3g} s")
 

@@ -42,10 +42,10 @@ from ..costmodels.errors import InputError
 from ..search_spaces import Domain, IntRange, SearchSpace, Value
 from ._evaluate import SLO_CONSTRAINTS, Evaluator
 
-# Largest grid screened: at the ~1 ms of CPU per point measured on the 70B job's grid (repair,
-# compile and capacity per distinct engine, a cached capacity per headroom, the estimate of each
-# distinct deployment) about a minute and a half, against ~20 s for a 150-trial search; a larger
-# grid falls back to the sampler.
+# Largest grid screened: at the ~0.55 ms of CPU per point measured (repair, compile and capacity per
+# distinct engine, a cached capacity per headroom, the estimate of each distinct deployment: 24 s for
+# the 46,080 points of the 70B job with mode aggregated, 51 s for DeepSeek-V3's 92,160) about a
+# minute, a few hundred search simulations' worth; a larger grid falls back to the sampler.
 MAX_SCREEN_POINTS = 100_000
 # Integer ranges with more values than this are screened on a grid (IntRange.values() lists no more).
 LISTED_VALUES = 64
