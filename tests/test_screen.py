@@ -131,3 +131,16 @@ def test_the_same_seed_gives_the_same_front_with_one_or_two_workers(screened_job
     job.run(progress=False)
     first = write_results(screened_job.out_dir, screened_job.collect())["pareto.csv"].read_text()
     assert write_results(job.out_dir, job.collect())["pareto.csv"].read_text() == first
+
+
+def test_a_resumed_screen_goes_on_where_the_budget_stopped_it_and_scores_nothing_twice(tmp_path):
+    first = Job(parse_workload({**SMALL, "budget": {"trials": 3}}, "small"), tmp_path / "out", name="small")
+    first.run(progress=False)
+    before = {t.number: t.values for t in _study(first).trials}
+    again = Job(parse_workload(SMALL, "small"), tmp_path / "out", name="small")
+    again.run(progress=False)
+    study = _study(again)
+    scored = [t.system_attrs["deployment"] for t in study.trials]
+    assert all(study.trials[n].values == v for n, v in before.items())
+    assert len(set(scored)) == len(scored) and study.user_attrs[SCREEN_ATTR]["left"] == 0
+    assert study.user_attrs[SCREEN_ATTR]["simulated"] == len(study.trials) > 3
