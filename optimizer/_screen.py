@@ -40,13 +40,15 @@ import numpy as np
 
 from ..costmodels.errors import InputError
 from ..search_spaces import Domain, IntRange, SearchSpace, Value
-from ._evaluate import SLO_CONSTRAINTS, Evaluator
+from ._evaluate import SLO_CONSTRAINTS, Evaluator, Preview
 
 # Largest grid screened: at the ~0.55 ms of CPU per point measured (repair, compile and capacity per
 # distinct engine, a cached capacity per headroom, the estimate of each distinct deployment: 24 s for
 # the 46,080 points of the 70B job with mode aggregated, 51 s for DeepSeek-V3's 92,160) about a
 # minute, a few hundred search simulations' worth; a larger grid falls back to the sampler.
 MAX_SCREEN_POINTS = 100_000
+# The knob that only sizes the derived fleet (absent where the workload searches ``replicas``).
+FLEET_KNOB = "headroom"
 # Integer ranges with more values than this are screened on a grid (IntRange.values() lists no more).
 LISTED_VALUES = 64
 # The estimate's largest overestimate of a simulated P99, estimate / simulation - 1, per metric, over
@@ -182,12 +184,13 @@ def plan_screen(evaluator: Evaluator, max_points: int | None = None) -> ScreenPl
                          f"{max_points:,} the screen estimates; NSGA-II searched it, so deployments it never drew were "
                          "neither estimated nor simulated")
         return plan
-    last = space.knobs[-1].name  # headroom (or replicas): sizes the fleet only
     seen: set[tuple] = set()
     ruled_before_fleet: tuple | None = None
     for order, point in enumerate(grid_points(space, grid)):
-        engine = tuple((k, v) for k, v in point.items() if k != last)
-        if engine == ruled_before_fleet:  # a rule broken before the fleet is sized: no fleet size fixes it
+        # headroom (the last knob, varying fastest) only sizes the derived fleet: a rule broken before
+        # the fleet is sized is broken by the same deployment, of one replica, at every headroom.
+        engine = tuple((k, v) for k, v in point.items() if k != FLEET_KNOB)
+        if engine == ruled_before_fleet:
             continue
         preview = evaluator.preview(space.fixed(point))
         if preview.violations and preview.capacity is None:
@@ -196,6 +199,7 @@ def plan_screen(evaluator: Evaluator, max_points: int | None = None) -> ScreenPl
             continue
         seen.add(preview.key)
         if preview.violations:
+            plan.ruled_out += 1
             continue
         screened = _screened(evaluator, point, preview, order)
         if screened is None:
@@ -203,7 +207,6 @@ def plan_screen(evaluator: Evaluator, max_points: int | None = None) -> ScreenPl
         else:
             plan.candidates.append(screened)
     plan.deployments = len(seen)
-    plan.ruled_out = plan.deployments - plan.out_of_reach - len(plan.candidates)
     plan.candidates.sort(key=lambda s: (*s.optimistic, s.order))
     if not plan.candidates:  # an empty front: the sampler's trials, each with its reason, say why
         plan.fallback = (f"every one of the space's {plan.deployments:,} deployments ({points:,} points) breaks a rule "
@@ -211,7 +214,7 @@ def plan_screen(evaluator: Evaluator, max_points: int | None = None) -> ScreenPl
     return plan
 
 
-def _screened(evaluator: Evaluator, point: dict[str, Value], preview, order: int) -> Screened | None:
+def _screened(evaluator: Evaluator, point: dict[str, Value], preview: Preview, order: int) -> Screened | None:
     """The deployment with its optimistic bounds, or None when even they miss: the estimated fleet
     saturates, or an SLO's estimated P99 over its :data:`ESTIMATE_OVERSHOOT` is above the target.
     Tenant classes' SLOs and the N-1 targets drop nothing (their misses mix metrics); the simulation

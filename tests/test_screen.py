@@ -57,6 +57,19 @@ def test_a_range_too_wide_to_list_is_screened_at_powers_of_two_and_counted():
     assert count_points(space, grid) == 64 == len(list(grid_points(space, grid)))
 
 
+def test_the_plan_counts_every_distinct_deployment_once():
+    # Without chunked prefill a 512-token budget cannot hold a 640-token request: a rule broken before
+    # the fleet is sized, at every headroom (the screen previews one headroom of those).
+    problem = build_problem(parse_workload({**SMALL, "space": {**SMALL["space"], "max_num_batched_tokens": 512,
+                                                               "enable_chunked_prefill": [True, False]}}, "limited"))
+    evaluator = Evaluator(problem)
+    plan = plan_screen(evaluator)
+    previews = [evaluator.preview(problem.space.fixed(p)) for p in grid_points(problem.space, screen_grid(problem.space))]
+    assert plan.deployments == len({p.key for p in previews})
+    assert plan.ruled_out == len({p.key for p in previews if p.violations}) > 0
+    assert plan.candidates and plan.deployments == plan.ruled_out + plan.out_of_reach + len(plan.candidates)
+
+
 def test_every_screened_trial_was_enqueued_and_the_counts_are_recorded(screened_job):
     study = _study(screened_job)
     covered = study.user_attrs[SCREEN_ATTR]
