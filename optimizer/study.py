@@ -411,9 +411,15 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
             # A trial enqueued by a run that was killed before it ran goes first (it is one of the screen's).
             if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 study.enqueue_trial(round_.pop(0).params, user_attrs={SCREENED_ATTR: True})
-            with journal_errors():
-                study.optimize(objective, n_trials=1, callbacks=[ran, *callbacks], catch=(BudgetSpent, AlreadyScored),
-                               gc_after_trial=False)
+            try:
+                with journal_errors():
+                    study.optimize(objective, n_trials=1, callbacks=[ran, *callbacks],
+                                   catch=(BudgetSpent, AlreadyScored), gc_after_trial=False)
+            except ValueError as err:
+                # SQLite locks no row: two processes may pop one enqueued trial, and the one that tells
+                # it second is refused; the other scored the same deployment with the same seed.
+                if "Cannot tell a" not in str(err):
+                    raise
             if ran.last is not None and ran.last.state == TrialState.FAIL:  # not run (other workers took the budget, ...)
                 stopped = ran.last.user_attrs.get("reason") or "a trial failed"
                 break
