@@ -1,14 +1,15 @@
 """The default budget's front against a 1,200-trial run's, per job, with what the screen covered.
 
 For the 70B job of ``bench_vs_aiconfigurator.py`` (Llama-3.1-70B, at most 8 x H200, ISL 4000 / OSL
-500, Poisson 4 req/s), the same job with ``space: {mode: aggregated}``, and each ``examples/*.yaml``, runs ``servopt optimize`` twice, as the file
-says (its budget, ``sampler: screen`` unless it names another) and with ``budget: {trials: 1200}``,
-and prints per job: each run's CPU seconds (user + system of the child), the cheapest point of each
-final front, the hypervolume of the default run's front as a share of the union of both fronts'
-(re-checked cost and P99 latency objective; reference 1.1 x the union's nadir), and the report's
-"Screen:" line of the default run (what was screened and simulated, or why it fell back).
+500, Poisson 4 req/s), the same job with ``space: {mode: aggregated}``, and each ``examples/*.yaml``,
+runs ``servopt optimize`` with ``sampler: screen`` twice, at the file's budget and with ``budget:
+{trials: 1200}``, and prints per job: each run's CPU seconds (user + system of the child), the cheapest point of each
+final front, each front's hypervolume as a share of the union of the fronts (re-checked cost and
+P99 latency objective; reference 1.1 x the union's nadir), and the report's "Screen:" line of the
+default run (what was screened and simulated, or why it fell back). With ``--nsga2`` the job also
+runs with ``sampler: nsga2`` at its budget, in the union too.
 
-    python benchmarks/bench_screen.py [--jobs 70b chat ...] [--trials 1200]
+    python benchmarks/bench_screen.py [--jobs 70b chat ...] [--trials 1200] [--nsga2]
 
 Each job costs minutes of CPU (a 1,200-trial run most of it); name a subset with ``--jobs``.
 """
@@ -68,24 +69,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", nargs="*", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--trials", type=int, default=1200)
+    parser.add_argument("--nsga2", action="store_true",
+                        help="also run the job with sampler: nsga2 at its budget, in the union too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.jobs:
-            data = JOBS[name]
-            base_s, base, base_front, screen = run(Path(tmp), name, data)
-            more_s, more, more_front, _ = run(Path(tmp), f"{name}-{args.trials}",
-                                              {**data, "budget": {"trials": args.trials}})
-            union = np.vstack([base, more])
-            share = np.nan
-            if len(union):
-                union = union[pareto_mask(union)]
-                reference = 1.1 * np.vstack([base, more]).max(axis=0)
-                share = hypervolume_2d(base, reference) / hypervolume_2d(union, reference)
-            print(f"{name}: default budget {base_s:.1f} CPU s, {args.trials} trials {more_s:.1f} CPU s; "
-                  f"hypervolume of the default front {share:.1%} of the union's")
-            print(f"  cheapest, default budget: {cheapest(base_front, data)}")
-            print(f"  cheapest, {args.trials} trials:   {cheapest(more_front, data)}")
-            print(f"  screen: {screen}")
+            data = {**JOBS[name], "sampler": "screen"}
+            runs = {"default budget": run(Path(tmp), name, data),
+                    f"{args.trials} trials": run(Path(tmp), f"{name}-{args.trials}", {**data, "budget": {"trials": args.trials}})}
+            if args.nsga2:
+                runs["NSGA-II, default budget"] = run(Path(tmp), f"{name}-nsga2", {**data, "sampler": "nsga2"})
+            every = np.vstack([points for _, points, _, _ in runs.values()])
+            reference = 1.1 * every.max(axis=0) if len(every) else None
+            union = hypervolume_2d(every[pareto_mask(every)], reference) if len(every) else 0.0
+            print(f"{name}: hypervolume as a share of the union of the fronts below, and CPU s")
+            for label, (seconds, points, front, _) in runs.items():
+                share = hypervolume_2d(points, reference) / union if union else np.nan
+                print(f"  {label}: {share:.1%}, {seconds:.1f} CPU s; cheapest {cheapest(front, data)}")
+            print(f"  screen: {runs['default budget'][3]}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Screening the whole space: every deployment estimated, the front simulated cheapest first.
 
 A sampler spends its budget where it draws; a discrete space of a few thousand deployments can be
-estimated whole in less CPU than a hundred simulations. The screen (workload ``sampler: screen``,
-the default) lists every point of the space's grid, scores each distinct deployment (after the
+estimated whole in less CPU than a hundred simulations. The screen (workload ``sampler: screen``)
+lists every point of the space's grid, scores each distinct deployment (after the
 repair and the derived replica count, as a trial would) with the analytic estimate, and bounds its
 P99s from below by the estimate's largest measured overestimate of deployments that meet the SLOs
 in simulation (:data:`ESTIMATE_OVERSHOOT`): a deployment whose optimistic P99s still miss an SLO,

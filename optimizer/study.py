@@ -58,7 +58,7 @@ RECHECK_PREFIX = "recheck:"
 # Optuna's own key for a trial's constraint values (a list, <= 0 when met).
 CONSTRAINTS_ATTR = "constraints"
 CONSTRAINT_NAMES_ATTR = "constraint_names"
-# The study's record of the whole-space screen (:func:`screen_space`), and the mark of a trial it enqueued.
+# The study's record of the whole-space screen (:func:`screen_space`), and the mark of a trial it ran.
 SCREEN_ATTR = "screen"
 SCREENED_ATTR = "screened"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -299,17 +299,23 @@ logging.getLogger("optuna.study._optimize").addFilter(_QuietCaught())
 
 
 class Objective:
-    """Samples a candidate, scores it (cached for repeated points) and reports to Optuna."""
+    """Samples a candidate, scores it (cached for repeated points) and reports to Optuna. With
+    ``screened`` (the whole-space screen's trials) every deployment whose estimate is bounded is
+    simulated, whatever its estimate's margin, and the trial is marked :data:`SCREENED_ATTR`."""
 
-    def __init__(self, problem: Problem, evaluator: Evaluator, screen: ScreenFront, budget: TrialBudget):
+    def __init__(self, problem: Problem, evaluator: Evaluator, screen: ScreenFront, budget: TrialBudget,
+                 screened: bool = False):
         self.problem = problem
         self.evaluator = evaluator
         self.screen = screen
         self.budget = budget
+        self.screened = screened
         self._outcomes: dict[tuple, Any] = {}
 
     def __call__(self, trial: optuna.Trial) -> Sequence[float]:
         trial.set_user_attr(WORKER_ATTR, worker_id())
+        if self.screened:
+            trial.set_user_attr(SCREENED_ATTR, True)
         self.budget.claim(trial)
         candidate = self.problem.space.sample(trial)
         scored = self.evaluator.scored_key(trial.params)
@@ -318,9 +324,8 @@ class Objective:
             return self._same_as(trial, owner)
         outcome = self._outcomes.get(candidate.key)
         if outcome is None:
-            # A deployment the whole-space screen chose is simulated whatever its estimate's margin.
-            outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(
-                candidate, self.screen, simulate=bool(trial.user_attrs.get(SCREENED_ATTR)))
+            outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen,
+                                                                              simulate=self.screened)
         trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR,
                                             list(outcome.grouped_constraints().values()))
         for key, value in outcome.attrs().items():
@@ -373,12 +378,14 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
     """Screen every deployment of the space and simulate, as trials of ``study``, those that may
     reach the front (:func:`~._screen.plan_screen`, :func:`~._screen.open_candidates`), round by round
     (:func:`~._screen.screen_round`, cheapest first), until none is left, the budget is spent or
-    ``timeout_s`` passes. Each is enqueued (:meth:`optuna.Study.enqueue_trial`) and run as any trial
-    is, so storages, resumes and other workers see it; one at a time, in an order that depends on
-    the results only, so the same seed gives the same trials whatever runs the rest of the job.
-    Returns what it covered, also stored as the study's :data:`SCREEN_ATTR` (``fallback``: a space
-    too large to screen, or none of whose deployments can reach the front; the sampler searches it),
-    and this process's share of the trials."""
+    ``timeout_s`` passes. Each is a new trial, run as any trial is (storages, resumes and other
+    workers see it), whose parameters a :class:`GivenPoint` sampler hands out: an enqueued trial,
+    popped from the storage's queue, can be taken by two processes at once where the storage locks
+    no row, as SQLite does. One at a time, in an order that depends on the results only, so the same
+    seed gives the same trials whatever runs the rest of the job. Returns what it covered, also
+    stored as the study's :data:`SCREEN_ATTR` (``fallback``: a space too large to screen, or none of
+    whose deployments can reach the front; the sampler searches it), and this process's share of
+    the trials."""
     start = time.monotonic()
     plan = plan_screen(evaluator)
     covered: dict[str, Any] = {"points": plan.points, "gridded": plan.gridded, "deployments": plan.deployments}
@@ -390,10 +397,11 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
     stale = fail_dead_workers_trials(study)
     ran = FinishedHere()
     seed_from_study(study, evaluator, screen)
-    objective = Objective(problem, evaluator, screen, budget)
-    sampler, study.sampler = study.sampler, optuna.samplers.RandomSampler(seed=problem.workload.seed)
+    objective = Objective(problem, evaluator, screen, budget, screened=True)
+    given = GivenPoint()
+    sampler, study.sampler = study.sampler, given
     round_: list[Screened] = []
-    try:  # every parameter of a screened trial is given: no sampler proposes anything
+    try:
         while True:
             done, points, drops = _screen_state(study)
             left = open_candidates(plan, points, drops, done)
@@ -408,18 +416,10 @@ def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, bu
                 stopped = f"the time limit of {timeout_s:g} s passed"
             if stopped:
                 break
-            # A trial enqueued by a run that was killed before it ran goes first (it is one of the screen's).
-            if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                study.enqueue_trial(round_.pop(0).params, user_attrs={SCREENED_ATTR: True})
-            try:
-                with journal_errors():
-                    study.optimize(objective, n_trials=1, callbacks=[ran, *callbacks],
-                                   catch=(BudgetSpent, AlreadyScored), gc_after_trial=False)
-            except ValueError as err:
-                # SQLite locks no row: two processes may pop one enqueued trial, and the one that tells
-                # it second is refused; the other scored the same deployment with the same seed.
-                if "Cannot tell a" not in str(err):
-                    raise
+            given.params = round_.pop(0).params
+            with journal_errors():
+                study.optimize(objective, n_trials=1, callbacks=[ran, *callbacks], catch=(BudgetSpent, AlreadyScored),
+                               gc_after_trial=False)
             if ran.last is not None and ran.last.state == TrialState.FAIL:  # not run (other workers took the budget, ...)
                 stopped = ran.last.user_attrs.get("reason") or "a trial failed"
                 break
@@ -477,6 +477,22 @@ def run_worker(problem: Problem, study: optuna.Study, *, trials: int | None, tim
                        callbacks=[ran, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
                        gc_after_trial=False)
     return WorkerResult(worker_id(), ran.count, stale)
+
+
+class GivenPoint(optuna.samplers.BaseSampler):
+    """A sampler that hands out ``params``, the point the screen chose: each knob the trial suggests."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any) -> Any:
+        return self.params[param_name]
 
 
 class FinishedHere:

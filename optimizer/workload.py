@@ -19,7 +19,7 @@ Every section but ``model`` and ``traffic`` is optional::
     redundancy: 0.2                          # spare replicas on top of what the traffic needs; > 0 also
                                              # reports each point's P99s with one replica down (N-1)
     budget: {trials: 200}                    # time_s: 600 adds a wall-clock ceiling
-    sampler: screen                          # every deployment estimated, the front simulated; or nsga2, tpe
+    sampler: nsga2                           # or tpe, or screen (every deployment estimated, the front simulated)
     seed: 0
     storage: sqlite:///runs/chat/study.db    # journal:///file or any SQLAlchemy URL; default: DIR/study.journal
     # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
@@ -35,7 +35,7 @@ Example:
     ...                 "output_tokens": {"kind": "fixed", "value": 256}},
     ...     "slo": {"p99_ttft_s": 2.0}})
     >>> w.slo.p99_ttft_s, w.objective.latency, w.sampler
-    (2.0, 'e2e', 'screen')
+    (2.0, 'e2e', 'nsga2')
 """
 
 from __future__ import annotations
@@ -233,9 +233,9 @@ class Workload(Spec):
     )
     redundancy: float = Field(default=0.0, ge=0, le=4, description="0.3 = 30% spare replicas")
     budget: Budget = Field(default_factory=Budget)
-    sampler: Literal["screen", "nsga2", "tpe"] = Field(
-        default="screen", description="screen: estimate every deployment of the space and simulate those that may "
-        "reach the front, cheapest first (NSGA-II where the space is too large); nsga2 or tpe: that sampler alone")
+    sampler: Literal["nsga2", "tpe", "screen"] = Field(
+        default="nsga2", description="nsga2 or tpe: that sampler; screen: estimate every deployment of the space and "
+        "simulate those that may reach the front, cheapest first (NSGA-II where the space is too large)")
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     storage: Name | None = Field(default=None, description="journal:///path/file or an SQLAlchemy URL; default: the "
                                  "journal file study.journal in the job folder")

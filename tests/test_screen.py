@@ -16,7 +16,7 @@ from servopt.results import write_results
 from servopt.search_spaces import SearchSpace, example_context
 
 # Priced per GPU used, so that fleets differ in cost and a cheap simulated one can rule out dearer ones.
-SMALL = {**TINY, "pricing": {"whole_nodes": False}, "budget": {"trials": 200},
+SMALL = {**TINY, "sampler": "screen", "pricing": {"whole_nodes": False}, "budget": {"trials": 200},
          "space": {"mode": "aggregated", "speculation": "off", "tp": [1, 2], "quantization": ["bf16", "fp8"],
                    "kv_cache_dtype": "auto", "max_num_seqs": [32, 128], "max_num_batched_tokens": 8192,
                    "enable_chunked_prefill": True, "headroom": [0.0, 1.0, 2.0]}}
@@ -70,7 +70,7 @@ def test_the_plan_counts_every_distinct_deployment_once():
     assert plan.candidates and plan.deployments == plan.ruled_out + plan.out_of_reach + len(plan.candidates)
 
 
-def test_every_screened_trial_was_enqueued_and_the_counts_are_recorded(screened_job):
+def test_every_screened_trial_is_a_trial_of_the_study_and_the_counts_are_recorded(screened_job):
     study = _study(screened_job)
     covered = study.user_attrs[SCREEN_ATTR]
     trials = study.get_trials(deepcopy=False)

@@ -90,7 +90,7 @@ def test_workload_defaults_and_gpu_prices():
     problem = build_problem(w)
     assert problem.ctx.gpus["h100"].price_per_gpu_hour == 1.5
     assert "a100-80gb" in problem.ctx.gpus  # alias resolved, catalog price kept
-    assert w.objective.latency == "e2e" and w.objective.cost == "usd_per_hour" and w.sampler == "screen"
+    assert w.objective.latency == "e2e" and w.objective.cost == "usd_per_hour" and w.sampler == "nsga2"
     assert problem.ctx.max_model_len["llama-3.1-8b"] == 640  # the declared 512 + 128, exactly
     assert problem.max_model_len_basis["llama-3.1-8b"] == "covers the longest request: fixed prompt 512 + fixed output 128"
 
