@@ -56,7 +56,8 @@ LISTED_VALUES = 64
 # ``python benchmarks/bench_estimate_accuracy.py`` (2026-12-05, its four spaces: 1,867 such of 2,016
 # deployments simulated at 1,500 requests): TTFT +675.3%, TPOT +57.2%, E2E +67.6%, rounded up. So a
 # feasible deployment's simulated P99 is at least its estimate / (1 + overshoot) wherever the
-# measurement covers; ITL, not measured, takes the largest.
+# measurement covers (dense 8B and 70B models: no MoE model was measured); ITL, not measured, takes
+# the largest.
 ESTIMATE_OVERSHOOT = {"ttft": 6.76, "tpot": 0.58, "e2e": 0.68}
 
 
