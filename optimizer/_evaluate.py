@@ -395,11 +395,17 @@ class Evaluator:
         if seen.violations:
             return None, 1.0 + sum(v.amount for v in seen.violations.values())
         try:
-            compiled, _ = self._estimate_fleet(seen.candidate, seen.model, seen.compiled, seen.serving)
-            estimated = self.predict(seen.model, compiled)
+            estimated = self.estimated(seen)
         except InputError:
             return None, math.inf
         return estimated.values, max(estimated.violations["saturated"], self._slo_excess(estimated.violations))
+
+    def estimated(self, seen: Preview) -> Prediction:
+        """The estimate of a previewed deployment that breaks no rule, as a trial scores it: the derived
+        fleet, grown where it saturates (:meth:`_estimate_fleet`). InputError when the simulator
+        cannot model it."""
+        compiled, _ = self._estimate_fleet(seen.candidate, seen.model, seen.compiled, seen.serving)
+        return self.predict(seen.model, compiled)
 
     def _objectives(self, costs: dict[str, Any], summary: Summary | None) -> tuple[float, float] | None:
         """The predicted cost and P99, or None when either is unknown or unbounded."""
@@ -450,8 +456,10 @@ class Evaluator:
             return None
         return self.preview(candidate).key
 
-    def evaluate(self, candidate: Candidate, screen: ScreenFront | None = None) -> TrialOutcome:
-        """Score one candidate; infeasible ones come back with their reason, never an exception."""
+    def evaluate(self, candidate: Candidate, screen: ScreenFront | None = None, simulate: bool = False) -> TrialOutcome:
+        """Score one candidate; infeasible ones come back with their reason, never an exception. With
+        ``simulate`` (a deployment the whole-space screen chose, :mod:`._screen`) every bounded estimate
+        is simulated, whatever its SLO margin or ``screen``."""
         start = time.perf_counter()
         space, w = self.problem.space, self.problem.workload
         seen = self.preview(candidate)
@@ -487,10 +495,10 @@ class Evaluator:
             record["n_minus_1"] = scored.n_minus_1
             estimate_values = scored.values
             slo_ok = self._slo_excess(scored.violations) <= 0
-            dominated = (screen is not None and estimate_values is not None
+            dominated = (not simulate and screen is not None and estimate_values is not None
                          and screen.dominated(*estimate_values, w.fidelity.screen_margin))
             record["estimate_objectives"] = list(estimate_values) if estimate_values else None
-            if not scored.summary.get("saturated") and estimate_values and slo_ok and not dominated:
+            if not scored.summary.get("saturated") and estimate_values and (simulate or slo_ok) and not dominated:
                 try:
                     simulated, settled = self.simulate_rungs(model, compiled, screen)
                 except InputError as err:  # keep the estimate, and say why it was not simulated

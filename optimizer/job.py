@@ -57,7 +57,9 @@ from ._storage import (
 from .study import (
     DIRECTIONS,
     RECORD_ATTR,
+    SCREEN_ATTR,
     RecheckRound,
+    TrialBudget,
     WorkerResult,
     evaluated_trials,
     fail_dead_workers_trials,
@@ -71,6 +73,7 @@ from .study import (
     recheck_statement,
     run_worker,
     save_recheck,
+    screen_space,
     stored_rechecks,
 )
 from .workload import Workload, parse_workload
@@ -391,7 +394,13 @@ class Job:
         before = len(evaluated_trials(study))
         budget = self.workload.budget
         bar = Progress(total=budget.trials, initial=before, time_s=budget.time_s, enabled=progress)
-        if self.jobs <= 1:
+        screened = None
+        if self.workload.sampler == "screen":
+            screened, share = screen_space(problem, study, self.evaluator, TrialBudget(budget.trials), budget.time_s,
+                                           callbacks=[bar.callback])
+        if screened is not None and "fallback" not in screened:
+            workers = [share]  # the screen left no deployment that could change the front, or spent the budget
+        elif self.jobs <= 1:
             workers = [run_worker(problem, study, trials=budget.trials, timeout_s=budget.time_s,
                                   callbacks=[bar.callback], evaluator=self.evaluator)]
         else:
@@ -501,6 +510,7 @@ class Job:
             "front": final_front(study),
             "front_equivalents": front_equivalents(study),
             "recheck": study.user_attrs.get(RECHECK_STATEMENT_ATTR),
+            "screen": study.user_attrs.get(SCREEN_ATTR),
             "max_model_len": {key: {"tokens": problem.ctx.max_model_len[key], "basis": basis}
                               for key, basis in problem.max_model_len_basis.items()},
         }

@@ -46,6 +46,7 @@ from ..results import TrialRecord, latency_tied
 from ._evaluate import CONSTRAINT_GROUPS, SLO_CONSTRAINTS, Evaluator, ScreenFront, p99_low
 from ._problem import Problem
 from ._sampler import DistinctSampler
+from ._screen import Screened, open_candidates, plan_screen, screen_round
 from ._storage import JournalWriteError, journal_errors
 
 DIRECTIONS = ("minimize", "minimize")
@@ -58,6 +59,9 @@ RECHECK_PREFIX = "recheck:"
 # Optuna's own key for a trial's constraint values (a list, <= 0 when met).
 CONSTRAINTS_ATTR = "constraints"
 CONSTRAINT_NAMES_ATTR = "constraint_names"
+# The study's record of the whole-space screen (:func:`screen_space`), and the mark of a trial it ran.
+SCREEN_ATTR = "screen"
+SCREENED_ATTR = "screened"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # Trials that hold a slot of the trial budget: finished ones and those still running.
 _BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
@@ -65,7 +69,8 @@ _BUDGETED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 def make_sampler(kind: str, seed: int, trials: int | None,
                  evaluator: Evaluator | None = None) -> optuna.samplers.BaseSampler:
-    """NSGA-II (default) or multivariate TPE, sized for the trial budget; with ``evaluator``, wrapped
+    """NSGA-II (``nsga2``, and ``screen`` where the space is too large to screen) or multivariate TPE,
+    sized for the trial budget; with ``evaluator``, wrapped
     so that it proposes deployments the study has not scored yet, the most promising of several by
     the analytic estimate (:class:`DistinctSampler`, :class:`EstimateChooser`)."""
     if kind == "tpe":
@@ -199,9 +204,13 @@ class TrialBudget:
             trial.set_user_attr("reason", reason)
             raise BudgetSpent(reason)  # the trial fails; stop_when_spent then ends this worker
 
+    def spent(self, study: optuna.Study) -> bool:
+        """Whether finished and running trials fill the budget (no slot is left for another trial)."""
+        return self.total is not None and self._held(study) >= self.total
+
     def stop_when_spent(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         """An Optuna callback: stop this worker once no slot is left for another trial."""
-        if self.total is not None and self._held(study) >= self.total:
+        if self.spent(study):
             study.stop()
 
 
@@ -286,17 +295,23 @@ logging.getLogger("optuna.study._optimize").addFilter(_QuietCaught())
 
 
 class Objective:
-    """Samples a candidate, scores it (cached for repeated points) and reports to Optuna."""
+    """Samples a candidate, scores it (cached for repeated points) and reports to Optuna. With
+    ``screened`` (the whole-space screen's trials) every deployment whose estimate is bounded is
+    simulated, whatever its estimate's margin, and the trial is marked :data:`SCREENED_ATTR`."""
 
-    def __init__(self, problem: Problem, evaluator: Evaluator, screen: ScreenFront, budget: TrialBudget):
+    def __init__(self, problem: Problem, evaluator: Evaluator, screen: ScreenFront, budget: TrialBudget,
+                 screened: bool = False):
         self.problem = problem
         self.evaluator = evaluator
         self.screen = screen
         self.budget = budget
+        self.screened = screened
         self._outcomes: dict[tuple, Any] = {}
 
     def __call__(self, trial: optuna.Trial) -> Sequence[float]:
         trial.set_user_attr(WORKER_ATTR, worker_id())
+        if self.screened:
+            trial.set_user_attr(SCREENED_ATTR, True)
         self.budget.claim(trial)
         candidate = self.problem.space.sample(trial)
         scored = self.evaluator.scored_key(trial.params)
@@ -305,7 +320,8 @@ class Objective:
             return self._same_as(trial, owner)
         outcome = self._outcomes.get(candidate.key)
         if outcome is None:
-            outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen)
+            outcome = self._outcomes[candidate.key] = self.evaluator.evaluate(candidate, self.screen,
+                                                                              simulate=self.screened)
         trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR,
                                             list(outcome.grouped_constraints().values()))
         for key, value in outcome.attrs().items():
@@ -351,6 +367,85 @@ def seed_from_study(study: optuna.Study, evaluator: Evaluator, screen: ScreenFro
                 screen.add_simulated(*trial.values)
 
 
+# --- the whole-space screen (:mod:`._screen`) --------------------------------------------------
+def screen_space(problem: Problem, study: optuna.Study, evaluator: Evaluator, budget: TrialBudget,
+                 timeout_s: float | None = None,
+                 callbacks: Sequence[Callable] = ()) -> tuple[dict[str, Any], WorkerResult]:
+    """Screen every deployment of the space and simulate, as trials of ``study``, those that may
+    reach the front (:func:`~._screen.plan_screen`, :func:`~._screen.open_candidates`), round by round
+    (:func:`~._screen.screen_round`, cheapest first), until none is left, the budget is spent or
+    ``timeout_s`` passes. Each is a new trial, run as any trial is (storages, resumes and other
+    workers see it), whose parameters a :class:`GivenPoint` sampler hands out: an enqueued trial,
+    popped from the storage's queue, can be taken by two processes at once where the storage locks
+    no row, as SQLite does. One at a time, in an order that depends on the results only, so the same
+    seed gives the same trials whatever runs the rest of the job. Returns what it covered, also
+    stored as the study's :data:`SCREEN_ATTR` (``fallback``: a space too large to screen, or none of
+    whose deployments can reach the front; the sampler searches it), and this process's share of
+    the trials."""
+    start = time.monotonic()
+    plan = plan_screen(evaluator)
+    covered: dict[str, Any] = {"points": plan.points, "gridded": plan.gridded, "deployments": plan.deployments}
+    if plan.fallback is not None:
+        covered["fallback"] = plan.fallback
+        study.set_user_attr(SCREEN_ATTR, covered)
+        return covered, WorkerResult(worker_id(), 0, 0)
+    screen = ScreenFront()
+    stale = fail_dead_workers_trials(study)
+    ran = FinishedHere()
+    seed_from_study(study, evaluator, screen)
+    objective = Objective(problem, evaluator, screen, budget, screened=True)
+    given = GivenPoint()
+    sampler, study.sampler = study.sampler, given
+    round_: list[Screened] = []
+    try:
+        while True:
+            done, points, drops = _screen_state(study)
+            left = open_candidates(plan, points, drops, done)
+            stopped = None
+            if not left:
+                break
+            still = {s.key for s in left}
+            round_ = [s for s in round_ if s.key in still] or screen_round(left)
+            if budget.spent(study):
+                stopped = f"the budget of {budget.total} trials was spent"
+            elif timeout_s is not None and time.monotonic() - start > timeout_s:
+                stopped = f"the time limit of {timeout_s:g} s passed"
+            if stopped:
+                break
+            given.params = round_.pop(0).params
+            with journal_errors():
+                study.optimize(objective, n_trials=1, callbacks=[ran, *callbacks], catch=(BudgetSpent, AlreadyScored),
+                               gc_after_trial=False)
+            if ran.last is not None and ran.last.state == TrialState.FAIL:  # not run (other workers took the budget, ...)
+                stopped = ran.last.user_attrs.get("reason") or "a trial failed"
+                break
+    finally:
+        study.sampler = sampler
+    simulated = sum(1 for c in plan.candidates if c.key in done)
+    covered.update(ruled_out=plan.ruled_out, out_of_reach=plan.out_of_reach,
+                   candidates=len(plan.candidates), simulated=simulated, left=len(left),
+                   dropped=len(plan.candidates) - simulated - len(left))
+    if stopped:
+        covered["stopped"] = stopped
+    study.set_user_attr(SCREEN_ATTR, covered)
+    return covered, WorkerResult(worker_id(), ran.count, stale)
+
+
+def _screen_state(study: optuna.Study) -> tuple[set[str], np.ndarray, np.ndarray]:
+    """The deployments the study's trials scored (:data:`DEPLOYMENT_ATTR`), and the simulated feasible
+    ones' (cost, latency) rows with their accuracy drops."""
+    done, points, drops = set(), [], []
+    for trial in study.get_trials(deepcopy=False, states=_BUDGETED):
+        key = trial.system_attrs.get(DEPLOYMENT_ATTR)
+        if key is not None:
+            done.add(key)
+        record = trial.user_attrs.get(RECORD_ATTR) or {}
+        if trial.state == TrialState.COMPLETE and record.get("fidelity") == "simulate" and record.get("feasible"):
+            points.append(trial.values)
+            drops.append(float(record.get("accuracy_drop_pct") or 0.0))
+    return done, np.asarray(points, dtype=float).reshape(-1, 2), np.asarray(drops, dtype=float)
+
+
 @dataclass
 class WorkerResult:
     """One worker's share: the trials it finished, and dead workers' trials it marked failed."""
@@ -372,17 +467,41 @@ def run_worker(problem: Problem, study: optuna.Study, *, trials: int | None, tim
     remaining = budget.remaining(study)
     if remaining == 0:
         return WorkerResult(worker_id(), 0, stale)
-    ran = []
-
-    def count(_study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state in FINISHED:
-            ran.append(trial.number)
-
+    ran = FinishedHere()
     with journal_errors():
         study.optimize(Objective(problem, evaluator, screen, budget), n_trials=remaining, timeout=timeout_s,
-                       callbacks=[count, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
+                       callbacks=[ran, budget.stop_when_spent, *callbacks], catch=(BudgetSpent, AlreadyScored),
                        gc_after_trial=False)
-    return WorkerResult(worker_id(), len(ran), stale)
+    return WorkerResult(worker_id(), ran.count, stale)
+
+
+class GivenPoint(optuna.samplers.BaseSampler):
+    """A sampler that hands out ``params``, the point the screen chose: each knob the trial suggests."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any) -> Any:
+        return self.params[param_name]
+
+
+class FinishedHere:
+    """An Optuna callback that counts the trials this process finished (other workers' not counted)
+    and keeps the last one it ran, whatever its state."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: FrozenTrial | None = None
+
+    def __call__(self, _study: optuna.Study, trial: FrozenTrial) -> None:
+        self.count += trial.state in FINISHED
+        self.last = trial
 
 
 # --- the front --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ Every section but ``model`` and ``traffic`` is optional::
     redundancy: 0.2                          # spare replicas on top of what the traffic needs; > 0 also
                                              # reports each point's P99s with one replica down (N-1)
     budget: {trials: 200}                    # time_s: 600 adds a wall-clock ceiling
-    sampler: nsga2                           # or tpe
+    sampler: nsga2                           # or tpe, or screen (every deployment estimated, the front simulated)
     seed: 0
     storage: sqlite:///runs/chat/study.db    # journal:///file or any SQLAlchemy URL; default: DIR/study.journal
     # (--storage and $SERVOPT_STORAGE come first; a password in it is used to connect, never saved)
@@ -234,7 +234,9 @@ class Workload(Spec):
     )
     redundancy: float = Field(default=0.0, ge=0, le=4, description="0.3 = 30% spare replicas")
     budget: Budget = Field(default_factory=Budget)
-    sampler: Literal["nsga2", "tpe"] = "nsga2"
+    sampler: Literal["nsga2", "tpe", "screen"] = Field(
+        default="nsga2", description="nsga2 or tpe: that sampler; screen: estimate every deployment of the space and "
+        "simulate those that may reach the front, cheapest first (NSGA-II where the space is too large)")
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     storage: Name | None = Field(default=None, description="journal:///path/file or an SQLAlchemy URL; default: the "
                                  "journal file study.journal in the job folder")

@@ -274,6 +274,7 @@ def _summary_lines(data: dict[str, Any], trials: pd.DataFrame) -> list[str]:
         f"{counts.get('estimate', 0)} screened by the estimate, {pruned} pruned with nothing predicted: "
         f"{counts.get('precheck', 0)} rejected before estimating, {pruned - counts.get('precheck', 0)} estimated to "
         f"saturate); {feasible} feasible; sampler {w['sampler']}, seed {w['seed']}",
+        *_screen_lines(data),
         *_recheck_lines(data),
         f"- Study '{data['job']['study']}' in {data['job']['storage']}",
         *[f"- Warning: {line}" for line in unit_warnings(w)],
@@ -296,6 +297,37 @@ def _pricing_text(whole_nodes: bool | None, gpus: dict[str, Any]) -> str:
     parts = ([f"whole nodes of {', '.join(by_node)} (priced as whole instances)"] if by_node else []) + \
         ([f"the GPUs used of {', '.join(by_gpu)} (priced per GPU)"] if by_gpu else [])
     return "rented as priced: " + "; ".join(parts)
+
+
+def screen_statement(screen: dict[str, Any]) -> str:
+    """What the whole-space screen covered (the study's ``screen`` attribute:
+    :func:`~servopt.optimizer.study.screen_space`), in one sentence.
+
+    Example:
+        >>> print(screen_statement({"points": 48, "deployments": 30, "ruled_out": 10, "out_of_reach": 5,
+        ...                         "candidates": 15, "simulated": 4, "dropped": 11, "left": 0, "gridded": {}}))
+        every deployment in the space was screened (48 points, 30 distinct deployments: 10 broke a rule,
+        5 cannot meet the SLOs even at the estimate's optimistic bound); 4 were simulated; every point
+        whose optimistic bound could beat the front was simulated (11 others were dropped: a simulated
+        deployment that costs no more beats their bound)
+    """
+    if screen.get("fallback"):
+        return screen["fallback"]
+    grid = "; ".join(f"{knob} at {', '.join(map(str, values))}" for knob, values in (screen.get("gridded") or {}).items())
+    head = (f"every deployment in the space{f' ({grid})' if grid else ''} was screened ({screen['points']:,} points, "
+            f"{screen['deployments']:,} distinct deployments: {screen['ruled_out']:,} broke a rule, "
+            f"{screen['out_of_reach']:,} cannot meet the SLOs even at the estimate's optimistic bound); "
+            f"{screen['simulated']:,} were simulated; ")
+    if screen.get("left"):
+        return head + (f"{screen['left']:,} whose optimistic bound could still beat the front were not simulated "
+                       f"({screen['stopped']})")
+    return head + (f"every point whose optimistic bound could beat the front was simulated ({screen['dropped']:,} "
+                   "others were dropped: a simulated deployment that costs no more beats their bound)")
+
+
+def _screen_lines(data: dict[str, Any]) -> list[str]:
+    screen = data.get("screen")
+    return [f"- Screen: {screen_statement(screen)}"] if screen else []
 
 
 def _recheck_lines(data: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ Example:
 
 from ._constraints import CONSTRAINTS, Constraint, Violation
 from ._context import ModelChoice, SpaceContext, SpeculationChoice, WeightsOption, example_context, weight_options
-from ._domains import Choices, Domain, FloatRange, IntRange
+from ._domains import Choices, Domain, FloatRange, IntRange, Value
 from ._knobs import AGGREGATED, DISAGGREGATED, KNOBS, SPECULATION_OFF, Knob
 from ._repair import PRUNERS, REPAIRS, Pruner, Repair
 from ._candidate import Candidate
@@ -23,5 +23,5 @@ from ._space import SearchSpace
 __all__ = [
     "AGGREGATED", "CONSTRAINTS", "Candidate", "Choices", "Constraint", "DISAGGREGATED", "Domain", "FloatRange",
     "IntRange", "KNOBS", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext", "WeightsOption", "weight_options",
-    "SpeculationChoice", "Violation", "example_context", "PRUNERS", "REPAIRS", "Pruner", "Repair",
+    "SpeculationChoice", "Value", "Violation", "example_context", "PRUNERS", "REPAIRS", "Pruner", "Repair",
 ]

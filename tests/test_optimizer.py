@@ -121,8 +121,9 @@ def test_a_trial_left_unnamed_by_a_killed_worker_is_failed(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
-def test_two_processes_share_one_study(tmp_path, kind):
-    workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 30}})
+@pytest.mark.parametrize("sampler", ["nsga2", "screen"])
+def test_two_processes_share_one_study(tmp_path, kind, sampler):
+    workload = write_workload(tmp_path / "w.yaml", {**TINY, "budget": {"trials": 30}, "sampler": sampler})
     storage = journal_url(tmp_path / "shared.journal") if kind == "journal" else f"sqlite:///{tmp_path / 'shared.db'}"
     procs = [run_cli_process(["optimize", str(workload), "--study", "shared", "--storage", storage,
                               "--out", str(tmp_path / f"out{i}"), "--no-progress", "--json"], tmp_path, wait=False)
@@ -142,7 +143,9 @@ def test_two_processes_share_one_study(tmp_path, kind):
     assert states["FAIL"] == len(not_run) <= 1 and all("not run" in r for r in not_run)
     scored = [t.system_attrs[DEPLOYMENT_ATTR] for t in trials if t.state.name != "FAIL" and SAME_AS_ATTR not in t.user_attrs]
     assert len(set(scored)) == len(scored)
-    assert len(workers) == 2  # both processes ran trials
+    # NSGA-II's workers run side by side; the screen's trials go one at a time, cheapest first, so
+    # whichever process finishes its screening plan first may run them all.
+    assert len(workers) == 2 or sampler == "screen"
 
 
 def test_simulator_errors_are_recorded_not_raised(tmp_path, serving, monkeypatch):  # noqa: F811

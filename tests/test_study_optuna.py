@@ -22,8 +22,9 @@ from servopt.optimizer.workload import parse_workload
 # budget outnumbers the 24 points with TP 1, so the sampler, which prefers points that break no rule,
 # must propose some);
 # the TTFT target is tight enough that some simulated trials miss it (complete, infeasible, with
-# their predicted values).
-WORKLOAD = {**TINY, "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"], "tp": [1, 4], "headroom": 0.0,
+# their predicted values). NSGA-II alone: the whole-space screen makes trials only of deployments it
+# simulates (tests/test_screen.py).
+WORKLOAD = {**TINY, "sampler": "nsga2", "space": {**TINY["space"], "quantization": ["bf16", "fp8", "gptq"], "tp": [1, 4], "headroom": 0.0,
                               "kv_cache_dtype": "auto", "enable_chunked_prefill": True},
             "checkpoints": {"gptq": "hugging-quants/Meta-Llama-3.1-8B-Instruct-GPTQ-INT4"},
             "accuracy": {"max_drop_pct": 10.0}, "limits": {"max_gpus": 2},
