@@ -62,6 +62,16 @@ def scalar_max(a, b):
     return b if b > a else a
 
 
+def served_efficiency(efficiency: float, scale: float) -> float:
+    """A microbenchmarked efficiency (a share of the datasheet peak) as served: over the fitted
+    served-to-table ``scale``, never beyond the peak itself.
+
+    >>> served_efficiency(0.9, 0.8), served_efficiency(0.6, 1.2)
+    (1.0, 0.5)
+    """
+    return min(efficiency / scale, 1.0)
+
+
 # Memory-bound kernels per layer outside the GEMMs and attention: two fused add+RMSNorm, RoPE,
 # the gated activation and the KV-cache write (vLLM fuses each into one kernel).
 ELEMENTWISE_KERNELS_PER_LAYER = 5
@@ -422,8 +432,8 @@ class StepCostModel:
     def _memory_bound(self, bytes_moved: np.ndarray, kernels: float) -> _OpCost:
         """``kernels`` memory-bound launches moving ``bytes_moved`` (the profile's elementwise roofline,
         its memory side scaled as served)."""
-        memory_s = bytes_moved / self.gpu.memory_bandwidth_bytes_per_s * max(
-            self._memory_scale / self.profile.elementwise_memory_efficiency, 1.0)
+        memory_s = bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s
+                                  * served_efficiency(self.profile.elementwise_memory_efficiency, self._memory_scale))
         time_s = memory_s + self.profile.elementwise_overhead_s * kernels
         return _OpCost(time_s, np.zeros_like(memory_s), memory_s, np.zeros_like(memory_s), bytes_moved)
 
@@ -587,11 +597,7 @@ class StepCostModel:
         self._flops_per_pair = flops_per_pair
         self._query_bytes = q_values * self._act_bytes
         dec, pre = profile.attention_decode, profile.attention_prefill
-        def served(efficiency: float, scale: float) -> float:
-            # As served, not microbenchmarked: the fitted scale, never beyond the datasheet peak.
-            return min(efficiency / scale, 1.0)
-
-        cs, ms = self._compute_scale, self._memory_scale
+        served, cs, ms = served_efficiency, self._compute_scale, self._memory_scale
         self.decode_attention = AttentionRoofline(
             flops_per_pair / (peak * served(dec.compute_efficiency, cs)),
             self._kv_layer_bytes / (bw * served(dec.memory_efficiency, ms)),

@@ -32,14 +32,13 @@ Example (a space of 2 GPUs x 2 TPs x 4 ``max_num_seqs`` of the range 16..128 x 3
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..costmodels.errors import InputError
-from ..search_spaces import Domain, IntRange, SearchSpace, Value
+from ..search_spaces import LISTED_VALUES, Domain, IntRange, SearchSpace, Value
 from ._evaluate import SLO_CONSTRAINTS, Evaluator, Preview
 
 # Largest grid screened: at the ~0.55 ms of CPU per point measured (repair, compile and capacity per
@@ -49,8 +48,6 @@ from ._evaluate import SLO_CONSTRAINTS, Evaluator, Preview
 MAX_SCREEN_POINTS = 100_000
 # The knob that only sizes the derived fleet (absent where the workload searches ``replicas``).
 FLEET_KNOB = "headroom"
-# Integer ranges with more values than this are screened on a grid (IntRange.values() lists no more).
-LISTED_VALUES = 64
 # The estimate's largest overestimate of a simulated P99, estimate / simulation - 1, per metric, over
 # the deployments the simulation finds within the SLOs (only those can be on the front):
 # ``python benchmarks/bench_estimate_accuracy.py`` (2026-12-05, its four spaces: 1,867 such of 2,016
@@ -77,7 +74,7 @@ def grid_values(domain: Domain) -> list[Value]:
         >>> grid_values(IntRange(100, 300))
         [100, 128, 256, 300]
     """
-    if isinstance(domain, IntRange) and (domain.high - domain.low) // domain.step + 1 > LISTED_VALUES:
+    if isinstance(domain, IntRange) and domain.count > LISTED_VALUES:
         powers = [2**i for i in range(domain.high.bit_length() + 1) if domain.low <= 2**i <= domain.high]
         return sorted({domain.low, domain.high, *(p for p in powers if domain.contains(p))})
     return domain.values()
@@ -90,13 +87,10 @@ def screen_grid(space: SearchSpace) -> dict[str, list[Value]]:
 
 def gridded(space: SearchSpace, grid: dict[str, list[Value]]) -> dict[str, list[Value]]:
     """The knobs screened on a grid rather than at every value, with the grid's values."""
-    return {name: values for name, values in grid.items() if len(values) < len(_every_value(space.domain(name)))}
+    def size(domain: Domain) -> int:
+        return domain.count if isinstance(domain, IntRange) else len(domain.values())
 
-
-def _every_value(domain: Domain) -> range | list[Value]:
-    if isinstance(domain, IntRange):
-        return range(domain.low, domain.high + 1, domain.step)
-    return domain.values()
+    return {name: values for name, values in grid.items() if len(values) < size(space.domain(name))}
 
 
 def count_points(space: SearchSpace, grid: dict[str, list[Value]]) -> int:
@@ -117,26 +111,6 @@ def count_points(space: SearchSpace, grid: dict[str, list[Value]]) -> int:
             chosen = {**values, knob.name: value}
             branches.setdefault(tuple(later.active(chosen) for later in knobs[index + 1:]), []).append(value)
         return sum(len(same) * walk(index + 1, {**values, knob.name: same[0]}) for same in branches.values())
-
-    return walk(0, {})
-
-
-def grid_points(space: SearchSpace, grid: dict[str, list[Value]]) -> Iterator[dict[str, Value]]:
-    """Every point of the grid, the last knob varying fastest."""
-    knobs = space.knobs
-
-    def walk(index: int, values: dict[str, Value]) -> Iterator[dict[str, Value]]:
-        if index == len(knobs):
-            yield dict(values)
-            return
-        knob = knobs[index]
-        if not knob.active(values):
-            yield from walk(index + 1, values)
-            return
-        for value in grid[knob.name]:
-            values[knob.name] = value
-            yield from walk(index + 1, values)
-            del values[knob.name]
 
     return walk(0, {})
 
@@ -187,13 +161,14 @@ def plan_screen(evaluator: Evaluator, max_points: int | None = None) -> ScreenPl
         return plan
     seen: set[tuple] = set()
     ruled_before_fleet: tuple | None = None
-    for order, point in enumerate(grid_points(space, grid)):
+    for order, candidate in enumerate(space.enumerate(grid)):
+        point = candidate.values
         # headroom (the last knob, varying fastest) only sizes the derived fleet: a rule broken before
         # the fleet is sized is broken by the same deployment, of one replica, at every headroom.
         engine = tuple((k, v) for k, v in point.items() if k != FLEET_KNOB)
         if engine == ruled_before_fleet:
             continue
-        preview = evaluator.preview(space.fixed(point))
+        preview = evaluator.preview(candidate)
         if preview.violations and preview.capacity is None:
             ruled_before_fleet = engine
         if preview.key in seen:

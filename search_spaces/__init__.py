@@ -14,7 +14,7 @@ Example:
 
 from ._constraints import CONSTRAINTS, Constraint, Violation
 from ._context import ModelChoice, SpaceContext, SpeculationChoice, WeightsOption, example_context, weight_options
-from ._domains import Choices, Domain, FloatRange, IntRange, Value
+from ._domains import LISTED_VALUES, Choices, Domain, FloatRange, IntRange, Value
 from ._knobs import AGGREGATED, DISAGGREGATED, KNOBS, SPECULATION_OFF, Knob
 from ._repair import PRUNERS, REPAIRS, Pruner, Repair
 from ._candidate import Candidate
@@ -22,6 +22,6 @@ from ._space import SearchSpace
 
 __all__ = [
     "AGGREGATED", "CONSTRAINTS", "Candidate", "Choices", "Constraint", "DISAGGREGATED", "Domain", "FloatRange",
-    "IntRange", "KNOBS", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext", "WeightsOption", "weight_options",
+    "IntRange", "KNOBS", "LISTED_VALUES", "Knob", "ModelChoice", "SPECULATION_OFF", "SearchSpace", "SpaceContext", "WeightsOption", "weight_options",
     "SpeculationChoice", "Value", "Violation", "example_context", "PRUNERS", "REPAIRS", "Pruner", "Repair",
 ]

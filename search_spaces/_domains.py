@@ -18,6 +18,8 @@ import optuna
 from ..costmodels.errors import InputError, did_you_mean
 
 Value = bool | int | float | str
+# The most values an integer range lists; a wider one is sampled (or screened on a grid), never listed.
+LISTED_VALUES = 64
 
 
 class Domain:
@@ -96,9 +98,14 @@ class IntRange(Domain):
             return self.low
         return trial.suggest_int(name, self.low, self.high, log=self.log, step=self.step)
 
+    @property
+    def count(self) -> int:
+        """How many integers the range holds."""
+        return (self.high - self.low) // self.step + 1
+
     def values(self) -> list[Value]:
-        count = (self.high - self.low) // self.step + 1
-        if count > 64:
+        count = self.count
+        if count > LISTED_VALUES:
             raise InputError(f"a range of {count} integers is too large to enumerate; narrow it to a list")
         return list(range(self.low, self.high + 1, self.step))
 

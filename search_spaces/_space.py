@@ -129,8 +129,9 @@ class SearchSpace:
 
         return Candidate(self._active(values, refuse))
 
-    def enumerate(self) -> Iterator[Candidate]:
-        """Every point of the space (conditional knobs only where active); for small spaces."""
+    def enumerate(self, grid: Mapping[str, list[Value]] | None = None) -> Iterator[Candidate]:
+        """Every point of the space (conditional knobs only where active; the last knob varies
+        fastest); for small spaces, or over ``grid``'s values of each knob instead of all of them."""
 
         def walk(index: int, values: dict[str, Value]) -> Iterator[Candidate]:
             if index == len(self.knobs):
@@ -140,7 +141,7 @@ class SearchSpace:
             if not knob.active(values):
                 yield from walk(index + 1, values)
                 return
-            for value in self._domains[knob.name].values():
+            for value in (grid[knob.name] if grid is not None else self._domains[knob.name].values()):
                 values[knob.name] = value
                 yield from walk(index + 1, values)
                 del values[knob.name]

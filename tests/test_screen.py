@@ -7,7 +7,7 @@ from _optimizer_fixtures import TINY
 
 from servopt.optimizer._evaluate import SLO_CONSTRAINTS, Evaluator
 from servopt.optimizer._problem import build_problem
-from servopt.optimizer._screen import count_points, grid_points, overshoot, plan_screen, screen_grid
+from servopt.optimizer._screen import count_points, overshoot, plan_screen, screen_grid
 from servopt.optimizer._storage import open_storage
 from servopt.optimizer.job import Job
 from servopt.optimizer.study import RECORD_ATTR, SCREEN_ATTR, SCREENED_ATTR
@@ -40,7 +40,7 @@ def test_the_grid_lists_every_point_of_a_small_space_once():
         "quantization": ["bf16", "fp8"], "kv_cache_dtype": "auto", "max_num_seqs": [32, 128],
         "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "speculation": "off", "headroom": [0.0, 1.0]})
     grid = screen_grid(space)
-    listed = [tuple(sorted(p.items())) for p in grid_points(space, grid)]
+    listed = [tuple(sorted(c.values.items())) for c in space.enumerate(grid)]
     every = [c.key for c in space.enumerate()]
     assert sorted(listed) == sorted(every) and len(set(listed)) == len(listed)
     # 2 GPUs x (aggregated: 2 TPs + disaggregated: 2 prefill instances x 2 prefill TPs) x 2 x 2 x 2 headrooms
@@ -54,7 +54,7 @@ def test_a_range_too_wide_to_list_is_screened_at_powers_of_two_and_counted():
     grid = screen_grid(space)
     assert grid["max_num_seqs"] == [8, 16, 32, 64, 128, 256, 512, 1024]
     assert grid["max_num_batched_tokens"] == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
-    assert count_points(space, grid) == 64 == len(list(grid_points(space, grid)))
+    assert count_points(space, grid) == 64 == len(list(space.enumerate(grid)))
 
 
 def test_the_plan_counts_every_distinct_deployment_once():
@@ -64,7 +64,7 @@ def test_the_plan_counts_every_distinct_deployment_once():
                                                                "enable_chunked_prefill": [True, False]}}, "limited"))
     evaluator = Evaluator(problem)
     plan = plan_screen(evaluator)
-    previews = [evaluator.preview(problem.space.fixed(p)) for p in grid_points(problem.space, screen_grid(problem.space))]
+    previews = [evaluator.preview(c) for c in problem.space.enumerate(screen_grid(problem.space))]
     assert plan.deployments == len({p.key for p in previews})
     assert plan.ruled_out == len({p.key for p in previews if p.violations}) > 0
     assert plan.candidates and plan.deployments == plan.ruled_out + plan.out_of_reach + len(plan.candidates)
@@ -101,8 +101,8 @@ def test_a_deployment_out_of_reach_misses_an_slo_even_at_its_optimistic_bound():
     evaluator = Evaluator(problem)
     plan = plan_screen(evaluator)
     assert not plan.candidates and plan.out_of_reach > 0 and "NSGA-II's trials show why" in plan.fallback
-    for point in grid_points(problem.space, screen_grid(problem.space)):
-        seen = evaluator.preview(problem.space.fixed(point))
+    for candidate in problem.space.enumerate(screen_grid(problem.space)):
+        seen = evaluator.preview(candidate)
         if not seen.violations:
             missed = evaluator.estimated(seen).violations
             assert missed["saturated"] > 0 or any(missed[name] > overshoot(metric)
