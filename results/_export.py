@@ -472,7 +472,7 @@ class VllmScripts(ExportFormat):
         scripts = node_scripts(plan)
         readme = render_readme(plan, scripts)
         files = {name: scripts[name] for name in sorted(scripts)}
-        files.update({"README.md": readme, "plan.json": json.dumps(plan, indent=2) + "\n"})
+        files.update({"README.md": readme, "plan.json": PlanJson.render(plan)})
         shown = scripts["node-0.sh"] if list(scripts) == ["node-0.sh"] else readme
         return Exported(plan["trial"], shown, files, frozenset(scripts), plan, scripts)
 
@@ -496,7 +496,8 @@ class PlanJson(VllmScripts):
     heads = ()
     takes_vllm_python = False
 
-    def render(self, plan: dict[str, Any]) -> str:
+    @staticmethod
+    def render(plan: dict[str, Any]) -> str:
         return json.dumps(plan, indent=2) + "\n"
 
     def export(self, request: ExportRequest) -> Exported:
@@ -510,5 +511,6 @@ class PlanYaml(PlanJson):
     name = "yaml"
     help = "print the launch plan as YAML"
 
-    def render(self, plan: dict[str, Any]) -> str:
+    @staticmethod
+    def render(plan: dict[str, Any]) -> str:
         return dump_yaml(plan)
