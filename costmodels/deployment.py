@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
-from .engines import DEFAULT_ENGINE, EngineRules, get_engine
+from .engines import DEFAULT_ENGINE, ENGINES, EngineRules, get_engine
 from .errors import MAX_MEMORY_GIB, MAX_TOKENS, Name, Spec
 from .quantization import WeightScheme
 
@@ -164,7 +164,10 @@ class Deployment(Spec):
         # The fields state the default engine's defaults; a deployment that names its engine or
         # release takes that one's where it leaves them out.
         if isinstance(data, dict) and (data.get("vllm_version") or data.get("framework")):
-            engine = get_engine(data.get("framework"))
+            framework = data.get("framework") or DEFAULT_ENGINE
+            engine = ENGINES.get(framework) if isinstance(framework, str) else None
+            if engine is None:
+                return data  # not an engine's name: the field's own check says so, naming it
             defaults = {"gpu_memory_utilization": engine.memory_fraction(engine.version(data.get("vllm_version"))),
                         "block_size": engine.block_size}
             data = {**data, **{key: value for key, value in defaults.items() if data.get(key) is None}}

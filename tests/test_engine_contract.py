@@ -13,6 +13,7 @@ from servopt.costmodels.errors import InputError
 from servopt.costmodels.profile import PerformanceProfile
 from servopt.costmodels.roofline import Batch
 from servopt.costmodels.serving import Traffic, compile_deployment, estimate_compiled, simulate_compiled
+from servopt.optimizer.cli import main
 from servopt.results import ExportRequest, FrontPoint, ParserMissing, get_format
 
 NAMES = sorted(ENGINES)
@@ -97,6 +98,18 @@ def test_an_engine_not_modelled_is_refused_in_one_line():
         get_engine("sglang")
     with pytest.raises(ValueError, match="framework 'sglang' is not modelled"):
         Deployment(gpu="h100", framework="sglang")
+
+
+def test_a_framework_that_names_no_engine_is_refused_by_its_field(tmp_path, capsys):
+    # A list (unhashable) once reached the engine registry from the defaults' pre-check: a traceback.
+    workload, deployment = tmp_path / "w.yaml", tmp_path / "d.yaml"
+    workload.write_text("model: llama-3.1-8b\ntraffic: {arrival: {kind: poisson, rate_per_s: 5}, "
+                        "input_tokens: {kind: fixed, value: 512}, output_tokens: {kind: fixed, value: 64}}\n")
+    for value in ("[x]", "sglang", "{a: 1}"):
+        deployment.write_text(f"gpu: h100\nframework: {value}\n")
+        assert main(["predict", str(workload), "--deployment", str(deployment)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "': framework: " in err
 
 
 def test_the_default_engine_is_left_out_of_a_deployment_as_written():
